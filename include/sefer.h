@@ -1,0 +1,106 @@
+/* sefer.h - public interface of the sefer allocator.
+ *
+ * Programs that LD_PRELOAD libsefer.so need nothing from this header: the
+ * standard malloc family is interposed.  Programs that link sefer (shared or
+ * static) can also call the prefixed API below, read statistics and inspect
+ * or change knobs at run time. */
+#ifndef SEFER_H
+#define SEFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SEFER_EXPORT __attribute__((visibility("default")))
+#else
+#define SEFER_EXPORT
+#endif
+
+#define SEFER_VERSION_STRING "0.1.0"
+
+/* Geometry, for information: segments are SEFER_SEGMENT_SIZE bytes and
+ * aligned to it; requests up to SEFER_SMALL_MAX come from 64 KiB pages, up to
+ * SEFER_MEDIUM_MAX from 512 KiB pages, larger ones from whole segments. */
+#define SEFER_SEGMENT_SIZE ((size_t)4 << 20)
+#define SEFER_SMALL_MAX ((size_t)8 << 10)
+#define SEFER_MEDIUM_MAX ((size_t)128 << 10)
+
+SEFER_EXPORT const char *sefer_version(void);
+
+/* The prefixed API behaves exactly like the standard function of the same
+ * name (errno included). */
+SEFER_EXPORT void *sefer_malloc(size_t size);
+SEFER_EXPORT void *sefer_calloc(size_t count, size_t size);
+SEFER_EXPORT void *sefer_realloc(void *ptr, size_t size);
+SEFER_EXPORT void *sefer_reallocarray(void *ptr, size_t count, size_t size);
+SEFER_EXPORT void sefer_free(void *ptr);
+SEFER_EXPORT int sefer_posix_memalign(void **out, size_t alignment, size_t size);
+SEFER_EXPORT void *sefer_aligned_alloc(size_t alignment, size_t size);
+SEFER_EXPORT void *sefer_memalign(size_t alignment, size_t size);
+SEFER_EXPORT size_t sefer_usable_size(const void *ptr);
+
+/* Returns memory the process no longer uses to the OS: drains the calling
+ * thread's heap and abandoned heaps, purges the large cache and decommits
+ * empty pages.  Returns the number of bytes decommitted or unmapped. */
+SEFER_EXPORT size_t sefer_trim(void);
+
+/* Every statistic, declared once: X(name, meaning).  All are uint64_t.
+ * "bytes" figures are exact byte counts of the named quantity. */
+#define SEFER_STATS_FIELDS(X)                                                              \
+    X(bytes_in_blocks, "bytes in allocated blocks (block sizes, not requested sizes)")      \
+    X(bytes_committed, "bytes of segment memory made available and not decommitted")       \
+    X(bytes_reserved, "bytes of address space mapped for segments, cached spans included") \
+    X(bytes_metadata, "bytes of segment headers, heap rings and registry")                 \
+    X(bytes_decommitted_total, "bytes returned to the OS by decommit or unmap, cumulative") \
+    X(segments, "segments mapped now (4 MiB units, cached spans included)")                \
+    X(segments_peak, "highest value of segments")                                          \
+    X(large_cache_bytes, "bytes held in the large cache")                                  \
+    X(large_cache_spans, "spans held in the large cache")                                  \
+    X(large_cache_hits, "large or segment requests served from the cache")                 \
+    X(large_cache_misses, "large or segment requests that needed a new mapping")           \
+    X(os_maps, "mappings created with mmap")                                                \
+    X(allocs, "allocations served, cumulative")                                            \
+    X(frees, "frees performed, cumulative")                                                \
+    X(remote_frees, "frees of blocks owned by another thread's heap")                      \
+    X(ring_pushes, "remote frees delivered through a heap's ring")                        \
+    X(ring_overflows, "remote frees that found the ring full and took the overflow list")  \
+    X(enomem, "allocations refused with ENOMEM")                                            \
+    X(heaps_live, "heap registry slots owned by a running thread")                         \
+    X(heaps_abandoned, "heap registry slots whose thread exited with blocks still live")   \
+    X(fallback_allocs, "allocations served by the locked fallback heap")                   \
+    X(guard_invalid_free, "frees of pointers sefer does not own")                          \
+    X(guard_interior_free, "frees of pointers inside a block")                             \
+    X(guard_double_free, "double frees detected")
+
+#define SEFER_STATS_VERSION 1
+
+struct sefer_stats {
+    uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */
+    uint32_t version; /* set by sefer: SEFER_STATS_VERSION */
+#define SEFER_STATS_MEMBER_(name, doc) uint64_t name;
+    SEFER_STATS_FIELDS(SEFER_STATS_MEMBER_)
+#undef SEFER_STATS_MEMBER_
+};
+
+/* Fills *out (at most `size` bytes of it; pass sizeof *out).  The figures are
+ * summed from live per-thread counters without stopping other threads, so
+ * figures that other threads are changing may be a few operations apart.
+ * Returns 0, or -1 with errno EINVAL if out is NULL or size too small. */
+SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size);
+
+/* Knobs by name ("segments.max", "decommit.policy", ...).  get writes the
+ * value as text (the form a config file takes) and returns 0; -1 with errno
+ * ENOENT for an unknown name, ERANGE if buf is too small.  set returns 0, or -1
+ * with errno ENOENT (unknown), EINVAL (malformed or out of bounds) or EPERM
+ * (the knob cannot change while the program runs). */
+SEFER_EXPORT int sefer_config_get(const char *name, char *buf, size_t len);
+SEFER_EXPORT int sefer_config_set(const char *name, const char *value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEFER_H */

@@ -1,0 +1,189 @@
+/* alloc.c - the generic allocation paths: medium classes, aligned requests,
+ * spans, calloc and realloc.  The fast path is in fastpath.h. */
+#include "fastpath.h"
+
+/* Allocates from class c for the calling thread, whatever its state. */
+static void *alloc_class(unsigned c) {
+    sf_heap_t *heap = sf_tls_heap;
+    if (heap->kind != SF_HEAP_REAL) heap = sf_heap_for_thread();
+    void *p;
+    if (likely(heap != &sf_heap_fallback)) {
+        p = sf_heap_malloc_class(heap, c);
+    } else {
+        sf_lock(&sf_fallback_lock);
+        p = sf_heap_malloc_class(heap, c);
+        sf_unlock(&sf_fallback_lock);
+        sf_stat_add(&sf_gstats.fallback_allocs, 1);
+    }
+    if (unlikely(p == NULL)) {
+        sf_stat_add(&sf_gstats.enomem, 1);
+        errno = ENOMEM;
+    }
+    return p;
+}
+
+static void *alloc_span(size_t n, size_t align) {
+    sf_ensure_init();
+    if (n > PTRDIFF_MAX) {
+        sf_stat_add(&sf_gstats.enomem, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *block = NULL;
+    if (sf_span_alloc(n, align, &block) == NULL) {
+        sf_stat_add(&sf_gstats.enomem, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    sf_stat_add(&sf_gstats.shared_allocs, 1);
+    return block;
+}
+
+void *sf_malloc_generic(sf_heap_t *heap, size_t n) {
+    if (n > MEDIUM_MAX) return alloc_span(n, 0);
+    unsigned c = sf_class_of(n);
+    if (n > DIRECT_MAX && heap->kind == SF_HEAP_REAL) {
+        /* medium sizes have no direct entry: try the class's first page */
+        sf_page_t *page = heap->queues[c].first;
+        sf_block_t *b;
+        if (page != NULL && (b = page->free) != NULL) {
+            page->free = b->next;
+            page->used++;
+            SF_COUNT(heap->allocs);
+            b->cookie = 0;
+            return b;
+        }
+    }
+    return alloc_class(c);
+}
+
+void *sf_malloc_aligned(size_t align, size_t n) {
+    if (align <= 16) return sf_malloc(n);
+    if (n > PTRDIFF_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    unsigned c = sf_class_for_aligned(n, align);
+    if (c != 0) return alloc_class(c);
+    return alloc_span(n, align);
+}
+
+void *sf_calloc(size_t count, size_t size) {
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = sf_malloc(n);
+    if (p == NULL) return NULL;
+    if (n > MEDIUM_MAX && sf_segmap_header(p)->fresh_zero)
+        return p; /* a new or fully decommitted span */
+    memset(p, 0, n);
+    return p;
+}
+
+/* Size the block at p can hold, or 0 if p is not the start of a live block. */
+size_t sf_usable_size(const void *p) {
+    sf_segment_t *seg = sf_segmap_header(p);
+    if (seg == NULL) return 0;
+    sf_page_t *page = sf_page_of(seg, p);
+    if (page->flags & SF_PAGE_SPAN) return p == page->block_start ? page->span_bytes : 0;
+    if (!page->in_use || !sf_page_is_block_start(page, p)) return 0;
+    return page->block_size;
+}
+
+/* Resizes in place when the block can hold n and would not waste more than
+ * half of itself; large spans grow and shrink in place within their span. */
+static bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t usable) {
+    if (page->flags & SF_PAGE_SPAN) {
+        if (n <= MEDIUM_MAX && n < usable / 2) return false;
+        return sf_span_resize(seg, page, n);
+    }
+    return n <= usable && n >= usable / 2;
+}
+
+void *sf_realloc(void *p, size_t n) {
+    if (p == NULL) return sf_malloc(n);
+    if (n == 0) {
+        sf_free(p);
+        return NULL;
+    }
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = sf_check_block(p, &seg); /* reports misuse */
+    if (page == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    size_t usable = (page->flags & SF_PAGE_SPAN) ? page->span_bytes : page->block_size;
+    if (resize_in_place(seg, page, n, usable)) return p;
+    void *q = sf_malloc(n);
+    if (q == NULL) return NULL;
+    memcpy(q, p, n < usable ? n : usable);
+    sf_free(p);
+    return q;
+}
+
+/* ---- the rest of the API, shared by api.c and override.c ---------------- */
+
+void *sf_reallocarray(void *p, size_t count, size_t size) {
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return sf_realloc(p, n);
+}
+
+/* POSIX: returns the error, leaves errno as it was. */
+int sf_posix_memalign(void **out, size_t align, size_t n) {
+    if (!sf_is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+    int saved = errno;
+    void *p = sf_malloc_aligned(align, n);
+    errno = saved;
+    if (p == NULL) return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+void *sf_aligned_alloc(size_t align, size_t n) {
+    if (!sf_is_pow2(align)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return sf_malloc_aligned(align, n);
+}
+
+/* glibc's memalign: a non-power-of-two alignment is rounded up. */
+void *sf_memalign(size_t align, size_t n) {
+    if (align > ((size_t)1 << 62)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    size_t a = 1;
+    while (a < align) a <<= 1;
+    return sf_malloc_aligned(a, n);
+}
+
+void *sf_valloc(size_t n) { return sf_malloc_aligned(OS_PAGE, n); }
+
+void *sf_pvalloc(size_t n) {
+    size_t rounded = sf_align_up(n ? n : 1, OS_PAGE);
+    if (rounded < n) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return sf_malloc_aligned(OS_PAGE, rounded);
+}
+
+size_t sf_trim(void) {
+    sf_ensure_init();
+    uint64_t before = atomic_load(&sf_gstats.decommitted_total);
+    sf_heap_t *heap = sf_tls_heap;
+    if (heap->kind == SF_HEAP_REAL) sf_heap_collect(heap, true);
+    sf_lock(&sf_fallback_lock);
+    sf_heap_collect(&sf_heap_fallback, true);
+    sf_unlock(&sf_fallback_lock);
+    sf_heaps_collect_abandoned();
+    sf_cache_purge(true);
+    return (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);
+}

@@ -1,0 +1,131 @@
+/* cache.c - the large cache: freed spans kept for reuse.
+ *
+ * Holds both freed large spans and empty small/medium segments (a one-segment
+ * span), so a program that frees and reallocates big buffers, or whose pages
+ * come and go, swaps pointers instead of calling mmap and faulting pages in.
+ * Process-wide budget: large_cache.slots entries and large_cache.max_bytes
+ * bytes; entries older than large_cache.ttl are unmapped on the next cache
+ * operation or trim.  With decommit.policy = eager a span is decommitted as
+ * it enters; with delayed, after decommit.delay; with never, it stays
+ * resident until it is evicted.
+ *
+ * Cached spans stay counted in stats.segments (they are mapped), but their
+ * segmap entries are clear: a free of a pointer into one is foreign. */
+#include "internal.h"
+
+#define CACHE_SLOTS_MAX 64
+
+struct cache_entry {
+    uint8_t *base;
+    size_t size;
+    uint64_t since_ms;
+    size_t committed; /* bytes of it counted in stats.bytes_committed */
+};
+
+pthread_mutex_t sf_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cache_entry entries[CACHE_SLOTS_MAX];
+static size_t entry_count;
+
+static void entry_remove(size_t i) {
+    sf_stat_sub(&sf_gstats.cache_bytes, entries[i].size);
+    sf_stat_sub(&sf_gstats.cache_spans, 1);
+    entries[i] = entries[--entry_count];
+}
+
+static size_t entry_unmap(size_t i) {
+    struct cache_entry e = entries[i];
+    entry_remove(i);
+    sf_os_unmap(e.base, e.size);
+    sf_stat_sub(&sf_gstats.committed, e.committed);
+    sf_stat_sub(&sf_gstats.reserved, e.size);
+    sf_stat_add(&sf_gstats.decommitted_total, e.committed);
+    sf_release_segments(e.size >> SEG_SHIFT);
+    return e.size;
+}
+
+static size_t entry_decommit(size_t i) {
+    size_t n = entries[i].committed;
+    if (n == 0) return 0;
+    sf_os_decommit(entries[i].base, entries[i].size);
+    entries[i].committed = 0;
+    sf_stat_sub(&sf_gstats.committed, n);
+    sf_stat_add(&sf_gstats.decommitted_total, n);
+    return n;
+}
+
+/* Applies ttl and the delayed-decommit deadline.  Holds sf_cache_lock. */
+static size_t expire_locked(uint64_t now, bool all) {
+    size_t freed = 0;
+    uint64_t ttl = sf_knob(SF_KNOB_LARGE_CACHE_TTL), delay = sf_knob(SF_KNOB_DECOMMIT_DELAY);
+    bool delayed = sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_DELAYED;
+    for (size_t i = entry_count; i-- > 0;) {
+        uint64_t age = now - entries[i].since_ms;
+        if (all || age >= ttl) freed += entry_unmap(i);
+        else if (delayed && age >= delay) freed += entry_decommit(i);
+    }
+    return freed;
+}
+
+/* Takes a cached span of size in [min_size, max_size]: the smallest fit.
+ * *zero_out tells whether its memory is known to read as zero. */
+void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, bool *zero_out) {
+    sf_lock(&sf_cache_lock);
+    expire_locked(sf_now_ms(), false);
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < entry_count; i++) {
+        size_t s = entries[i].size;
+        if (s >= min_size && s <= max_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
+    }
+    void *p = NULL;
+    if (best != SIZE_MAX) {
+        struct cache_entry e = entries[best];
+        entry_remove(best);
+        /* the new owner counts what it uses; the span's old pages that are
+         * still resident are not "handed out" until it does */
+        sf_stat_sub(&sf_gstats.committed, e.committed);
+        p = e.base;
+        *size_out = e.size;
+        *zero_out = e.committed == 0;
+        sf_stat_add(&sf_gstats.cache_hits, 1);
+    } else {
+        sf_stat_add(&sf_gstats.cache_misses, 1);
+    }
+    sf_unlock(&sf_cache_lock);
+    return p;
+}
+
+/* Offers a span (its segmap entries already clear; `committed` of its bytes
+ * counted in stats.bytes_committed).  Returns false if the budget refuses it:
+ * the caller unmaps. */
+bool sf_cache_put(void *base, size_t size, size_t committed) {
+    uint64_t slots = sf_knob(SF_KNOB_LARGE_CACHE_SLOTS);
+    uint64_t budget = sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES);
+    if (slots > CACHE_SLOTS_MAX) slots = CACHE_SLOTS_MAX;
+    if (size > budget || slots == 0) return false;
+    uint64_t now = sf_now_ms();
+    sf_lock(&sf_cache_lock);
+    expire_locked(now, false);
+    /* make room: evict the oldest entries */
+    while (entry_count > 0 &&
+           (entry_count >= slots || atomic_load(&sf_gstats.cache_bytes) + size > budget)) {
+        size_t oldest = 0;
+        for (size_t i = 1; i < entry_count; i++)
+            if (entries[i].since_ms < entries[oldest].since_ms) oldest = i;
+        entry_unmap(oldest);
+    }
+    entries[entry_count] = (struct cache_entry){base, size, now, committed};
+    sf_stat_add(&sf_gstats.cache_bytes, size);
+    sf_stat_add(&sf_gstats.cache_spans, 1);
+    if (sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_EAGER) entry_decommit(entry_count);
+    entry_count++;
+    sf_unlock(&sf_cache_lock);
+    return true;
+}
+
+/* Unmaps expired entries (all of them if `all`); returns bytes released. */
+size_t sf_cache_purge(bool all) {
+    sf_lock(&sf_cache_lock);
+    size_t freed = expire_locked(sf_now_ms(), all);
+    sf_unlock(&sf_cache_lock);
+    return freed;
+}

@@ -1,0 +1,73 @@
+/* free.c - the generic free path: spans, other owners, the fallback heap,
+ * pages with flags set, and everything the fast path found suspicious.
+ *
+ * Guard level 1 checks live here: a pointer sefer does not own (its chunk
+ * is not in the segment map), a pointer inside a block or into a page not in
+ * use, and a double free (the block's cookie word equals its page address
+ * and the block is found on the page's free lists; a cookie match alone may
+ * be user data, so it is only a reason to look). */
+#include "fastpath.h"
+
+/* Validates p for free/realloc.  Returns its page (and *seg_out), or NULL
+ * after reporting the misuse (free of NULL returns NULL silently). */
+sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
+    if (p == NULL) return NULL;
+    sf_segment_t *seg = sf_segmap_header(p);
+    if (seg == NULL) {
+        sf_guard_report(SF_GUARD_INVALID, p);
+        return NULL;
+    }
+    sf_page_t *page = sf_page_of(seg, p);
+    if (page->flags & SF_PAGE_SPAN) {
+        if (p != page->block_start) {
+            sf_guard_report(SF_GUARD_INTERIOR, p);
+            return NULL;
+        }
+    } else if (!page->in_use || !sf_page_is_block_start(page, p)) {
+        sf_guard_report(page->in_use ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
+        return NULL;
+    } else if (((const sf_block_t *)p)->cookie == (uintptr_t)page && seg->heap == sf_tls_heap &&
+               sf_page_holds_free_block(page, p)) {
+        sf_guard_report(SF_GUARD_DOUBLE, p);
+        return NULL;
+    }
+    *seg_out = seg;
+    return page;
+}
+
+static void free_to_fallback(sf_page_t *page, sf_block_t *b) {
+    sf_lock(&sf_fallback_lock);
+    if (b->cookie == (uintptr_t)page && sf_page_holds_free_block(page, b)) {
+        sf_unlock(&sf_fallback_lock);
+        sf_guard_report(SF_GUARD_DOUBLE, b);
+        return;
+    }
+    sf_heap_owner_free(&sf_heap_fallback, page, b);
+    sf_unlock(&sf_fallback_lock);
+}
+
+static void count_remote(sf_heap_t *me) {
+    if (me->kind == SF_HEAP_REAL) SF_COUNT(me->remote_frees);
+    else sf_stat_add(&sf_gstats.shared_remote_frees, 1);
+}
+
+void sf_free_generic(void *p) {
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = sf_check_block(p, &seg);
+    if (page == NULL) return;
+    if (page->flags & SF_PAGE_SPAN) {
+        sf_stat_add(&sf_gstats.shared_frees, 1);
+        sf_span_free(seg);
+        return;
+    }
+    sf_block_t *b = p;
+    sf_heap_t *owner = seg->heap, *me = sf_tls_heap;
+    if (owner == me) {
+        sf_heap_owner_free(me, page, b); /* flags set: full or guarded page */
+    } else if (owner == &sf_heap_fallback) {
+        free_to_fallback(page, b);
+    } else {
+        count_remote(me);
+        sf_heap_remote_free(owner, b);
+    }
+}

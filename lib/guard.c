@@ -1,0 +1,74 @@
+/* guard.c - what happens when a misuse is detected.
+ *
+ * Each detection is counted by kind; the first of each kind is written to
+ * stderr with the address; then the process aborts (guard.on_error =
+ * "abort", the default) or the caller refuses the operation and goes on
+ * ("report").  Nothing here allocates. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *const kind_text[] = {
+    [SF_GUARD_INVALID] = "free of a pointer sefer does not own",
+    [SF_GUARD_INTERIOR] = "free of a pointer inside a block",
+    [SF_GUARD_DOUBLE] = "double free",
+};
+static _Atomic bool reported[3];
+
+void sf_write_stderr(const char *msg) {
+    size_t n = strlen(msg);
+    while (n > 0) {
+        ssize_t w = write(2, msg, n);
+        if (w <= 0) return;
+        msg += w;
+        n -= (size_t)w;
+    }
+}
+
+static char *append(char *at, const char *end, const char *s) {
+    while (*s && at < end) *at++ = *s++;
+    return at;
+}
+
+static char *append_hex(char *at, const char *end, uintptr_t v) {
+    char digits[2 + 16];
+    int n = 0;
+    do {
+        digits[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    at = append(at, end, "0x");
+    while (n && at < end) *at++ = digits[--n];
+    return at;
+}
+
+void sf_guard_report(enum sf_guard_kind kind, const void *p) {
+    sf_stat_add(&sf_gstats.guard[kind], 1);
+    bool abort_now = sf_knob(SF_KNOB_GUARD_ON_ERROR) == SF_ON_ERROR_ABORT;
+    if (!atomic_exchange(&reported[kind], true) || abort_now) {
+        char msg[192];
+        char *end = msg + sizeof msg - 1, *at = msg;
+        at = append(at, end, "sefer: ");
+        at = append(at, end, kind_text[kind]);
+        at = append(at, end, " at ");
+        at = append_hex(at, end, (uintptr_t)p);
+        at = append(at, end, abort_now ? ": aborting (guard.on_error = abort)\n"
+                                       : ": refused (guard.on_error = report; reported once)\n");
+        *at = '\0';
+        sf_write_stderr(msg);
+    }
+    if (abort_now) abort();
+}
+
+static bool list_holds(const sf_block_t *list, const void *b, uint32_t bound) {
+    for (uint32_t i = 0; list != NULL && i <= bound; i++, list = list->next)
+        if (list == b) return true;
+    return false;
+}
+
+/* Whether b sits on the page's owner-side free lists (owner context). */
+bool sf_page_holds_free_block(const sf_page_t *page, const void *b) {
+    return list_holds(page->free, b, page->capacity) ||
+           list_holds(page->local_free, b, page->capacity);
+}

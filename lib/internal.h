@@ -1,0 +1,380 @@
+/* internal.h - sefer's internal types, fast-path helpers and prototypes.
+ *
+ * Layout of memory (docs/design.md has the reasons):
+ *
+ *   segment (4 MiB, aligned to 4 MiB)
+ *   +-----------+---------+---------+-----+---------+
+ *   | metadata  | page 1  | page 2  | ... | page 63 |   small:  64 KiB pages
+ *   +-----------+---------+---------+-----+---------+
+ *   | meta | page 0 (448K)| page 1 (512 KiB) | ...   |   medium: 512 KiB pages
+ *   +------+------------------------------------------+
+ *   | meta | one block (large: 1..32 segments, huge: more)  |
+ *
+ * The header of any segment is found from an interior pointer by masking
+ * (ptr & ~(SEG_SIZE-1)); the page descriptor by (ptr - segment) >> page_shift.
+ * A process-wide byte map (segmap.c) says whether a 4 MiB chunk holds a live
+ * sefer segment, so "is this pointer ours?" never touches unmapped memory.
+ *
+ * Prototypes are grouped under the file that defines them. */
+#ifndef SEFER_INTERNAL_H
+#define SEFER_INTERNAL_H
+
+#include "sefer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SF_HIDDEN __attribute__((visibility("hidden")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define SF_NOINLINE __attribute__((noinline))
+#define SF_INLINE static inline __attribute__((always_inline))
+
+/* ---- geometry ---------------------------------------------------------- */
+#define SEG_SHIFT 22
+#define SEG_SIZE ((size_t)1 << SEG_SHIFT)
+#define SEG_MASK (SEG_SIZE - 1)
+#define SMALL_PAGE_SHIFT 16 /* 64 KiB */
+#define MEDIUM_PAGE_SHIFT 19 /* 512 KiB */
+#define SPAN_PAGE_SHIFT 40   /* large/huge: one page covers the whole span */
+#define SMALL_PAGES (SEG_SIZE >> SMALL_PAGE_SHIFT)   /* 64, page 0 is metadata */
+#define MEDIUM_PAGES (SEG_SIZE >> MEDIUM_PAGE_SHIFT) /* 8, page 0 starts after metadata */
+#define SEG_META_SIZE ((size_t)64 << 10) /* header + page table; rest unused address */
+#define SMALL_MAX SEFER_SMALL_MAX
+#define MEDIUM_MAX SEFER_MEDIUM_MAX
+#define LARGE_MAX_SEGS 32 /* spans above 128 MiB are "huge": mapped and unmapped directly */
+#define OS_PAGE 4096
+#define MAX_ALIGN_FROM_CLASS MEDIUM_MAX
+
+/* ---- size classes (sizeclass.c) ----------------------------------------- */
+/* 16-byte steps to 128 B, then four classes per power of two up to 128 KiB. */
+#define CLASS_COUNT 49 /* class 0 unused; 1..48 */
+#define DIRECT_MAX 1024
+#define DIRECT_COUNT (DIRECT_MAX / 16 + 1)
+#define SMALL_CLASS_MAX 32 /* class of SMALL_MAX */
+
+SF_HIDDEN extern const uint32_t sf_class_size[CLASS_COUNT];
+
+SF_INLINE unsigned sf_class_of(size_t n) {
+    if (n <= 128) return n == 0 ? 1 : (unsigned)((n + 15) >> 4);
+    unsigned b = 63u - (unsigned)__builtin_clzl(n - 1); /* 2^b < n <= 2^(b+1) */
+    return 5 + (b - 7) * 4 + (unsigned)((n - 1) >> (b - 2));
+}
+SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
+
+/* ---- knobs (knobs.c) ------------------------------------------------------ */
+enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED };
+enum sf_on_error { SF_ON_ERROR_ABORT, SF_ON_ERROR_REPORT };
+enum sf_knob_type { SF_KNOB_UINT, SF_KNOB_SIZE, SF_KNOB_MS, SF_KNOB_BOOL, SF_KNOB_ENUM, SF_KNOB_STRING };
+enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
+
+/* X(id, name, type, default, min, max, runtime, enum-choices, meaning) */
+#define SF_KNOBS(X)                                                                                \
+    X(SEGMENTS_MAX, "segments.max", SF_KNOB_UINT, 65536, 1, 1u << 24, 1, NULL,                      \
+      "cap on mapped 4 MiB segments (cached spans included); past it allocation fails with ENOMEM") \
+    X(LARGE_CACHE_SLOTS, "large_cache.slots", SF_KNOB_UINT, 32, 0, 64, 1, NULL,                     \
+      "freed large spans and empty segments kept for reuse, at most")                             \
+    X(LARGE_CACHE_MAX_BYTES, "large_cache.max_bytes", SF_KNOB_SIZE, 256ull << 20, 0, 1ull << 40, 1, \
+      NULL, "byte budget of the large cache, process-wide")                                       \
+    X(LARGE_CACHE_TTL, "large_cache.ttl", SF_KNOB_MS, 2000, 0, 3600000, 1, NULL,                    \
+      "a cached span unused this long is unmapped")                                                \
+    X(DECOMMIT_POLICY, "decommit.policy", SF_KNOB_ENUM, SF_DECOMMIT_DELAYED, 0, 2, 1,               \
+      sf_decommit_names, "when empty pages go back to the OS: never, eager or delayed")           \
+    X(DECOMMIT_DELAY, "decommit.delay", SF_KNOB_MS, 100, 0, 3600000, 1, NULL,                       \
+      "with decommit.policy = delayed: how long an empty page stays committed")                   \
+    X(RINGS_CAPACITY, "rings.capacity", SF_KNOB_UINT, 1024, 2, 1u << 20, 0, NULL,                   \
+      "slots in each heap's remote-free ring (rounded up to a power of two)")                     \
+    X(GUARD_LEVEL, "guard.level", SF_KNOB_UINT, 1, 0, 3, 0, NULL,                                   \
+      "hardening level 0-3 (docs/design.md: guard levels)")                                       \
+    X(GUARD_ON_ERROR, "guard.on_error", SF_KNOB_ENUM, SF_ON_ERROR_ABORT, 0, 1, 1, sf_on_error_names, \
+      "what a detected misuse does: abort, or report and refuse the operation")                   \
+    X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
+      "start the introspection HTTP server")                                                       \
+    X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
+      "address:port of the introspection server (default 127.0.0.1:9090)")                        \
+    X(INTROSPECT_TOKEN, "introspect.token", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                       \
+      "bearer token for writes and non-loopback listening (empty: none)")
+
+enum sf_knob_id {
+#define SF_KNOB_ENUM_(id, ...) SF_KNOB_##id,
+    SF_KNOBS(SF_KNOB_ENUM_)
+#undef SF_KNOB_ENUM_
+        SF_KNOB_COUNT
+};
+
+/* Current values, read without locks (a torn read is impossible: 64-bit). */
+SF_HIDDEN extern _Atomic uint64_t sf_knob_value[SF_KNOB_COUNT];
+SF_INLINE uint64_t sf_knob(enum sf_knob_id id) {
+    return atomic_load_explicit(&sf_knob_value[id], memory_order_relaxed);
+}
+SF_HIDDEN void sf_knobs_init(void);
+SF_HIDDEN extern pthread_mutex_t sf_knob_lock;
+SF_HIDDEN const char *sf_knob_string(enum sf_knob_id id);
+
+/* ---- OS layer (os.c) ---------------------------------------------------- */
+SF_HIDDEN void *sf_os_map_aligned(size_t size, size_t align);
+SF_HIDDEN void sf_os_unmap(void *p, size_t size);
+SF_HIDDEN void sf_os_decommit(void *p, size_t size);
+SF_HIDDEN void *sf_os_map_plain(size_t size);
+SF_HIDDEN uint64_t sf_now_ms(void);
+
+/* ---- process-wide counters (stats.c) ------------------------------------- */
+struct sf_global_stats {
+    _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
+    _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
+    /* operations not counted in a heap: spans, and threads without a heap */
+    _Atomic uint64_t shared_allocs, shared_frees, shared_remote_frees, fallback_allocs;
+    _Atomic uint64_t guard[3];
+};
+SF_HIDDEN extern struct sf_global_stats sf_gstats;
+SF_INLINE void sf_stat_add(_Atomic uint64_t *c, uint64_t v) {
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+SF_INLINE void sf_stat_sub(_Atomic uint64_t *c, uint64_t v) {
+    atomic_fetch_sub_explicit(c, v, memory_order_relaxed);
+}
+
+/* ---- segment map (segmap.c) --------------------------------------------- */
+#define SEGMAP_CHUNKS ((size_t)1 << (47 - SEG_SHIFT))
+SF_HIDDEN extern _Atomic uint8_t sf_segmap[SEGMAP_CHUNKS];
+/* True iff a segment header starts at p's chunk (p may be NULL: false). */
+SF_INLINE bool sf_segmap_is_head(const void *p) {
+    uintptr_t chunk = (uintptr_t)p >> SEG_SHIFT;
+    return likely(chunk < SEGMAP_CHUNKS) &&
+           atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed) == 1;
+}
+SF_HIDDEN void sf_segmap_mark(void *seg, size_t chunks, bool present);
+struct sf_segment_s;
+SF_HIDDEN struct sf_segment_s *sf_segmap_header(const void *p);
+
+/* ---- blocks, pages, segments, heaps ------------------------------------- */
+typedef struct sf_block_s {
+    struct sf_block_s *next;
+    uintptr_t cookie; /* == (uintptr_t)page while the block is free (guard >= 1) */
+} sf_block_t;
+
+struct sf_heap_s;
+struct sf_segment_s;
+
+enum sf_page_flag {
+    SF_PAGE_FULL = 1,   /* in the heap's full list, not its class queue */
+    SF_PAGE_SPAN = 2,   /* large or huge: the page is the whole span, one block */
+    SF_PAGE_GUARDED = 4 /* guard level >= 2: every free takes the checked path */
+};
+
+typedef struct sf_page_s {
+    /* hot: touched by malloc/free fast paths */
+    sf_block_t *free;       /* blocks ready for malloc (owner only) */
+    sf_block_t *local_free; /* blocks freed by the owner since the last collect */
+    uint32_t used;          /* blocks handed out and not yet returned to the owner */
+    uint8_t flags;          /* non-zero sends free to the generic path */
+    uint8_t class_idx;
+    uint8_t in_use;     /* allocated to a size class (or span) */
+    uint8_t committed;  /* memory not decommitted since last use */
+    uint32_t block_size;
+    uint32_t area_bytes; /* reserved * block_size */
+    uint8_t *block_start;
+    uint64_t divmagic;   /* ceil(2^64 / block_size): interior-pointer check */
+    uint32_t capacity;   /* blocks carved so far */
+    uint32_t reserved;   /* blocks that fit */
+    /* queue links: class queue, full list or purge list */
+    struct sf_page_s *next, *prev;
+    uint64_t purge_at; /* delayed decommit deadline (ms), 0: none */
+    uint8_t *page_start;
+    size_t page_bytes;
+    size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+} sf_page_t;
+
+enum sf_seg_kind { SF_SEG_SMALL, SF_SEG_MEDIUM, SF_SEG_LARGE, SF_SEG_HUGE };
+
+typedef struct sf_segment_s {
+    uint64_t magic;          /* SF_SEG_MAGIC ^ address */
+    struct sf_heap_s *heap;  /* owner heap (small/medium); NULL for spans */
+    uint8_t page_shift;
+    uint8_t kind;
+    uint8_t fresh_zero; /* span memory known to be zero (fresh mapping) */
+    uint16_t page_count;
+    uint16_t used_pages;
+    uint64_t free_mask; /* pages not in use */
+    size_t span_size;   /* bytes mapped */
+    size_t committed_bytes; /* counted in stats.bytes_committed */
+    uint64_t id;
+    /* heap's list of segments with free pages */
+    struct sf_segment_s *heap_next, *heap_prev;
+    /* process-wide list of live segments (under sf_seg_lock) */
+    struct sf_segment_s *all_next, *all_prev;
+    sf_page_t pages[]; /* page_count entries */
+} sf_segment_t;
+
+#define SF_SEG_MAGIC 0x5365666572536567ull /* "SeferSeg" */
+
+SF_INLINE sf_segment_t *sf_segment_of(const void *p) {
+    return (sf_segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
+}
+SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
+    return &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> seg->page_shift];
+}
+/* True iff p is the start of a block carved in page (not interior, not padding). */
+SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
+    uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
+    return off < page->area_bytes && off * page->divmagic <= page->divmagic - 1;
+}
+
+/* Remote-free ring: a bounded multi-producer single-consumer queue of block
+ * pointers (one per heap).  Cells carry a sequence number so a producer never
+ * waits: a full ring refuses the push and the caller takes the overflow path. */
+typedef struct {
+    _Atomic uint64_t seq;
+    void *_Atomic ptr;
+} sf_ring_cell_t;
+
+typedef struct {
+    _Atomic uint64_t tail __attribute__((aligned(64))); /* producers: pushes so far */
+    _Atomic uint64_t head __attribute__((aligned(64))); /* the consumer: drained so far */
+    _Atomic uint64_t overflowed;
+    uint64_t mask;
+    sf_ring_cell_t *cells;
+} sf_ring_t;
+
+typedef struct {
+    sf_page_t *first, *last;
+} sf_page_queue_t;
+
+enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLLECTING };
+/* A thread's sf_tls_heap is a real registry heap, or one of two markers whose
+ * direct table holds only the empty page, so the fast path falls through:
+ * UNCLAIMED (claim a slot on the slow path) or SHARED (no slot was free, or
+ * the thread is past teardown: use the locked fallback heap). */
+enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHARED };
+
+#define SF_REGISTRY_SLOTS 256
+#define SF_THREAD_NAME 16
+
+typedef struct sf_heap_s {
+    sf_page_t *direct[DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
+    uint64_t allocs, frees;          /* owner-only plain counters */
+    uint8_t kind;
+    uint32_t slot;
+    sf_page_queue_t queues[CLASS_COUNT];
+    sf_page_queue_t full;
+    sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */
+    sf_segment_t *free_segs[2];          /* small, medium segments with free pages */
+    _Atomic(sf_block_t *) overflow;      /* remote frees that found the ring full */
+    sf_ring_t ring;
+    uint32_t pages_in_use;
+    uint64_t remote_frees, large_allocs; /* frees this thread sent to others */
+    uint64_t page_allocs;
+    _Atomic int state;
+    _Atomic int tid;
+    char thread_name[SF_THREAD_NAME];
+} sf_heap_t;
+
+SF_HIDDEN extern __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec")));
+SF_HIDDEN extern sf_page_t sf_empty_page;
+SF_HIDDEN extern sf_heap_t sf_heap_unclaimed, sf_heap_shared, sf_heap_fallback;
+SF_HIDDEN extern sf_heap_t sf_registry[SF_REGISTRY_SLOTS];
+SF_HIDDEN extern pthread_mutex_t sf_fallback_lock;
+
+/* ---- init.c ---------------------------------------------------------------- */
+SF_HIDDEN extern _Atomic int sf_initialized;
+SF_HIDDEN void sf_init_slow(void);
+SF_INLINE void sf_ensure_init(void) {
+    if (unlikely(!atomic_load_explicit(&sf_initialized, memory_order_acquire))) sf_init_slow();
+}
+SF_HIDDEN extern pthread_key_t sf_thread_key;
+SF_HIDDEN extern bool sf_thread_key_ok;
+SF_HIDDEN extern uint8_t sf_guard_level; /* copied from the knob at start-up */
+
+/* ---- segment.c -------------------------------------------------------------- */
+SF_HIDDEN extern pthread_mutex_t sf_seg_lock;
+SF_HIDDEN extern sf_segment_t *sf_all_segments;
+SF_HIDDEN sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx);
+SF_HIDDEN void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page);
+SF_HIDDEN sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out);
+SF_HIDDEN void sf_span_free(sf_segment_t *seg);
+SF_HIDDEN bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size);
+SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
+SF_HIDDEN bool sf_reserve_segments(size_t count);
+SF_HIDDEN void sf_release_segments(size_t count);
+
+/* ---- cache.c ---------------------------------------------------------------- */
+SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
+SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, bool *zero_out);
+SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed);
+SF_HIDDEN size_t sf_cache_purge(bool all);
+
+/* ---- page.c ----------------------------------------------------------------- */
+SF_HIDDEN void sf_page_init(sf_page_t *page, unsigned class_idx);
+SF_HIDDEN void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx);
+SF_HIDDEN void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
+SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
+SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);
+SF_HIDDEN void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx);
+SF_HIDDEN size_t sf_heap_collect(sf_heap_t *heap, bool force);
+
+/* ---- ring.c ----------------------------------------------------------------- */
+SF_HIDDEN bool sf_ring_init(sf_ring_t *ring, size_t capacity);
+SF_HIDDEN bool sf_ring_push(sf_ring_t *ring, void *p);
+SF_HIDDEN void *sf_ring_pop(sf_ring_t *ring);
+SF_HIDDEN bool sf_ring_contains(sf_ring_t *ring, const void *p);
+SF_INLINE uint64_t sf_ring_pending(sf_ring_t *ring) {
+    return atomic_load_explicit(&ring->tail, memory_order_relaxed) -
+           atomic_load_explicit(&ring->head, memory_order_relaxed);
+}
+
+/* ---- heap.c ----------------------------------------------------------------- */
+SF_HIDDEN sf_heap_t *sf_heap_for_thread(void);
+SF_HIDDEN void sf_heap_drain_remote(sf_heap_t *heap);
+SF_HIDDEN void sf_heap_thread_done(void *value);
+SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b);
+SF_HIDDEN void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+SF_HIDDEN void sf_heaps_after_fork_child(void);
+SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
+
+/* ---- alloc.c / free.c (fast paths: fastpath.h) ------------------------------ */
+SF_HIDDEN void *sf_malloc_generic(sf_heap_t *heap, size_t n);
+SF_HIDDEN void *sf_malloc_aligned(size_t align, size_t n);
+SF_HIDDEN void *sf_calloc(size_t count, size_t size);
+SF_HIDDEN void *sf_realloc(void *p, size_t n);
+SF_HIDDEN size_t sf_usable_size(const void *p);
+SF_HIDDEN void *sf_reallocarray(void *p, size_t count, size_t size);
+SF_HIDDEN int sf_posix_memalign(void **out, size_t align, size_t n);
+SF_HIDDEN void *sf_aligned_alloc(size_t align, size_t n);
+SF_HIDDEN void *sf_memalign(size_t align, size_t n);
+SF_HIDDEN void *sf_valloc(size_t n);
+SF_HIDDEN void *sf_pvalloc(size_t n);
+SF_HIDDEN size_t sf_trim(void);
+SF_HIDDEN void sf_print_stats(void);
+SF_HIDDEN void sf_free_generic(void *p);
+SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
+/* Counter bump by its only writer.  Readers (stats) may see a slightly old
+ * value; under ThreadSanitizer the store is made atomic so that benign race
+ * is not reported, elsewhere it is one add instruction. */
+#if defined(__SANITIZE_THREAD__)
+#define SF_COUNT(field) __atomic_store_n(&(field), (field) + 1, __ATOMIC_RELAXED)
+#else
+#define SF_COUNT(field) ((field)++)
+#endif
+
+/* ---- guard.c ---------------------------------------------------------------- */
+enum sf_guard_kind { SF_GUARD_INVALID, SF_GUARD_INTERIOR, SF_GUARD_DOUBLE };
+SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
+SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
+SF_HIDDEN void sf_write_stderr(const char *msg);
+
+/* ---- stats.c ---------------------------------------------------------------- */
+SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);
+
+/* ---- small helpers -------------------------------------------------------- */
+SF_INLINE size_t sf_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+SF_INLINE void sf_lock(pthread_mutex_t *m) { pthread_mutex_lock(m); }
+SF_INLINE void sf_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
+
+#endif /* SEFER_INTERNAL_H */

@@ -1,0 +1,194 @@
+/* page.c - pages of one size class and the allocation slow path.
+ *
+ * A page hands out blocks from `free`; the owner's frees go to `local_free`
+ * (so malloc and free never touch the same list head); when `free` runs dry
+ * the slow path swaps `local_free` in, carves more blocks from the untouched
+ * part of the page, or moves on to the next page of the class queue.  A page
+ * with nothing left goes to the heap's full list, where the fast path never
+ * looks; a free into it (flags != 0) brings it back.  A page whose blocks
+ * have all come back is returned to its segment, except the last page of a
+ * small class, kept to avoid thrashing on malloc/free loops. */
+#include "internal.h"
+
+sf_page_t sf_empty_page; /* free == NULL: every fast-path pop falls through */
+
+void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page) {
+    if (page->prev) page->prev->next = page->next;
+    else q->first = page->next;
+    if (page->next) page->next->prev = page->prev;
+    else q->last = page->prev;
+    page->next = page->prev = NULL;
+}
+
+void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page) {
+    page->prev = NULL;
+    page->next = q->first;
+    if (q->first) q->first->prev = page;
+    else q->last = page;
+    q->first = page;
+}
+
+static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
+    page->next = NULL;
+    page->prev = q->last;
+    if (q->last) q->last->next = page;
+    else q->first = page;
+    q->last = page;
+}
+
+/* Points the direct-table entries of a class at its first page. */
+void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
+    if (sf_class_size[class_idx] > DIRECT_MAX) return;
+    sf_page_t *page = heap->queues[class_idx].first;
+    if (page == NULL) page = &sf_empty_page;
+    unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
+    unsigned hi = sf_class_size[class_idx] / 16;
+    for (unsigned i = lo; i <= hi; i++) heap->direct[i] = page;
+}
+
+void sf_page_init(sf_page_t *page, unsigned class_idx) {
+    uint32_t bsize = sf_class_size[class_idx];
+    uintptr_t natural = bsize & (0u - bsize);
+    uint8_t *start = (uint8_t *)sf_align_up((uintptr_t)page->page_start, natural);
+    uint8_t *end = page->page_start + page->page_bytes;
+    page->block_start = start;
+    page->block_size = bsize;
+    page->reserved = (uint32_t)((size_t)(end - start) / bsize);
+    page->area_bytes = page->reserved * bsize;
+    page->divmagic = UINT64_MAX / bsize + 1;
+    page->capacity = 0;
+    page->free = page->local_free = NULL;
+    page->used = 0;
+    page->flags = sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0;
+    page->class_idx = (uint8_t)class_idx;
+    page->in_use = 1;
+    page->next = page->prev = NULL;
+}
+
+/* Carves up to a few KiB of fresh blocks into the free list, touching only
+ * the memory about to be used. */
+static void page_extend(sf_page_t *page) {
+    uint32_t avail = page->reserved - page->capacity;
+    uint32_t want = 4096 / page->block_size;
+    if (want < 1) want = 1;
+    if (want > avail) want = avail;
+    uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
+    sf_block_t *prev = NULL;
+    for (uint32_t i = want; i-- > 0;) {
+        sf_block_t *b = (sf_block_t *)(first + (size_t)i * page->block_size);
+        b->next = prev;
+        b->cookie = (uintptr_t)page;
+        prev = b;
+    }
+    page->free = prev;
+    page->capacity += want;
+}
+
+/* Makes `page` able to serve, if it can be: returns false if it is full. */
+static bool page_refill(sf_page_t *page) {
+    if (page->free) return true;
+    if (page->local_free) {
+        page->free = page->local_free;
+        page->local_free = NULL;
+        return true;
+    }
+    if (page->capacity < page->reserved) {
+        page_extend(page);
+        return true;
+    }
+    return false;
+}
+
+static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
+    sf_page_queue_t *q = &heap->queues[class_idx];
+    sf_page_t *page = q->first;
+    while (page != NULL) {
+        sf_page_t *next = page->next;
+        if (page_refill(page)) {
+            if (page != q->first) {
+                sf_queue_remove(q, page);
+                sf_queue_push_front(q, page);
+                sf_heap_update_direct(heap, class_idx);
+            }
+            return page;
+        }
+        sf_queue_remove(q, page);
+        page->flags |= SF_PAGE_FULL;
+        sf_queue_push_front(&heap->full, page);
+        page = next;
+    }
+    page = sf_segment_page_alloc(heap, class_idx);
+    if (page == NULL) {
+        sf_heap_update_direct(heap, class_idx);
+        return NULL;
+    }
+    heap->pages_in_use++;
+    page_extend(page);
+    sf_queue_push_front(q, page);
+    sf_heap_update_direct(heap, class_idx);
+    return page;
+}
+
+/* The slow path for one class: take in remote frees, find or make a page. */
+void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
+    sf_heap_drain_remote(heap);
+    sf_page_t *page = find_page(heap, class_idx);
+    if (page == NULL) return NULL;
+    sf_block_t *b = page->free;
+    page->free = b->next;
+    page->used++;
+    SF_COUNT(heap->allocs);
+    b->cookie = 0;
+    return b;
+}
+
+/* A block comes back to a page whose flags are set (full, or guarded). */
+void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    b->next = page->local_free;
+    b->cookie = (uintptr_t)page;
+    page->local_free = b;
+    if (page->flags & SF_PAGE_FULL) {
+        page->flags &= (uint8_t)~SF_PAGE_FULL;
+        sf_queue_remove(&heap->full, page);
+        sf_page_queue_t *q = &heap->queues[page->class_idx];
+        queue_push_back(q, page);
+        if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
+    }
+    if (--page->used == 0) sf_page_on_empty(heap, page);
+}
+
+static void page_release(sf_heap_t *heap, sf_page_t *page) {
+    sf_page_queue_t *q = &heap->queues[page->class_idx];
+    bool was_first = q->first == page;
+    sf_queue_remove(q, page);
+    if (was_first) sf_heap_update_direct(heap, page->class_idx);
+    heap->pages_in_use--;
+    sf_segment_page_free(heap, page);
+}
+
+void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
+    sf_page_queue_t *q = &heap->queues[page->class_idx];
+    if (page->class_idx <= SMALL_CLASS_MAX && q->first == page && page->next == NULL) return;
+    page_release(heap, page);
+}
+
+/* Takes in remote frees and returns every page with no live block to its
+ * segment (with `force`, also the last page of each class).  Returns the
+ * number of pages released. */
+size_t sf_heap_collect(sf_heap_t *heap, bool force) {
+    sf_heap_drain_remote(heap);
+    size_t released = 0;
+    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+        sf_page_t *page = heap->queues[c].first;
+        while (page != NULL) {
+            sf_page_t *next = page->next;
+            if (page->used == 0 && (force || page != heap->queues[c].first || next != NULL)) {
+                page_release(heap, page);
+                released++;
+            }
+            page = next;
+        }
+    }
+    sf_segment_collect_purges(heap, force);
+    return released;
+}

@@ -1,0 +1,325 @@
+/* segment.c - segments and spans: where pages and large blocks come from.
+ *
+ * A small or medium segment belongs to one heap and is cut into pages of one
+ * size (64 KiB or 512 KiB); the heap keeps a list of its segments that still
+ * have free pages.  A span (large or huge) is one block in one or more whole
+ * segments, owned by no heap: any thread frees it directly.
+ *
+ * Every mapping goes through span_map/span_unmap, which apply the
+ * segments.max cap and the large cache.  The process-wide list of live
+ * segments (for statistics and introspection) is guarded by sf_seg_lock,
+ * taken only when a segment is created or released. */
+#include "internal.h"
+
+pthread_mutex_t sf_seg_lock = PTHREAD_MUTEX_INITIALIZER;
+sf_segment_t *sf_all_segments;
+static uint64_t next_segment_id;
+static _Atomic bool enomem_reported;
+
+static void report_cap_once(void) {
+    if (atomic_exchange(&enomem_reported, true)) return;
+    sf_write_stderr("sefer: segments.max reached: allocations fail with ENOMEM until memory is "
+                    "freed (reported once)\n");
+}
+
+/* Counts `count` more mapped segments against segments.max. */
+bool sf_reserve_segments(size_t count) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint64_t max = sf_knob(SF_KNOB_SEGMENTS_MAX);
+        uint64_t cur = atomic_load(&sf_gstats.segments);
+        while (cur + count <= max) {
+            if (atomic_compare_exchange_weak(&sf_gstats.segments, &cur, cur + count)) {
+                uint64_t peak = atomic_load(&sf_gstats.segments_peak);
+                while (cur + count > peak &&
+                       !atomic_compare_exchange_weak(&sf_gstats.segments_peak, &peak, cur + count)) {
+                }
+                return true;
+            }
+        }
+        if (attempt == 0 && atomic_load(&sf_gstats.cache_spans) > 0) sf_cache_purge(true);
+        else break;
+    }
+    report_cap_once();
+    return false;
+}
+
+void sf_release_segments(size_t count) { sf_stat_sub(&sf_gstats.segments, count); }
+
+/* Maps `size` bytes aligned to SEG_SIZE from the OS, within segments.max. */
+static void *span_map(size_t size) {
+    if (!sf_reserve_segments(size >> SEG_SHIFT)) return NULL;
+    void *p = sf_os_map_aligned(size, SEG_SIZE);
+    if (p != NULL && ((uintptr_t)p >> SEG_SHIFT) + (size >> SEG_SHIFT) > SEGMAP_CHUNKS) {
+        sf_os_unmap(p, size); /* above the 47-bit space the map covers */
+        p = NULL;
+    }
+    if (p == NULL) {
+        sf_release_segments(size >> SEG_SHIFT);
+        return NULL;
+    }
+    sf_stat_add(&sf_gstats.reserved, size);
+    return p;
+}
+
+/* A span of at least *size bytes: from the cache (up to max_size, *size set
+ * to what was taken) or a new mapping.  *zero: memory known to read zero. */
+static void *span_take(size_t *size, size_t max_size, bool cacheable, bool *zero) {
+    if (cacheable) {
+        size_t got = 0;
+        void *p = sf_cache_take(*size, max_size, &got, zero);
+        if (p != NULL) {
+            *size = got;
+            return p;
+        }
+    }
+    *zero = true;
+    return span_map(*size);
+}
+
+static void span_unmap(void *base, size_t size, size_t committed, bool cacheable) {
+    if (cacheable && sf_cache_put(base, size, committed)) return;
+    sf_os_unmap(base, size);
+    sf_stat_sub(&sf_gstats.committed, committed);
+    sf_stat_sub(&sf_gstats.reserved, size);
+    sf_stat_add(&sf_gstats.decommitted_total, committed);
+    sf_release_segments(size >> SEG_SHIFT);
+}
+
+static void segment_link_all(sf_segment_t *seg) {
+    sf_lock(&sf_seg_lock);
+    seg->id = ++next_segment_id;
+    seg->all_prev = NULL;
+    seg->all_next = sf_all_segments;
+    if (sf_all_segments) sf_all_segments->all_prev = seg;
+    sf_all_segments = seg;
+    sf_unlock(&sf_seg_lock);
+}
+
+static void segment_unlink_all(sf_segment_t *seg) {
+    sf_lock(&sf_seg_lock);
+    if (seg->all_prev) seg->all_prev->all_next = seg->all_next;
+    else sf_all_segments = seg->all_next;
+    if (seg->all_next) seg->all_next->all_prev = seg->all_prev;
+    sf_unlock(&sf_seg_lock);
+}
+
+static size_t header_bytes(unsigned page_count) {
+    return sizeof(sf_segment_t) + page_count * sizeof(sf_page_t);
+}
+
+static void commit_add(sf_segment_t *seg, size_t n) {
+    seg->committed_bytes += n;
+    sf_stat_add(&sf_gstats.committed, n);
+}
+
+/* ---- small and medium segments ---------------------------------------- */
+
+static void heap_seglist_push(sf_heap_t *heap, sf_segment_t *seg) {
+    sf_segment_t **head = &heap->free_segs[seg->kind];
+    seg->heap_prev = NULL;
+    seg->heap_next = *head;
+    if (*head) (*head)->heap_prev = seg;
+    *head = seg;
+}
+
+static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
+    if (seg->heap_prev) seg->heap_prev->heap_next = seg->heap_next;
+    else heap->free_segs[seg->kind] = seg->heap_next;
+    if (seg->heap_next) seg->heap_next->heap_prev = seg->heap_prev;
+    seg->heap_next = seg->heap_prev = NULL;
+}
+
+static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
+    bool zero = false;
+    size_t size = SEG_SIZE;
+    sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &zero);
+    if (seg == NULL) return NULL;
+    unsigned shift = kind == SF_SEG_SMALL ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT;
+    unsigned count = (unsigned)(SEG_SIZE >> shift);
+    size_t hdr = sf_align_up(header_bytes(count), OS_PAGE);
+    if (!zero) memset(seg, 0, header_bytes(count));
+    seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
+    seg->heap = heap;
+    seg->page_shift = (uint8_t)shift;
+    seg->kind = (uint8_t)kind;
+    seg->page_count = (uint16_t)count;
+    seg->span_size = size;
+    seg->committed_bytes = 0;
+    commit_add(seg, hdr);
+    for (unsigned i = 0; i < count; i++) {
+        sf_page_t *pg = &seg->pages[i];
+        size_t start = (size_t)i << shift, end = start + ((size_t)1 << shift);
+        if (start < SEG_META_SIZE) start = SEG_META_SIZE;
+        pg->page_start = (uint8_t *)seg + start;
+        pg->page_bytes = end > start ? end - start : 0;
+        if (pg->page_bytes) seg->free_mask |= (uint64_t)1 << i;
+    }
+    segment_link_all(seg);
+    heap_seglist_push(heap, seg);
+    sf_segmap_mark(seg, 1, true);
+    return seg;
+}
+
+static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
+    heap_seglist_remove(heap, seg);
+    sf_segmap_mark(seg, 1, false);
+    segment_unlink_all(seg);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, true);
+}
+
+static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
+    if (!page->committed) return;
+    sf_os_decommit(page->page_start, page->page_bytes);
+    page->committed = 0;
+    seg->committed_bytes -= page->page_bytes;
+    sf_stat_sub(&sf_gstats.committed, page->page_bytes);
+    sf_stat_add(&sf_gstats.decommitted_total, page->page_bytes);
+}
+
+/* Decommits pages whose delayed-decommit deadline has passed (all of them
+ * with `force`).  The purge queue is ordered by deadline. */
+size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
+    if (heap->purge.first == NULL) return 0;
+    uint64_t now = sf_now_ms();
+    size_t freed = 0;
+    sf_page_t *page;
+    while ((page = heap->purge.first) != NULL && (force || page->purge_at <= now)) {
+        sf_queue_remove(&heap->purge, page);
+        page->purge_at = 0;
+        freed += page->committed ? page->page_bytes : 0;
+        page_decommit(sf_segment_of(page), page);
+    }
+    return freed;
+}
+
+sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
+    unsigned kind = class_idx <= SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
+    if ((++heap->page_allocs & 15) == 0) sf_segment_collect_purges(heap, false);
+    sf_segment_t *seg = heap->free_segs[kind];
+    if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
+    unsigned idx = (unsigned)__builtin_ctzll(seg->free_mask);
+    seg->free_mask &= seg->free_mask - 1;
+    seg->used_pages++;
+    if (seg->free_mask == 0) heap_seglist_remove(heap, seg);
+    sf_page_t *page = &seg->pages[idx];
+    if (page->purge_at) {
+        sf_queue_remove(&heap->purge, page);
+        page->purge_at = 0;
+    }
+    if (!page->committed) {
+        page->committed = 1;
+        commit_add(seg, page->page_bytes);
+    }
+    sf_page_init(page, class_idx);
+    return page;
+}
+
+void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
+    sf_segment_t *seg = sf_segment_of(page);
+    unsigned idx = (unsigned)(page - seg->pages);
+    page->in_use = 0;
+    page->free = page->local_free = NULL;
+    page->used = 0;
+    if (seg->free_mask == 0) heap_seglist_push(heap, seg);
+    seg->free_mask |= (uint64_t)1 << idx;
+    seg->used_pages--;
+    if (seg->used_pages == 0) {
+        for (unsigned i = 0; i < seg->page_count; i++)
+            if (seg->pages[i].purge_at) {
+                sf_queue_remove(&heap->purge, &seg->pages[i]);
+                seg->pages[i].purge_at = 0;
+            }
+        segment_release(heap, seg);
+        return;
+    }
+    switch (sf_knob(SF_KNOB_DECOMMIT_POLICY)) {
+    case SF_DECOMMIT_EAGER:
+        page_decommit(seg, page);
+        break;
+    case SF_DECOMMIT_DELAYED:
+        page->purge_at = sf_now_ms() + sf_knob(SF_KNOB_DECOMMIT_DELAY) + 1;
+        page->prev = heap->purge.last;
+        page->next = NULL;
+        if (heap->purge.last) heap->purge.last->next = page;
+        else heap->purge.first = page;
+        heap->purge.last = page;
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- spans: large and huge blocks ----------------------------------------- */
+
+/* Layout: header in the first OS page, the block at the first address
+ * aligned to max(align, OS_PAGE) after it. */
+sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
+    size_t lead = align > OS_PAGE ? align : OS_PAGE;
+    size_t rounded = sf_align_up(size, OS_PAGE);
+    if (rounded < size || rounded + lead < rounded || rounded + lead > ((size_t)1 << 46)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t span = sf_align_up(rounded + lead, SEG_SIZE);
+    bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
+    bool zero = false;
+    sf_segment_t *seg = span_take(&span, span * 2, cacheable, &zero);
+    if (seg == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + OS_PAGE, lead);
+    if (!zero) memset(seg, 0, header_bytes(1));
+    seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
+    seg->heap = NULL;
+    seg->page_shift = SPAN_PAGE_SHIFT;
+    seg->kind = cacheable ? SF_SEG_LARGE : SF_SEG_HUGE;
+    seg->fresh_zero = zero;
+    seg->page_count = 1;
+    seg->used_pages = 1;
+    seg->span_size = span;
+    seg->committed_bytes = 0;
+    commit_add(seg, (size_t)(block - (uint8_t *)seg) + rounded);
+    sf_page_t *page = &seg->pages[0];
+    page->flags = SF_PAGE_SPAN;
+    page->in_use = 1;
+    page->used = 1;
+    page->block_start = block;
+    page->block_size = 0;
+    page->page_start = block;
+    page->page_bytes = (size_t)((uint8_t *)seg + span - block);
+    page->area_bytes = 1; /* only the block start itself is a valid free */
+    page->divmagic = UINT64_MAX;
+    page->capacity = page->reserved = 1;
+    page->span_bytes = rounded;
+    segment_link_all(seg);
+    sf_segmap_mark(seg, span >> SEG_SHIFT, true);
+    *block_out = block;
+    return seg;
+}
+
+void sf_span_free(sf_segment_t *seg) {
+    sf_segmap_mark(seg, seg->span_size >> SEG_SHIFT, false);
+    segment_unlink_all(seg);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->kind == SF_SEG_LARGE);
+}
+
+/* Grows or shrinks a span's block in place if the span has room; shrinking
+ * by a megabyte or more gives the tail's pages back. */
+bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size) {
+    size_t rounded = sf_align_up(new_size, OS_PAGE);
+    if (rounded < new_size || rounded > page->page_bytes) return false;
+    size_t old = page->span_bytes;
+    if (rounded > old) {
+        commit_add(seg, rounded - old);
+    } else if (old - rounded >= ((size_t)1 << 20)) {
+        sf_os_decommit(page->block_start + rounded, old - rounded);
+        seg->committed_bytes -= old - rounded;
+        sf_stat_sub(&sf_gstats.committed, old - rounded);
+        sf_stat_add(&sf_gstats.decommitted_total, old - rounded);
+    } else {
+        return true; /* small shrink: keep the pages, keep the size */
+    }
+    page->span_bytes = rounded;
+    return true;
+}

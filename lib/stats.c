@@ -1,0 +1,115 @@
+/* stats.c - statistics: process-wide atomics (slow paths only) plus the
+ * per-heap plain counters, summed on demand. */
+#include "internal.h"
+
+struct sf_global_stats sf_gstats;
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define PLAIN(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
+    out->allocs += PLAIN(heap->allocs);
+    out->frees += PLAIN(heap->frees);
+    out->remote_frees += PLAIN(heap->remote_frees);
+    if (heap->ring.cells) {
+        out->ring_pushes += LOAD(heap->ring.tail);
+        out->ring_overflows += LOAD(heap->ring.overflowed);
+    }
+}
+
+/* Bytes in blocks handed out, read page by page from the live segments
+ * (blocks waiting in a ring still count: their owner has not taken them back). */
+static uint64_t bytes_in_blocks(void) {
+    uint64_t total = 0;
+    sf_lock(&sf_seg_lock);
+    for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next) {
+        for (unsigned i = 0; i < seg->page_count; i++) {
+            sf_page_t *page = &seg->pages[i];
+            if (page->flags & SF_PAGE_SPAN) total += page->span_bytes;
+            else if (page->in_use) total += (uint64_t)PLAIN(page->used) * page->block_size;
+        }
+    }
+    sf_unlock(&sf_seg_lock);
+    return total;
+}
+
+void sf_stats_collect(struct sefer_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->size = sizeof *out;
+    out->version = SEFER_STATS_VERSION;
+    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
+        sf_heap_t *heap = &sf_registry[i];
+        int st = atomic_load_explicit(&heap->state, memory_order_relaxed);
+        if (heap->kind != SF_HEAP_REAL) continue;
+        add_heap(out, heap);
+        out->heaps_live += st == SF_HEAP_LIVE;
+        out->heaps_abandoned += st == SF_HEAP_ABANDONED || st == SF_HEAP_COLLECTING;
+    }
+    add_heap(out, &sf_heap_fallback);
+    out->allocs += LOAD(sf_gstats.shared_allocs);
+    out->frees += LOAD(sf_gstats.shared_frees);
+    out->remote_frees += LOAD(sf_gstats.shared_remote_frees);
+    out->bytes_in_blocks = bytes_in_blocks();
+    out->bytes_committed = LOAD(sf_gstats.committed);
+    out->bytes_reserved = LOAD(sf_gstats.reserved);
+    out->bytes_metadata = LOAD(sf_gstats.metadata) + sizeof sf_registry;
+    out->bytes_decommitted_total = LOAD(sf_gstats.decommitted_total);
+    out->segments = LOAD(sf_gstats.segments);
+    out->segments_peak = LOAD(sf_gstats.segments_peak);
+    out->large_cache_bytes = LOAD(sf_gstats.cache_bytes);
+    out->large_cache_spans = LOAD(sf_gstats.cache_spans);
+    out->large_cache_hits = LOAD(sf_gstats.cache_hits);
+    out->large_cache_misses = LOAD(sf_gstats.cache_misses);
+    out->os_maps = LOAD(sf_gstats.os_maps);
+    out->enomem = LOAD(sf_gstats.enomem);
+    out->fallback_allocs = LOAD(sf_gstats.fallback_allocs);
+    out->guard_invalid_free = LOAD(sf_gstats.guard[SF_GUARD_INVALID]);
+    out->guard_interior_free = LOAD(sf_gstats.guard[SF_GUARD_INTERIOR]);
+    out->guard_double_free = LOAD(sf_gstats.guard[SF_GUARD_DOUBLE]);
+}
+
+SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size) {
+    if (out == NULL || size < 2 * sizeof(uint32_t)) {
+        errno = EINVAL;
+        return -1;
+    }
+    sf_ensure_init();
+    struct sefer_stats full;
+    sf_stats_collect(&full);
+    if (size > sizeof full) size = sizeof full;
+    full.size = (uint32_t)size;
+    memcpy(out, &full, size);
+    return 0;
+}
+
+static char *format_u64(char *at, uint64_t v) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) *at++ = digits[--n];
+    return at;
+}
+
+/* malloc_stats(): one line per statistic on stderr, without allocating. */
+void sf_print_stats(void) {
+    struct sefer_stats st;
+    sf_ensure_init();
+    sf_stats_collect(&st);
+    sf_write_stderr("sefer " SEFER_VERSION_STRING " statistics\n");
+#define SF_PRINT_STAT_(name, doc)                                 \
+    {                                                             \
+        char line[96], *at = line;                                \
+        const char *label = "  " #name " ";                       \
+        size_t len = strlen(label);                               \
+        memcpy(at, label, len);                                   \
+        at = format_u64(at + len, st.name);                       \
+        *at++ = '\n';                                             \
+        *at = '\0';                                               \
+        sf_write_stderr(line);                                    \
+    }
+    SEFER_STATS_FIELDS(SF_PRINT_STAT_)
+#undef SF_PRINT_STAT_
+}
