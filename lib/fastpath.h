@@ -46,6 +46,9 @@ SF_INLINE void sf_free(void *p) {
             page->local_free = b;
             SF_COUNT(heap->frees);
             if (likely(--page->used != 0)) return;
+            /* the only page of a small class stays (see sf_page_on_empty) */
+            if (page->prev == NULL && page->next == NULL && page->class_idx <= SMALL_CLASS_MAX)
+                return;
             sf_page_on_empty(heap, page);
             return;
         }

@@ -188,7 +188,7 @@ typedef struct sf_page_s {
     uint8_t *page_start;
     size_t page_bytes;
     size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
-} sf_page_t;
+} __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
 
 enum sf_seg_kind { SF_SEG_SMALL, SF_SEG_MEDIUM, SF_SEG_LARGE, SF_SEG_HUGE };
 
