@@ -39,7 +39,8 @@ bool sf_reserve_segments(size_t count) {
         if (attempt == 0 && atomic_load(&sf_gstats.cache_spans) > 0) sf_cache_purge(true);
         else break;
     }
-    report_cap_once();
+    /* a single request larger than the whole cap is just too big to serve */
+    if (count <= sf_knob(SF_KNOB_SEGMENTS_MAX)) report_cap_once();
     return false;
 }
 
