@@ -48,7 +48,7 @@ void *sf_malloc_generic(sf_heap_t *heap, size_t n) {
         sf_block_t *b;
         if (page != NULL && (b = page->free) != NULL) {
             page->free = b->next;
-            page->used++;
+            SF_COUNT(page->used);
             SF_COUNT(heap->allocs);
             b->cookie = 0;
             return b;
@@ -87,15 +87,15 @@ size_t sf_usable_size(const void *p) {
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) return 0;
     sf_page_t *page = sf_page_of(seg, p);
-    if (page->flags & SF_PAGE_SPAN) return p == page->block_start ? page->span_bytes : 0;
-    if (!page->in_use || !sf_page_is_block_start(page, p)) return 0;
-    return page->block_size;
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) return p == page->block_start ? page->span_bytes : 0;
+    if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p)) return 0;
+    return SF_GET(page->block_size);
 }
 
 /* Resizes in place when the block can hold n and would not waste more than
  * half of itself; large spans grow and shrink in place within their span. */
 static bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t usable) {
-    if (page->flags & SF_PAGE_SPAN) {
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         if (n <= MEDIUM_MAX && n < usable / 2) return false;
         return sf_span_resize(seg, page, n);
     }
@@ -114,7 +114,7 @@ void *sf_realloc(void *p, size_t n) {
         errno = EINVAL;
         return NULL;
     }
-    size_t usable = (page->flags & SF_PAGE_SPAN) ? page->span_bytes : page->block_size;
+    size_t usable = (SF_GET(page->flags) & SF_PAGE_SPAN) ? page->span_bytes : page->block_size;
     if (resize_in_place(seg, page, n, usable)) return p;
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;

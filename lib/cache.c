@@ -122,6 +122,17 @@ bool sf_cache_put(void *base, size_t size, size_t committed) {
     return true;
 }
 
+/* Whether p points into a cached span: a free of it is a free of a span
+ * already freed (error path only). */
+bool sf_cache_holds(const void *p) {
+    bool found = false;
+    sf_lock(&sf_cache_lock);
+    for (size_t i = 0; i < entry_count && !found; i++)
+        found = (const uint8_t *)p >= entries[i].base && (const uint8_t *)p < entries[i].base + entries[i].size;
+    sf_unlock(&sf_cache_lock);
+    return found;
+}
+
 /* Unmaps expired entries (all of them if `all`); returns bytes released. */
 size_t sf_cache_purge(bool all) {
     sf_lock(&sf_cache_lock);

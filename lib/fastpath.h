@@ -24,7 +24,7 @@ SF_INLINE void *sf_malloc(size_t n) {
         sf_block_t *b = page->free;
         if (likely(b != NULL)) {
             page->free = b->next;
-            page->used++;
+            SF_COUNT(page->used);
             SF_COUNT(heap->allocs);
             b->cookie = 0;
             return b;
@@ -39,13 +39,13 @@ SF_INLINE void sf_free(void *p) {
         sf_page_t *page = sf_page_of(seg, p);
         sf_heap_t *heap = sf_tls_heap;
         sf_block_t *b = (sf_block_t *)p;
-        if (likely(seg->heap == heap && page->flags == 0 && sf_page_is_block_start(page, p) &&
+        if (likely(seg->heap == heap && SF_GET(page->flags) == 0 && sf_page_is_block_start(page, p) &&
                    b->cookie != (uintptr_t)page)) {
             b->next = page->local_free;
             b->cookie = (uintptr_t)page;
             page->local_free = b;
             SF_COUNT(heap->frees);
-            if (likely(--page->used != 0)) return;
+            if (likely(SF_UNCOUNT(page->used) != 0)) return;
             /* the only page of a small class stays (see sf_page_on_empty) */
             if (page->prev == NULL && page->next == NULL && page->class_idx <= SMALL_CLASS_MAX)
                 return;

@@ -14,17 +14,18 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) {
-        sf_guard_report(SF_GUARD_INVALID, p);
+        /* a span that went to the large cache was freed before */
+        sf_guard_report(sf_cache_holds(p) ? SF_GUARD_DOUBLE : SF_GUARD_INVALID, p);
         return NULL;
     }
     sf_page_t *page = sf_page_of(seg, p);
-    if (page->flags & SF_PAGE_SPAN) {
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         if (p != page->block_start) {
             sf_guard_report(SF_GUARD_INTERIOR, p);
             return NULL;
         }
-    } else if (!page->in_use || !sf_page_is_block_start(page, p)) {
-        sf_guard_report(page->in_use ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
+    } else if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p)) {
+        sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == (uintptr_t)page && seg->heap == sf_tls_heap &&
                sf_page_holds_free_block(page, p)) {
@@ -55,7 +56,7 @@ void sf_free_generic(void *p) {
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;
-    if (page->flags & SF_PAGE_SPAN) {
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         sf_stat_add(&sf_gstats.shared_frees, 1);
         sf_span_free(seg);
         return;

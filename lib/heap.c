@@ -112,7 +112,8 @@ static bool heap_claim(sf_heap_t *heap, int from) {
         }
         heap_init_direct(heap);
         heap->slot = (uint32_t)(heap - sf_registry);
-        heap->kind = SF_HEAP_REAL;
+        /* publishes the ring to statistics readers */
+        __atomic_store_n(&heap->kind, SF_HEAP_REAL, __ATOMIC_RELEASE);
     }
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
     return true;

@@ -27,7 +27,7 @@ void sf_init_slow(void) {
 }
 
 /* fork: hold every lock across the fork so the child sees them consistent;
- * the child re-initialises them and abandons the heaps of threads that did
+ * the child releases them too and abandons the heaps of threads that did
  * not come along. */
 static void fork_prepare(void) {
     sf_lock(&sf_knob_lock);
@@ -43,11 +43,10 @@ static void fork_parent(void) {
     sf_unlock(&sf_knob_lock);
 }
 
+/* The forking thread is the child's only thread and holds every lock, so
+ * it can release them as the parent does. */
 static void fork_child(void) {
-    pthread_mutex_init(&sf_seg_lock, NULL);
-    pthread_mutex_init(&sf_cache_lock, NULL);
-    pthread_mutex_init(&sf_fallback_lock, NULL);
-    pthread_mutex_init(&sf_knob_lock, NULL);
+    fork_parent();
     sf_heaps_after_fork_child();
 }
 

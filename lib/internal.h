@@ -307,6 +307,7 @@ SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, bool *zero_out);
 SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed);
 SF_HIDDEN size_t sf_cache_purge(bool all);
+SF_HIDDEN bool sf_cache_holds(const void *p);
 
 /* ---- page.c ----------------------------------------------------------------- */
 SF_HIDDEN void sf_page_init(sf_page_t *page, unsigned class_idx);
@@ -353,13 +354,20 @@ SF_HIDDEN size_t sf_trim(void);
 SF_HIDDEN void sf_print_stats(void);
 SF_HIDDEN void sf_free_generic(void *p);
 SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
-/* Counter bump by its only writer.  Readers (stats) may see a slightly old
- * value; under ThreadSanitizer the store is made atomic so that benign race
- * is not reported, elsewhere it is one add instruction. */
+/* Fields one thread writes and others read without a lock (statistics,
+ * page flags seen by a remote free).  SF_GET/SF_SET are relaxed atomic
+ * accesses, a plain mov on x86-64.  SF_COUNT/SF_UNCOUNT bump a hot counter
+ * by its only writer: one add instruction, except under ThreadSanitizer,
+ * where the store is made atomic so the benign race is not reported.
+ * SF_UNCOUNT yields the new value. */
+#define SF_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+#define SF_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
 #if defined(__SANITIZE_THREAD__)
-#define SF_COUNT(field) __atomic_store_n(&(field), (field) + 1, __ATOMIC_RELAXED)
+#define SF_COUNT(field) SF_SET(field, (field) + 1)
+#define SF_UNCOUNT(field) (SF_SET(field, (field) - 1), (field))
 #else
 #define SF_COUNT(field) ((field)++)
+#define SF_UNCOUNT(field) (--(field))
 #endif
 
 /* ---- guard.c ---------------------------------------------------------------- */

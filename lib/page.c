@@ -52,16 +52,16 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     uint8_t *start = (uint8_t *)sf_align_up((uintptr_t)page->page_start, natural);
     uint8_t *end = page->page_start + page->page_bytes;
     page->block_start = start;
-    page->block_size = bsize;
+    SF_SET(page->block_size, bsize);
     page->reserved = (uint32_t)((size_t)(end - start) / bsize);
     page->area_bytes = page->reserved * bsize;
     page->divmagic = UINT64_MAX / bsize + 1;
     page->capacity = 0;
     page->free = page->local_free = NULL;
-    page->used = 0;
-    page->flags = sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0;
+    SF_SET(page->used, 0);
+    SF_SET(page->flags, (uint8_t)(sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0));
     page->class_idx = (uint8_t)class_idx;
-    page->in_use = 1;
+    SF_SET(page->in_use, 1);
     page->next = page->prev = NULL;
 }
 
@@ -113,7 +113,7 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
             return page;
         }
         sf_queue_remove(q, page);
-        page->flags |= SF_PAGE_FULL;
+        SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
         sf_queue_push_front(&heap->full, page);
         page = next;
     }
@@ -136,7 +136,7 @@ void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
     if (page == NULL) return NULL;
     sf_block_t *b = page->free;
     page->free = b->next;
-    page->used++;
+    SF_COUNT(page->used);
     SF_COUNT(heap->allocs);
     b->cookie = 0;
     return b;
@@ -148,13 +148,13 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     b->cookie = (uintptr_t)page;
     page->local_free = b;
     if (page->flags & SF_PAGE_FULL) {
-        page->flags &= (uint8_t)~SF_PAGE_FULL;
+        SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
         sf_queue_remove(&heap->full, page);
         sf_page_queue_t *q = &heap->queues[page->class_idx];
         queue_push_back(q, page);
         if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
     }
-    if (--page->used == 0) sf_page_on_empty(heap, page);
+    if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
 }
 
 static void page_release(sf_heap_t *heap, sf_page_t *page) {

@@ -218,9 +218,9 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
 void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     sf_segment_t *seg = sf_segment_of(page);
     unsigned idx = (unsigned)(page - seg->pages);
-    page->in_use = 0;
+    SF_SET(page->in_use, 0);
     page->free = page->local_free = NULL;
-    page->used = 0;
+    SF_SET(page->used, 0);
     if (seg->free_mask == 0) heap_seglist_push(heap, seg);
     seg->free_mask |= (uint64_t)1 << idx;
     seg->used_pages--;
@@ -282,9 +282,9 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->committed_bytes = 0;
     commit_add(seg, (size_t)(block - (uint8_t *)seg) + rounded);
     sf_page_t *page = &seg->pages[0];
-    page->flags = SF_PAGE_SPAN;
-    page->in_use = 1;
-    page->used = 1;
+    SF_SET(page->flags, SF_PAGE_SPAN);
+    SF_SET(page->in_use, 1);
+    SF_SET(page->used, 1);
     page->block_start = block;
     page->block_size = 0;
     page->page_start = block;

@@ -5,12 +5,11 @@
 struct sf_global_stats sf_gstats;
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
-#define PLAIN(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
-    out->allocs += PLAIN(heap->allocs);
-    out->frees += PLAIN(heap->frees);
-    out->remote_frees += PLAIN(heap->remote_frees);
+    out->allocs += SF_GET(heap->allocs);
+    out->frees += SF_GET(heap->frees);
+    out->remote_frees += SF_GET(heap->remote_frees);
     if (heap->ring.cells) {
         out->ring_pushes += LOAD(heap->ring.tail);
         out->ring_overflows += LOAD(heap->ring.overflowed);
@@ -25,8 +24,9 @@ static uint64_t bytes_in_blocks(void) {
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next) {
         for (unsigned i = 0; i < seg->page_count; i++) {
             sf_page_t *page = &seg->pages[i];
-            if (page->flags & SF_PAGE_SPAN) total += page->span_bytes;
-            else if (page->in_use) total += (uint64_t)PLAIN(page->used) * page->block_size;
+            if (SF_GET(page->flags) & SF_PAGE_SPAN) total += page->span_bytes;
+            else if (SF_GET(page->in_use))
+                total += (uint64_t)SF_GET(page->used) * SF_GET(page->block_size);
         }
     }
     sf_unlock(&sf_seg_lock);
@@ -40,7 +40,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
         sf_heap_t *heap = &sf_registry[i];
         int st = atomic_load_explicit(&heap->state, memory_order_relaxed);
-        if (heap->kind != SF_HEAP_REAL) continue;
+        if (__atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
         add_heap(out, heap);
         out->heaps_live += st == SF_HEAP_LIVE;
         out->heaps_abandoned += st == SF_HEAP_ABANDONED || st == SF_HEAP_COLLECTING;
@@ -56,6 +56,8 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->bytes_decommitted_total = LOAD(sf_gstats.decommitted_total);
     out->segments = LOAD(sf_gstats.segments);
     out->segments_peak = LOAD(sf_gstats.segments_peak);
+    /* the peak is raised just after the count: never show it below the count */
+    if (out->segments_peak < out->segments) out->segments_peak = out->segments;
     out->large_cache_bytes = LOAD(sf_gstats.cache_bytes);
     out->large_cache_spans = LOAD(sf_gstats.cache_spans);
     out->large_cache_hits = LOAD(sf_gstats.cache_hits);
