@@ -1,0 +1,394 @@
+/* sefer_test.h - helpers shared by the sefer test suites (tests/ only).
+ *
+ * Everything here avoids the allocator under test where that matters: test
+ * bookkeeping that must not disturb allocation counters comes from mmap, and
+ * stderr capture uses a memfd with a static buffer. */
+#ifndef SEFER_TEST_H
+#define SEFER_TEST_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sefer.h"
+
+#define ST_MIB ((size_t)1 << 20)
+#define ST_KIB ((size_t)1 << 10)
+
+/* Keep the compiler from proving a pointer dead (and dropping the
+ * allocation that produced it). */
+static inline void st_escape(const void *p)
+{
+    __asm__ __volatile__("" : : "r"(p) : "memory");
+}
+
+/* Hide where a pointer came from (so -Wfree-nonheap-object and friends do
+ * not see the deliberate bad frees). */
+static inline void *st_launder(void *p)
+{
+    __asm__ __volatile__("" : "+r"(p));
+    return p;
+}
+
+/* ---- statistics ------------------------------------------------------- */
+
+static inline struct sefer_stats st_stats(void)
+{
+    struct sefer_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = (uint32_t)sizeof s;
+    if (sefer_stats_get(&s, sizeof s) != 0)
+        ck_abort_msg("sefer_stats_get failed: %s", strerror(errno));
+    return s;
+}
+
+#define ST_DELTA(after, before, field) ((int64_t)((after).field - (before).field))
+
+/* ---- knobs ------------------------------------------------------------ */
+
+#define ST_KNOB_SET(name, value)                                                   \
+    ck_assert_msg(sefer_config_set((name), (value)) == 0,                          \
+                  "sefer_config_set(\"%s\", \"%s\") failed: %s", (name), (value), \
+                  strerror(errno))
+
+/* Reads a knob into a static buffer (one per call site is not needed: copy
+ * the result if you need two at once). */
+static inline const char *st_knob_get(const char *name)
+{
+    static char buf[512];
+    if (sefer_config_get(name, buf, sizeof buf) != 0)
+        ck_abort_msg("sefer_config_get(\"%s\") failed: %s", name, strerror(errno));
+    return buf;
+}
+
+static inline unsigned long long st_knob_ull(const char *name)
+{
+    const char *v = st_knob_get(name);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    ck_assert_msg(errno == 0 && end != v, "knob %s = \"%s\" is not a number", name, v);
+    return x;
+}
+
+/* ---- patterns --------------------------------------------------------- */
+
+static inline uint64_t st_mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Byte i of the pattern with the given seed is byte (i % 8) (little end
+ * first) of st_mix64(seed + i / 8): the content depends only on the seed and
+ * the offset, so it survives a move by realloc. */
+static inline uint8_t st_pat_byte(uint64_t seed, size_t i)
+{
+    return (uint8_t)(st_mix64(seed + (i >> 3)) >> ((i & 7) * 8));
+}
+
+static inline void st_pat_fill_range(void *p, size_t from, size_t to, uint64_t seed)
+{
+    unsigned char *b = (unsigned char *)p;
+    size_t i = from;
+    while (i < to && (i & 7))
+        b[i] = st_pat_byte(seed, i), i++;
+    for (; i + 8 <= to; i += 8) {
+        uint64_t w = st_mix64(seed + (i >> 3));
+        memcpy(b + i, &w, 8);
+    }
+    for (; i < to; i++)
+        b[i] = st_pat_byte(seed, i);
+}
+
+/* Returns the first offset in [from, to) that does not hold the pattern, or
+ * SIZE_MAX if all do. */
+static inline size_t st_pat_check_range(const void *p, size_t from, size_t to, uint64_t seed)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i = from;
+    while (i < to && (i & 7)) {
+        if (b[i] != st_pat_byte(seed, i))
+            return i;
+        i++;
+    }
+    for (; i + 8 <= to; i += 8) {
+        uint64_t w = st_mix64(seed + (i >> 3)), got;
+        memcpy(&got, b + i, 8);
+        if (got != w) {
+            for (size_t j = i; j < i + 8; j++)
+                if (b[j] != st_pat_byte(seed, j))
+                    return j;
+        }
+    }
+    for (; i < to; i++)
+        if (b[i] != st_pat_byte(seed, i))
+            return i;
+    return SIZE_MAX;
+}
+
+static inline void st_pat_fill(void *p, size_t n, uint64_t seed)
+{
+    st_pat_fill_range(p, 0, n, seed);
+}
+
+static inline int st_pat_ok(const void *p, size_t n, uint64_t seed)
+{
+    return st_pat_check_range(p, 0, n, seed) == SIZE_MAX;
+}
+
+/* A seed derived from a block's address and size. */
+static inline uint64_t st_seed_of(const void *p, size_t n)
+{
+    return st_mix64((uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ULL ^ (uint64_t)n);
+}
+
+/* Fills a block with its own address/size pattern; for big blocks only the
+ * head, the tail and one line per page are written (enough to catch a block
+ * handed out twice or a free list written through it). */
+static inline void st_block_fill(void *p, size_t n)
+{
+    uint64_t seed = st_seed_of(p, n);
+    if (n <= 8192) {
+        st_pat_fill(p, n, seed);
+        return;
+    }
+    st_pat_fill_range(p, 0, 256, seed);
+    for (size_t off = 4096; off + 64 <= n; off += 4096)
+        st_pat_fill_range(p, off, off + 64, seed);
+    st_pat_fill_range(p, n - 256, n, seed);
+}
+
+static inline int st_block_ok(const void *p, size_t n)
+{
+    uint64_t seed = st_seed_of(p, n);
+    if (n <= 8192)
+        return st_pat_ok(p, n, seed);
+    if (st_pat_check_range(p, 0, 256, seed) != SIZE_MAX)
+        return 0;
+    for (size_t off = 4096; off + 64 <= n; off += 4096)
+        if (st_pat_check_range(p, off, off + 64, seed) != SIZE_MAX)
+            return 0;
+    return st_pat_check_range(p, n - 256, n, seed) == SIZE_MAX;
+}
+
+/* xorshift for workload choices */
+static inline uint64_t st_rand(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
+
+/* ---- memory outside the allocator ----------------------------------- */
+
+static inline void *st_map(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        ck_abort_msg("mmap(%zu) failed: %s", n, strerror(errno));
+    return p;
+}
+
+static inline void st_unmap(void *p, size_t n)
+{
+    munmap(p, n);
+}
+
+/* Resident set size of this process in bytes (from /proc/self/statm). */
+static inline size_t st_rss(void)
+{
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned long long vsz = 0, rss = 0;
+    if (sscanf(buf, "%llu %llu", &vsz, &rss) != 2)
+        return 0;
+    return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* ---- stderr capture --------------------------------------------------- */
+
+struct st_capture {
+    int saved;
+    int fd;
+};
+
+static inline void st_capture_begin(struct st_capture *c)
+{
+    fflush(stderr);
+    c->fd = memfd_create("sefer-test-stderr", MFD_CLOEXEC);
+    if (c->fd < 0)
+        ck_abort_msg("memfd_create: %s", strerror(errno));
+    c->saved = dup(2);
+    dup2(c->fd, 2);
+}
+
+/* Restores stderr, copies what was written into buf (NUL-terminated) and
+ * returns its length. */
+static inline size_t st_capture_end(struct st_capture *c, char *buf, size_t len)
+{
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    size_t got = 0;
+    if (lseek(c->fd, 0, SEEK_SET) == 0) {
+        while (got + 1 < len) {
+            ssize_t n = read(c->fd, buf + got, len - 1 - got);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+    }
+    buf[got] = 0;
+    close(c->fd);
+    return got;
+}
+
+/* Case-insensitive search for the hex digits of an address. */
+static inline int st_mentions_address(const char *text, const void *addr)
+{
+    char hex[32];
+    snprintf(hex, sizeof hex, "%" PRIxPTR, (uintptr_t)addr);
+    return strcasestr(text, hex) != NULL;
+}
+
+/* ---- child processes -------------------------------------------------- */
+
+/* Runs fn(arg) in a forked child with stderr sent to a memfd.  Returns the
+ * wait status; the child's stderr text goes into errbuf. */
+static inline int st_run_child(void (*fn)(void *), void *arg, char *errbuf, size_t errlen,
+                               unsigned alarm_s)
+{
+    int fd = memfd_create("sefer-test-child", 0);
+    ck_assert_msg(fd >= 0, "memfd_create: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(fd, 2);
+        if (alarm_s)
+            alarm(alarm_s);
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    size_t got = 0;
+    if (errbuf && errlen) {
+        if (lseek(fd, 0, SEEK_SET) == 0) {
+            while (got + 1 < errlen) {
+                ssize_t n = read(fd, errbuf + got, errlen - 1 - got);
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+            }
+        }
+        errbuf[got] = 0;
+    }
+    close(fd);
+    return status;
+}
+
+static inline const char *st_describe_status(int status)
+{
+    static char buf[96];
+    if (WIFEXITED(status))
+        snprintf(buf, sizeof buf, "exited with %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, sizeof buf, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, sizeof buf, "status 0x%x", status);
+    return buf;
+}
+
+/* Re-executes this test program (/proc/self/exe) with `args` as argv[1..]
+ * and `extra_env` added to the environment; its stdout goes into out.
+ * Returns the wait status. */
+extern char **environ;
+static inline int st_run_self(char *const extra_env[], char *const args[], char *out,
+                              size_t outlen)
+{
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], 1);
+        close(pfd[1]);
+        char *argv[16];
+        int a = 0;
+        argv[a++] = (char *)"sefer-test-helper";
+        for (int i = 0; args && args[i] && a < 15; i++)
+            argv[a++] = args[i];
+        argv[a] = NULL;
+        for (int i = 0; extra_env && extra_env[i]; i++)
+            putenv(extra_env[i]);
+        alarm(30);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t got = 0;
+    for (;;) {
+        if (got + 1 >= outlen)
+            break;
+        ssize_t n = read(pfd[0], out + got, outlen - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    out[got] = 0;
+    close(pfd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return status;
+}
+
+/* ---- runner ----------------------------------------------------------- */
+
+static inline int st_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, getenv("CK_VERBOSITY") ? CK_ENV : CK_VERBOSE);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+#endif /* SEFER_TEST_H */

@@ -1,0 +1,1016 @@
+/* test_threads.c - sefer under threads: cross-thread frees with checksummed
+ * blocks, a remote-free ring overflow storm, thousands of short-lived
+ * threads, more live threads than registry slots, allocation from thread
+ * destructors after sefer's own teardown, and fork from a busy process.
+ *
+ * Uses the standard names (the interposed malloc family). */
+#define _GNU_SOURCE
+#include "sefer_test.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+static atomic_long failures;
+
+#define FAIL_IF(cond)                                                                      \
+    do {                                                                                   \
+        if (cond)                                                                          \
+            atomic_fetch_add(&failures, 1);                                                \
+    } while (0)
+
+static pthread_t spawn(void *(*fn)(void *), void *arg, size_t stack)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (stack)
+        pthread_attr_setstacksize(&attr, stack);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        ck_abort_msg("pthread_create: %s", strerror(rc));
+    return t;
+}
+
+/* ======================================================================
+ * 1. cross-thread stress with checksummed blocks
+ * ==================================================================== */
+
+#define STRESS_THREADS 4
+#define QCAP 4096
+
+struct entry {
+    unsigned char *p;
+    size_t n;
+};
+
+struct queue {
+    pthread_mutex_t lock;
+    size_t head, count;
+    struct entry e[QCAP];
+};
+
+static struct queue *queues; /* STRESS_THREADS of them, from mmap */
+
+static bool q_push(struct queue *q, struct entry e)
+{
+    bool ok = false;
+    pthread_mutex_lock(&q->lock);
+    if (q->count < QCAP) {
+        q->e[(q->head + q->count) % QCAP] = e;
+        q->count++;
+        ok = true;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
+static bool q_pop(struct queue *q, struct entry *out)
+{
+    bool ok = false;
+    pthread_mutex_lock(&q->lock);
+    if (q->count) {
+        *out = q->e[q->head];
+        q->head = (q->head + 1) % QCAP;
+        q->count--;
+        ok = true;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
+static size_t stress_size(uint64_t x)
+{
+    unsigned pick = (unsigned)(x % 1000);
+    x >>= 10;
+    if (pick < 700)
+        return 1 + x % 256;
+    if (pick < 950)
+        return 257 + x % (8192 - 256);
+    if (pick < 995)
+        return 8193 + x % (SEFER_MEDIUM_MAX - 8192);
+    return SEFER_MEDIUM_MAX + 1 + x % (ST_MIB + ST_MIB / 2);
+}
+
+struct stress_arg {
+    int id;
+    long ops;
+};
+static pthread_barrier_t stress_barrier;
+
+static void *stress_thread(void *argp)
+{
+    struct stress_arg *a = argp;
+    uint64_t r = 0x1234567ULL * (uint64_t)(a->id + 1);
+    for (long op = 0; op < a->ops; op++) {
+        uint64_t x = st_rand(&r);
+        struct entry e;
+        if ((x & 1) && q_pop(&queues[a->id], &e)) {
+            FAIL_IF(!st_block_ok(e.p, e.n));
+            FAIL_IF(malloc_usable_size(e.p) < e.n);
+            if ((x >> 1) % 8 == 0 && e.n <= 8192) {
+                /* realloc a block another thread allocated */
+                size_t nn = 1 + (x >> 8) % 8192;
+                uint64_t old_seed = st_seed_of(e.p, e.n);
+                unsigned char *q = realloc(e.p, nn);
+                FAIL_IF(q == NULL);
+                if (!q)
+                    continue;
+                size_t keep = e.n < nn ? e.n : nn;
+                FAIL_IF(st_pat_check_range(q, 0, keep, old_seed) != SIZE_MAX);
+                st_block_fill(q, nn);
+                e.p = q;
+                e.n = nn;
+                if (!q_push(&queues[(x >> 20) % STRESS_THREADS], e)) {
+                    FAIL_IF(!st_block_ok(e.p, e.n));
+                    free(e.p);
+                }
+            } else {
+                free(e.p);
+            }
+            continue;
+        }
+        e.n = stress_size(x >> 1);
+        e.p = ((x >> 40) % 16 == 0) ? calloc(1, e.n) : malloc(e.n);
+        FAIL_IF(e.p == NULL);
+        if (!e.p)
+            continue;
+        st_block_fill(e.p, e.n);
+        if (!q_push(&queues[(x >> 24) % STRESS_THREADS], e)) {
+            FAIL_IF(!st_block_ok(e.p, e.n));
+            free(e.p);
+        }
+    }
+    /* nobody pushes after this barrier: empty our own queue, then exit (the
+     * exit hands our heap back with every remote free drained) */
+    pthread_barrier_wait(&stress_barrier);
+    struct entry e;
+    while (q_pop(&queues[a->id], &e)) {
+        FAIL_IF(!st_block_ok(e.p, e.n));
+        free(e.p);
+    }
+    pthread_barrier_wait(&stress_barrier);
+    return NULL;
+}
+
+START_TEST(test_cross_thread_stress)
+{
+    queues = st_map(STRESS_THREADS * sizeof *queues);
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_mutex_init(&queues[i].lock, NULL);
+
+    pthread_barrier_init(&stress_barrier, NULL, STRESS_THREADS);
+    struct sefer_stats s0 = st_stats();
+    pthread_t t[STRESS_THREADS];
+    struct stress_arg args[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        args[i].id = i;
+        args[i].ops = 200000;
+        t[i] = spawn(stress_thread, &args[i], 0);
+    }
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(t[i], NULL);
+
+    pthread_barrier_destroy(&stress_barrier);
+    size_t left = 0;
+    for (int i = 0; i < STRESS_THREADS; i++)
+        left += queues[i].count;
+    struct sefer_stats s1 = st_stats();
+    ck_assert_msg(atomic_load(&failures) == 0, "%ld corrupted/failed blocks during the stress",
+                  atomic_load(&failures));
+    ck_assert_uint_eq(left, 0);
+    ck_assert_msg(ST_DELTA(s1, s0, remote_frees) > 0, "no remote frees counted");
+    /* (a few allocations are glibc's own, for the new threads) */
+    int64_t live = ST_DELTA(s1, s0, allocs) - ST_DELTA(s1, s0, frees);
+    ck_assert_msg(live >= -16 && live <= 16, "allocs - frees off by %" PRId64 " after the stress",
+                  live);
+    int64_t bytes = ST_DELTA(s1, s0, bytes_in_blocks);
+    ck_assert_msg(bytes > -(int64_t)ST_MIB && bytes < (int64_t)ST_MIB,
+                  "bytes_in_blocks moved by %" PRId64 " after everything was freed", bytes);
+    st_unmap(queues, STRESS_THREADS * sizeof *queues);
+}
+END_TEST
+
+/* ======================================================================
+ * 2. ring-full storm
+ * ==================================================================== */
+
+enum storm_phase {
+    PH_START,
+    PH_READY,     /* owner: has a heap, waits */
+    PH_ALLOCATE,  /* main: go allocate */
+    PH_ALLOCATED, /* owner: N blocks published */
+    PH_FREE,      /* main: freers go */
+    PH_DRAIN,     /* main: owner allocates once more */
+    PH_DRAINED,
+    PH_ROUND2,
+    PH_ROUND2_DONE,
+    PH_EXIT,
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    enum storm_phase phase;
+    int freers_ready, freers_done;
+    size_t n;
+    unsigned char **blocks;
+} storm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PH_START, 0, 0, 0, NULL};
+
+#define STORM_SIZE 32
+#define STORM_FREERS 2
+
+static void storm_set(enum storm_phase ph)
+{
+    pthread_mutex_lock(&storm.lock);
+    storm.phase = ph;
+    pthread_cond_broadcast(&storm.cond);
+    pthread_mutex_unlock(&storm.lock);
+}
+
+static void storm_wait(enum storm_phase ph)
+{
+    pthread_mutex_lock(&storm.lock);
+    while (storm.phase < ph)
+        pthread_cond_wait(&storm.cond, &storm.lock);
+    pthread_mutex_unlock(&storm.lock);
+}
+
+static void *storm_owner(void *unused)
+{
+    (void)unused;
+    void *warm = malloc(STORM_SIZE); /* claim a heap before main's baseline */
+    free(warm);
+    storm_set(PH_READY);
+    storm_wait(PH_ALLOCATE);
+    for (size_t i = 0; i < storm.n; i++) {
+        storm.blocks[i] = malloc(STORM_SIZE);
+        if (!storm.blocks[i]) {
+            atomic_fetch_add(&failures, 1);
+            continue;
+        }
+        st_block_fill(storm.blocks[i], STORM_SIZE);
+    }
+    storm_set(PH_ALLOCATED);
+    /* Not allocating while the others free everything. */
+    storm_wait(PH_DRAIN);
+    void *one = malloc(STORM_SIZE);
+    FAIL_IF(one == NULL);
+    free(one);
+    storm_set(PH_DRAINED);
+    storm_wait(PH_ROUND2);
+    for (size_t i = 0; i < storm.n; i++) {
+        storm.blocks[i] = malloc(STORM_SIZE);
+        FAIL_IF(storm.blocks[i] == NULL);
+        if (storm.blocks[i])
+            st_block_fill(storm.blocks[i], STORM_SIZE);
+    }
+    storm_set(PH_ROUND2_DONE);
+    storm_wait(PH_EXIT);
+    for (size_t i = 0; i < storm.n; i++) {
+        if (storm.blocks[i]) {
+            FAIL_IF(!st_block_ok(storm.blocks[i], STORM_SIZE));
+            free(storm.blocks[i]);
+        }
+    }
+    return NULL;
+}
+
+static void *storm_freer(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp;
+    void *warm = malloc(STORM_SIZE); /* claim a heap before main's baseline */
+    free(warm);
+    pthread_mutex_lock(&storm.lock);
+    storm.freers_ready++;
+    pthread_cond_broadcast(&storm.cond);
+    pthread_mutex_unlock(&storm.lock);
+    storm_wait(PH_FREE);
+    /* interleave: freer k frees every STORM_FREERS-th block */
+    for (size_t i = id; i < storm.n; i += STORM_FREERS) {
+        if (!storm.blocks[i])
+            continue;
+        FAIL_IF(!st_block_ok(storm.blocks[i], STORM_SIZE));
+        free(storm.blocks[i]);
+    }
+    pthread_mutex_lock(&storm.lock);
+    storm.freers_done++;
+    pthread_cond_broadcast(&storm.cond);
+    pthread_mutex_unlock(&storm.lock);
+    return NULL;
+}
+
+START_TEST(test_ring_overflow_storm)
+{
+    unsigned long long cap = st_knob_ull("rings.capacity");
+    size_t n = 200000;
+    if (n < cap * 8)
+        n = (size_t)cap * 8;
+    storm.n = n;
+    storm.blocks = st_map(n * sizeof *storm.blocks);
+
+    struct sefer_stats s_start = st_stats();
+    pthread_t owner = spawn(storm_owner, NULL, 0);
+    pthread_t freers[STORM_FREERS];
+    for (size_t i = 0; i < STORM_FREERS; i++)
+        freers[i] = spawn(storm_freer, (void *)(uintptr_t)i, 0);
+    /* let the freers claim their heaps too before the baseline */
+    storm_wait(PH_READY);
+    pthread_mutex_lock(&storm.lock);
+    while (storm.freers_ready < STORM_FREERS)
+        pthread_cond_wait(&storm.cond, &storm.lock);
+    pthread_mutex_unlock(&storm.lock);
+    struct sefer_stats s_pre = st_stats();
+    storm_set(PH_ALLOCATE);
+    storm_wait(PH_ALLOCATED);
+    struct sefer_stats s0 = st_stats();
+    storm_set(PH_FREE);
+    pthread_mutex_lock(&storm.lock);
+    while (storm.freers_done < STORM_FREERS)
+        pthread_cond_wait(&storm.cond, &storm.lock);
+    pthread_mutex_unlock(&storm.lock);
+    struct sefer_stats s1 = st_stats();
+    storm_set(PH_DRAIN);
+    storm_wait(PH_DRAINED);
+    struct sefer_stats s2 = st_stats();
+    storm_set(PH_ROUND2);
+    storm_wait(PH_ROUND2_DONE);
+    struct sefer_stats s3 = st_stats();
+    storm_set(PH_EXIT);
+    pthread_join(owner, NULL);
+    for (size_t i = 0; i < STORM_FREERS; i++)
+        pthread_join(freers[i], NULL);
+    struct sefer_stats s4 = st_stats();
+
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    /* the storm itself (stats.frees counts a remote free when its owner
+     * takes the block back, so it is checked after the owner allocated) */
+    ck_assert_int_eq(ST_DELTA(s0, s_pre, allocs), (int64_t)n);
+    ck_assert_int_eq(ST_DELTA(s1, s0, allocs), 0);
+    ck_assert_msg(ST_DELTA(s1, s0, frees) <= (int64_t)n,
+                  "freeing %zu blocks counted %" PRId64 " frees", n, ST_DELTA(s1, s0, frees));
+    ck_assert_msg(ST_DELTA(s1, s0, remote_frees) == (int64_t)n,
+                  "%zu cross-thread frees counted %" PRId64 " remote frees", n,
+                  ST_DELTA(s1, s0, remote_frees));
+    ck_assert_msg(ST_DELTA(s1, s0, ring_overflows) > 0,
+                  "%zu remote frees to an idle owner (ring capacity %llu) never overflowed", n,
+                  cap);
+    ck_assert_msg(ST_DELTA(s1, s0, ring_pushes) + ST_DELTA(s1, s0, ring_overflows) == (int64_t)n,
+                  "ring pushes %" PRId64 " + overflows %" PRId64 " != %zu remote frees",
+                  ST_DELTA(s1, s0, ring_pushes), ST_DELTA(s1, s0, ring_overflows), n);
+    /* the owner allocating once more, then a second round: by then every
+     * block freed by the others is back and counted, exactly once */
+    ck_assert_int_eq(ST_DELTA(s2, s1, allocs), 1);
+    ck_assert_int_ge(ST_DELTA(s2, s1, frees), 1);
+    ck_assert_int_eq(ST_DELTA(s3, s2, allocs), (int64_t)n);
+    ck_assert_msg(ST_DELTA(s3, s0, frees) == (int64_t)n + 1,
+                  "%zu remote frees + 1 local: stats.frees grew by %" PRId64
+                  " once the owner allocated again",
+                  n, ST_DELTA(s3, s0, frees));
+    int64_t live = (int64_t)(s3.allocs - s3.frees) - (int64_t)(s_pre.allocs - s_pre.frees);
+    ck_assert_msg(live == (int64_t)n,
+                  "allocs - frees is %" PRId64 " above the baseline with %zu blocks live", live,
+                  n);
+    int64_t bytes = ST_DELTA(s3, s0, bytes_in_blocks);
+    ck_assert_msg(bytes > -65536 && bytes < 65536,
+                  "bytes_in_blocks: %" PRId64 " apart between two rounds of %zu blocks", bytes,
+                  n);
+    /* every block came back: a second round fits where the first did */
+    ck_assert_msg(s3.segments <= s0.segments + 1,
+                  "second round of %zu blocks needed %" PRIu64 " segments, first %" PRIu64
+                  " (blocks lost?)",
+                  n, s3.segments, s0.segments);
+    ck_assert_msg(s3.bytes_in_blocks <= s0.bytes_in_blocks + 65536,
+                  "bytes_in_blocks after round 2: %" PRIu64 ", after round 1: %" PRIu64,
+                  s3.bytes_in_blocks, s0.bytes_in_blocks);
+    /* and after everybody exited */
+    ck_assert_msg(s4.heaps_live == s_start.heaps_live, "heaps_live %" PRIu64 " -> %" PRIu64,
+                  s_start.heaps_live, s4.heaps_live);
+    live = (int64_t)(s4.allocs - s4.frees) - (int64_t)(s_start.allocs - s_start.frees);
+    ck_assert_msg(live >= -8 && live <= 8, "allocs - frees %" PRId64 " away at the end", live);
+    bytes = ST_DELTA(s4, s_start, bytes_in_blocks);
+    ck_assert_msg(bytes > -(int64_t)ST_MIB && bytes < (int64_t)ST_MIB,
+                  "bytes_in_blocks %" PRId64 " away at the end", bytes);
+    st_unmap(storm.blocks, n * sizeof *storm.blocks);
+}
+END_TEST
+
+/* ======================================================================
+ * 2b. the owner exits while others are freeing its blocks
+ * ==================================================================== */
+
+#define RACE_BLOCKS 20000
+#define RACE_ROUNDS 20
+
+static struct {
+    unsigned char *p[RACE_BLOCKS];
+    size_t n[RACE_BLOCKS];
+} *race;
+static pthread_barrier_t race_barrier; /* owner + 2 freers */
+
+static void *race_owner(void *argp)
+{
+    uint64_t r = 1 + (uintptr_t)argp;
+    for (size_t i = 0; i < RACE_BLOCKS; i++) {
+        uint64_t x = st_rand(&r);
+        size_t n = x % 64 == 0 ? 9000 + x % 30000 : 8 + x % 600;
+        race->p[i] = malloc(n);
+        race->n[i] = n;
+        FAIL_IF(race->p[i] == NULL);
+        if (race->p[i])
+            st_block_fill(race->p[i], n);
+    }
+    pthread_barrier_wait(&race_barrier);
+    /* and exit at once, while the freers are busy */
+    return NULL;
+}
+
+static void *race_freer(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp;
+    pthread_barrier_wait(&race_barrier);
+    for (size_t i = id; i < RACE_BLOCKS; i += 2) {
+        if (!race->p[i])
+            continue;
+        FAIL_IF(!st_block_ok(race->p[i], race->n[i]));
+        free(race->p[i]);
+    }
+    return NULL;
+}
+
+START_TEST(test_owner_exits_during_remote_frees)
+{
+    race = st_map(sizeof *race);
+    pthread_barrier_init(&race_barrier, NULL, 3);
+    /* warm-up round so thread stacks (and glibc's allocations for them)
+     * are cached before the baseline */
+    struct sefer_stats s0 = {0};
+    uint64_t max_segments = 0;
+    for (int round = 0; round <= RACE_ROUNDS; round++) {
+        pthread_t o = spawn(race_owner, (void *)(uintptr_t)round, 0);
+        pthread_t f0 = spawn(race_freer, (void *)0, 0);
+        pthread_t f1 = spawn(race_freer, (void *)1, 0);
+        pthread_join(o, NULL);
+        pthread_join(f0, NULL);
+        pthread_join(f1, NULL);
+        sefer_trim();
+        struct sefer_stats s = st_stats();
+        if (round == 0)
+            s0 = s;
+        if (s.segments > max_segments)
+            max_segments = s.segments;
+    }
+    struct sefer_stats s1 = st_stats();
+    pthread_barrier_destroy(&race_barrier);
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    int64_t live = (int64_t)(s1.allocs - s1.frees) - (int64_t)(s0.allocs - s0.frees);
+    ck_assert_msg(live >= -8 && live <= 8,
+                  "after %d rounds of %d blocks freed while their owner exited: allocs - frees "
+                  "moved by %" PRId64,
+                  RACE_ROUNDS, RACE_BLOCKS, live);
+    int64_t bytes = ST_DELTA(s1, s0, bytes_in_blocks);
+    ck_assert_msg(bytes > -(int64_t)ST_MIB && bytes < (int64_t)ST_MIB,
+                  "bytes_in_blocks moved by %" PRId64, bytes);
+    ck_assert_msg(max_segments <= s0.segments + 4,
+                  "segments grew from %" PRIu64 " to %" PRIu64 " over the rounds", s0.segments,
+                  max_segments);
+    ck_assert_uint_eq(s1.heaps_live, s0.heaps_live);
+    ck_assert_uint_le(s1.heaps_abandoned, s0.heaps_abandoned);
+    st_unmap(race, sizeof *race);
+}
+END_TEST
+
+/* ======================================================================
+ * 2c. abandoned heaps are visible and go away
+ * ==================================================================== */
+
+static void *leave_blocks(void *argp)
+{
+    void **out = argp;
+    for (int i = 0; i < 10; i++) {
+        out[i] = malloc(100 + (size_t)i * 1000);
+        FAIL_IF(out[i] == NULL);
+    }
+    return NULL;
+}
+
+START_TEST(test_abandoned_heap_accounting)
+{
+    void *blocks[10];
+    sefer_trim();
+    struct sefer_stats s0 = st_stats();
+    pthread_t t = spawn(leave_blocks, blocks, 0);
+    pthread_join(t, NULL);
+    struct sefer_stats s1 = st_stats();
+    for (int i = 0; i < 10; i++)
+        free(blocks[i]);
+    sefer_trim();
+    struct sefer_stats s2 = st_stats();
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_uint_eq(s1.heaps_live, s0.heaps_live);
+    ck_assert_msg(s1.heaps_abandoned == s0.heaps_abandoned + 1,
+                  "a thread exited with 10 live blocks: heaps_abandoned %" PRIu64 " -> %" PRIu64,
+                  s0.heaps_abandoned, s1.heaps_abandoned);
+    ck_assert_msg(s2.heaps_abandoned == s0.heaps_abandoned,
+                  "its blocks freed and trimmed: heaps_abandoned still %" PRIu64 " (was %" PRIu64
+                  ")",
+                  s2.heaps_abandoned, s0.heaps_abandoned);
+}
+END_TEST
+
+/* ======================================================================
+ * 3. thousands of short-lived threads
+ * ==================================================================== */
+
+#define CHURN_THREADS 3000
+#define CHURN_WAVE 4
+#define CHURN_BLOCKS 6
+#define CHURN_DELAY 3 /* waves between a thread's exit and main freeing its blocks */
+
+struct churn_slot {
+    unsigned char *p[CHURN_BLOCKS];
+    size_t n[CHURN_BLOCKS];
+};
+static struct churn_slot *churn;
+
+static void *churn_thread(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp;
+    uint64_t r = 0x9E3779B9ULL + id * 7919;
+    /* some garbage that is freed locally, then blocks left behind */
+    for (int i = 0; i < 20; i++) {
+        void *g = malloc(1 + st_rand(&r) % 3000);
+        FAIL_IF(g == NULL);
+        free(g);
+    }
+    for (int k = 0; k < CHURN_BLOCKS; k++) {
+        uint64_t x = st_rand(&r);
+        size_t n = k == 0 ? 10000 + x % 50000 : 16 + x % 2000;
+        unsigned char *p = malloc(n);
+        FAIL_IF(p == NULL);
+        if (p)
+            st_block_fill(p, n);
+        churn[id].p[k] = p;
+        churn[id].n[k] = n;
+    }
+    return NULL;
+}
+
+static void churn_free(size_t id)
+{
+    for (int k = 0; k < CHURN_BLOCKS; k++) {
+        if (!churn[id].p[k])
+            continue;
+        FAIL_IF(!st_block_ok(churn[id].p[k], churn[id].n[k]));
+        free(churn[id].p[k]);
+        churn[id].p[k] = NULL;
+    }
+}
+
+START_TEST(test_short_lived_threads)
+{
+    churn = st_map(CHURN_THREADS * sizeof *churn);
+    struct sefer_stats s0 = st_stats();
+    uint64_t max_segments = s0.segments;
+    uint64_t mid_segments = 0;
+    for (size_t w = 0; w < CHURN_THREADS / CHURN_WAVE; w++) {
+        pthread_t t[CHURN_WAVE];
+        for (size_t i = 0; i < CHURN_WAVE; i++)
+            t[i] = spawn(churn_thread, (void *)(uintptr_t)(w * CHURN_WAVE + i), 64 * 1024);
+        for (size_t i = 0; i < CHURN_WAVE; i++)
+            pthread_join(t[i], NULL);
+        if (w >= CHURN_DELAY)
+            for (size_t i = 0; i < CHURN_WAVE; i++)
+                churn_free((w - CHURN_DELAY) * CHURN_WAVE + i);
+        struct sefer_stats s = st_stats();
+        if (s.segments > max_segments)
+            max_segments = s.segments;
+        if (w == CHURN_THREADS / CHURN_WAVE / 2)
+            mid_segments = s.segments;
+    }
+    struct sefer_stats s1 = st_stats();
+    for (size_t id = 0; id < CHURN_THREADS; id++)
+        churn_free(id);
+    sefer_trim(); /* collects frees still waiting in exited threads' rings */
+    struct sefer_stats s2 = st_stats();
+
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_msg(max_segments <= s0.segments + 16,
+                  "segments went from %" PRIu64 " to %" PRIu64 " over %d short-lived threads",
+                  s0.segments, max_segments, CHURN_THREADS);
+    ck_assert_msg(s1.segments <= mid_segments + 4,
+                  "segments still growing: %" PRIu64 " halfway, %" PRIu64 " at the end",
+                  mid_segments, s1.segments);
+    ck_assert_msg(s2.heaps_live == s0.heaps_live, "heaps_live %" PRIu64 " -> %" PRIu64,
+                  s0.heaps_live, s2.heaps_live);
+    int64_t live = (int64_t)(s2.allocs - s2.frees) - (int64_t)(s0.allocs - s0.frees);
+    ck_assert_msg(live >= -16 && live <= 16, "allocs - frees moved by %" PRId64, live);
+    int64_t bytes = ST_DELTA(s2, s0, bytes_in_blocks);
+    ck_assert_msg(bytes > -(int64_t)ST_MIB && bytes < (int64_t)ST_MIB,
+                  "bytes_in_blocks moved by %" PRId64, bytes);
+
+    /* Main can still allocate and the memory is reused. */
+    void *p = malloc(1000);
+    ck_assert_ptr_nonnull(p);
+    free(p);
+    st_unmap(churn, CHURN_THREADS * sizeof *churn);
+}
+END_TEST
+
+/* ======================================================================
+ * 4. more live threads than registry slots
+ * ==================================================================== */
+
+#define MANY_THREADS 300
+#define MANY_BLOCKS 100
+
+static struct {
+    unsigned char *p[MANY_BLOCKS];
+    size_t n[MANY_BLOCKS];
+} *many;
+static pthread_barrier_t many_barrier;
+
+static void *many_thread(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp;
+    uint64_t r = 0xABCDEF1ULL + id * 104729;
+    for (int k = 0; k < MANY_BLOCKS; k++) {
+        uint64_t x = st_rand(&r);
+        size_t n = x % 32 == 0 ? 9000 + x % 40000 : 8 + x % 1500;
+        many[id].p[k] = malloc(n);
+        many[id].n[k] = n;
+        FAIL_IF(many[id].p[k] == NULL);
+        if (many[id].p[k])
+            st_block_fill(many[id].p[k], n);
+    }
+    pthread_barrier_wait(&many_barrier); /* all 300 alive with their blocks */
+    for (int k = 0; k < MANY_BLOCKS; k++)
+        FAIL_IF(many[id].p[k] && !st_block_ok(many[id].p[k], many[id].n[k]));
+    pthread_barrier_wait(&many_barrier);
+    /* free the next thread's blocks (cross-thread) */
+    size_t other = (id + 1) % MANY_THREADS;
+    for (int k = 0; k < MANY_BLOCKS; k++) {
+        if (!many[other].p[k])
+            continue;
+        FAIL_IF(!st_block_ok(many[other].p[k], many[other].n[k]));
+        free(many[other].p[k]);
+    }
+    pthread_barrier_wait(&many_barrier);
+    /* and some local churn */
+    for (int k = 0; k < 200; k++) {
+        size_t n = 1 + st_rand(&r) % 2000;
+        unsigned char *p = malloc(n);
+        FAIL_IF(p == NULL);
+        if (!p)
+            continue;
+        st_block_fill(p, n);
+        FAIL_IF(!st_block_ok(p, n));
+        free(p);
+    }
+    return NULL;
+}
+
+START_TEST(test_more_threads_than_slots)
+{
+    many = st_map(MANY_THREADS * sizeof *many);
+    pthread_barrier_init(&many_barrier, NULL, MANY_THREADS);
+    struct sefer_stats s0 = st_stats();
+    pthread_t *t = st_map(MANY_THREADS * sizeof *t);
+    for (size_t i = 0; i < MANY_THREADS; i++)
+        t[i] = spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
+    for (size_t i = 0; i < MANY_THREADS; i++)
+        pthread_join(t[i], NULL);
+    sefer_trim();
+    struct sefer_stats s1 = st_stats();
+    pthread_barrier_destroy(&many_barrier);
+
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_msg(s1.heaps_live == s0.heaps_live, "heaps_live %" PRIu64 " -> %" PRIu64,
+                  s0.heaps_live, s1.heaps_live);
+    /* glibc keeps one allocation (the DTV) per cached thread stack: up to
+     * one per thread the first time round */
+    int64_t live = (int64_t)(s1.allocs - s1.frees) - (int64_t)(s0.allocs - s0.frees);
+    ck_assert_msg(live >= -16 && live <= MANY_THREADS + 16, "allocs - frees moved by %" PRId64,
+                  live);
+    int64_t bytes = ST_DELTA(s1, s0, bytes_in_blocks);
+    ck_assert_msg(bytes > -(int64_t)ST_MIB && bytes < (int64_t)ST_MIB,
+                  "bytes_in_blocks moved by %" PRId64, bytes);
+    /* again, to see the slots are really free */
+    pthread_barrier_init(&many_barrier, NULL, MANY_THREADS);
+    for (size_t i = 0; i < MANY_THREADS; i++)
+        t[i] = spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
+    for (size_t i = 0; i < MANY_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&many_barrier);
+    sefer_trim();
+    struct sefer_stats s2 = st_stats();
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_uint_eq(s2.heaps_live, s0.heaps_live);
+    /* the second time the stacks (and their DTVs) are reused: exact */
+    live = (int64_t)(s2.allocs - s2.frees) - (int64_t)(s1.allocs - s1.frees);
+    ck_assert_msg(live >= -4 && live <= 4, "second round: allocs - frees moved by %" PRId64,
+                  live);
+    ck_assert_msg(s2.segments <= s1.segments + 8, "segments %" PRIu64 " -> %" PRIu64,
+                  s1.segments, s2.segments);
+    st_unmap(t, MANY_THREADS * sizeof *t);
+    st_unmap(many, MANY_THREADS * sizeof *many);
+}
+END_TEST
+
+/* ======================================================================
+ * 5. allocation from thread destructors after sefer's teardown
+ * ==================================================================== */
+
+#define DTOR_THREADS 64
+#define DTOR_ROUNDS 3
+
+static pthread_key_t dtor_key;
+struct dtor_state {
+    size_t id;
+    int round;
+    unsigned char *kept[DTOR_ROUNDS + 1];
+    size_t kept_n[DTOR_ROUNDS + 1];
+};
+static struct dtor_state *dtor_states; /* from mmap */
+
+static void dtor(void *v)
+{
+    struct dtor_state *s = v;
+    int r = s->round++;
+    /* malloc / calloc / realloc / free, after sefer's own key destructor
+     * may already have run */
+    size_t n = 100 + s->id * 3 + (size_t)r * 1000;
+    unsigned char *p = malloc(n);
+    FAIL_IF(p == NULL);
+    if (p)
+        st_block_fill(p, n);
+    s->kept[r] = p;
+    s->kept_n[r] = n;
+    unsigned char *z = calloc(50, 20);
+    FAIL_IF(z == NULL);
+    if (z) {
+        for (int i = 0; i < 1000; i++)
+            FAIL_IF(z[i] != 0);
+        memset(z, 0x77, 1000);
+        z = realloc(z, 20000);
+        FAIL_IF(z == NULL);
+        if (z) {
+            for (int i = 0; i < 1000; i++)
+                FAIL_IF(z[i] != 0x77);
+            free(z);
+        }
+    }
+    void *big = malloc(3 * ST_MIB);
+    FAIL_IF(big == NULL);
+    if (big)
+        memset(big, 1, 4096);
+    free(big);
+    if (s->round < DTOR_ROUNDS)
+        pthread_setspecific(dtor_key, s); /* run again, in a later pass */
+}
+
+static void *dtor_thread(void *argp)
+{
+    struct dtor_state *s = argp;
+    void *p = malloc(64);
+    FAIL_IF(p == NULL);
+    free(p);
+    pthread_setspecific(dtor_key, s);
+    return NULL;
+}
+
+START_TEST(test_thread_destructor_allocates)
+{
+    ck_assert_int_eq(pthread_key_create(&dtor_key, dtor), 0);
+    dtor_states = st_map(DTOR_THREADS * sizeof *dtor_states);
+    struct sefer_stats s0 = st_stats();
+    for (size_t base = 0; base < DTOR_THREADS; base += 8) {
+        pthread_t t[8];
+        for (size_t i = 0; i < 8; i++) {
+            dtor_states[base + i].id = base + i;
+            t[i] = spawn(dtor_thread, &dtor_states[base + i], 0);
+        }
+        for (size_t i = 0; i < 8; i++)
+            pthread_join(t[i], NULL);
+    }
+    struct sefer_stats s1 = st_stats();
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    for (size_t i = 0; i < DTOR_THREADS; i++) {
+        ck_assert_int_eq(dtor_states[i].round, DTOR_ROUNDS);
+        for (int r = 0; r < DTOR_ROUNDS; r++) {
+            unsigned char *p = dtor_states[i].kept[r];
+            ck_assert_ptr_nonnull(p);
+            ck_assert_msg(st_block_ok(p, dtor_states[i].kept_n[r]),
+                          "block from thread %zu's destructor (round %d) damaged", i, r);
+            free(p);
+        }
+    }
+    ck_assert_msg(s1.heaps_live == s0.heaps_live,
+                  "heaps_live %" PRIu64 " -> %" PRIu64 " after %d threads allocated in destructors",
+                  s0.heaps_live, s1.heaps_live, DTOR_THREADS);
+    sefer_trim();
+    struct sefer_stats s2 = st_stats();
+    int64_t live = (int64_t)(s2.allocs - s2.frees) - (int64_t)(s0.allocs - s0.frees);
+    ck_assert_msg(live >= -16 && live <= 16, "allocs - frees moved by %" PRId64, live);
+    pthread_key_delete(dtor_key);
+    st_unmap(dtor_states, DTOR_THREADS * sizeof *dtor_states);
+}
+END_TEST
+
+static void exit_handler(void)
+{
+    void *p = malloc(1000);
+    if (!p)
+        _exit(3);
+    memset(p, 1, 1000);
+    void *q = realloc(p, 100000);
+    if (!q)
+        _exit(4);
+    free(q);
+    void *c = calloc(10, 10);
+    if (!c)
+        _exit(5);
+    free(c);
+}
+
+static void child_exit_allocates(void *unused)
+{
+    (void)unused;
+    atexit(exit_handler);
+    void *p = malloc(10);
+    free(p);
+    exit(0); /* runs exit_handler, then libc's own teardown */
+}
+
+START_TEST(test_atexit_allocates)
+{
+    static char err[4096];
+    int st = st_run_child(child_exit_allocates, NULL, err, sizeof err, 20);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %s: %s", st_describe_status(st),
+                  err);
+}
+END_TEST
+
+/* ======================================================================
+ * 6. fork from a busy multi-threaded process
+ * ==================================================================== */
+
+#define BUSY_THREADS 3
+static atomic_int busy_stop;
+static _Atomic(void *) exchange[64];
+
+static void *busy_thread(void *argp)
+{
+    uint64_t r = 0x51ED2701ULL * ((uintptr_t)argp + 1);
+    void *local[32] = {0};
+    while (!atomic_load_explicit(&busy_stop, memory_order_relaxed)) {
+        uint64_t x = st_rand(&r);
+        size_t n = stress_size(x);
+        unsigned slot = (unsigned)((x >> 40) % 32);
+        if (local[slot]) {
+            if (x & (1u << 20)) {
+                void *q = realloc(local[slot], 1 + (x >> 22) % 20000);
+                FAIL_IF(q == NULL);
+                local[slot] = q;
+            } else {
+                free(local[slot]);
+                local[slot] = NULL;
+            }
+        } else {
+            local[slot] = malloc(n);
+            FAIL_IF(local[slot] == NULL);
+            if (local[slot])
+                memset(local[slot], 0x3A, n < 512 ? n : 512);
+        }
+        /* swap a block through the exchange so frees cross threads */
+        void *mine = malloc(48);
+        void *theirs = atomic_exchange(&exchange[(x >> 50) % 64], mine);
+        free(theirs);
+    }
+    for (int i = 0; i < 32; i++)
+        free(local[i]);
+    return NULL;
+}
+
+static void *child_thread(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < 1000; i++) {
+        void *p = malloc((size_t)i * 7 + 1);
+        if (!p)
+            return (void *)1;
+        free(p);
+    }
+    return NULL;
+}
+
+static void *inherited;
+
+static void child_after_fork(void *argp)
+{
+    int with_thread = (int)(intptr_t)argp;
+    /* alarm() was set by st_run_child: a deadlock becomes SIGALRM. */
+    unsigned char *p = malloc(100);
+    if (!p)
+        _exit(10);
+    memset(p, 1, 100);
+    unsigned char *c = calloc(100, 10);
+    if (!c)
+        _exit(11);
+    for (int i = 0; i < 1000; i++)
+        if (c[i])
+            _exit(12);
+    p = realloc(p, 10000);
+    if (!p || p[99] != 1)
+        _exit(13);
+    free(c);
+    free(p);
+    free(inherited); /* owned by the parent's main heap */
+    void *big = malloc(6 * ST_MIB);
+    if (!big)
+        _exit(14);
+    memset(big, 2, 6 * ST_MIB);
+    free(big);
+    for (int i = 0; i < 64; i++) /* blocks other threads owned */
+        free(atomic_exchange(&exchange[i], NULL));
+    if (with_thread) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, child_thread, NULL) != 0)
+            _exit(15);
+        void *ret = NULL;
+        pthread_join(t, &ret);
+        if (ret)
+            _exit(16);
+    }
+    _exit(0);
+}
+
+START_TEST(test_fork_while_busy)
+{
+    atomic_store(&busy_stop, 0);
+    pthread_t t[BUSY_THREADS];
+    for (uintptr_t i = 0; i < BUSY_THREADS; i++)
+        t[i] = spawn(busy_thread, (void *)i, 0);
+    static char err[4096];
+    int bad = 0, bad_status = 0, bad_at = -1;
+    for (int i = 0; i < 20; i++) {
+        inherited = malloc(200 + (size_t)i);
+        ck_assert_ptr_nonnull(inherited);
+        usleep(2000);
+        int st = st_run_child(child_after_fork, (void *)(intptr_t)(i % 4 == 0), err, sizeof err,
+                              10);
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+            if (!bad)
+                bad_status = st, bad_at = i;
+            bad++;
+        }
+        free(inherited);
+    }
+    atomic_store(&busy_stop, 1);
+    for (int i = 0; i < BUSY_THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 64; i++)
+        free(atomic_exchange(&exchange[i], NULL));
+    ck_assert_msg(bad == 0, "%d of 20 forked children failed; first (fork %d): %s (SIGALRM = "
+                  "deadlock; exit 10-16 = an allocation failed in the child)",
+                  bad, bad_at, st_describe_status(bad_status));
+    ck_assert_int_eq(atomic_load(&failures), 0);
+}
+END_TEST
+
+/* ====================================================================== */
+
+static Suite *threads_suite(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *tc;
+
+    tc = tcase_create("stress");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_cross_thread_stress);
+    tcase_add_test(tc, test_ring_overflow_storm);
+    tcase_add_test(tc, test_owner_exits_during_remote_frees);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("lifecycle");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_short_lived_threads);
+    tcase_add_test(tc, test_abandoned_heap_accounting);
+    tcase_add_test(tc, test_more_threads_than_slots);
+    tcase_add_test(tc, test_thread_destructor_allocates);
+    tcase_add_test(tc, test_atexit_allocates);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fork");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_fork_while_busy);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return st_run_suite(threads_suite());
+}
