@@ -36,7 +36,9 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
     q->last = page;
 }
 
-/* Points the direct-table entries of a class at its first page. */
+/* Points the direct-table entries of a class at its first page.  Invariant:
+ * direct[] names the first page of its class queue or the empty page, never
+ * a page that is full, released, or serving another class. */
 void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
     if (sf_class_size[class_idx] > DIRECT_MAX) return;
     sf_page_t *page = heap->queues[class_idx].first;
@@ -108,8 +110,10 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
             if (page != q->first) {
                 sf_queue_remove(q, page);
                 sf_queue_push_front(q, page);
-                sf_heap_update_direct(heap, class_idx);
             }
+            /* always: full pages ahead of it may have left the queue, and
+             * direct[] must never name a page outside its class queue */
+            sf_heap_update_direct(heap, class_idx);
             return page;
         }
         sf_queue_remove(q, page);
