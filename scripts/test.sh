@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# scripts/test.sh - everything CI checks, in three builds:
+#
+#   build/        release (scripts/setup.sh): every test suite
+#   build-ubsan/  -Db_sanitize=undefined, debugoptimized: every test suite
+#                 (the preload suite too: libubsan comes in as a dependency
+#                 of libsefer.so, so uninstrumented programs can load it)
+#   build-tsan/   -Db_sanitize=thread -Doverride=false, debugoptimized: only
+#                 the tests whose name contains "tsan" (multi-thread stress
+#                 through the sefer_* API; with override=false sefer does
+#                 not interpose malloc, which TSan itself intercepts)
+#
+# The last line is "N passed, M failed, K skipped", summed over the
+# testlog.json that meson wrote for each build in this run; a build that
+# could not be configured or compiled counts as one failure.  Exit status is
+# non-zero iff M > 0.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+cd "$root" || exit 1
+
+# Make sanitizer findings fail the test that hit them (the defaults only print).
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
+
+start=$(date +%s)
+logs=()          # "label=path" of every testlog.json this run produced
+infra_failed=()  # steps that failed before any test could run
+
+step() { printf '\n=== %s (%ss) ===\n' "$*" "$(($(date +%s) - start))"; }
+infra() { echo "test.sh: FAILED: $*"; infra_failed+=("$*"); }
+
+# configure DIR OPTIONS...: set up a build dir, or reconfigure an existing one.
+configure() {
+    local dir=$1
+    shift
+    if [ -f "$dir/meson-private/coredata.dat" ]; then
+        meson setup --reconfigure "$dir" "$@" || meson setup --wipe "$dir" "$@"
+    else
+        meson setup "$dir" "$@"
+    fi
+}
+
+# run_tests LABEL DIR BUDGET [meson test args...]: run, remember the log.
+# Each test has its own meson timeout; BUDGET (seconds) caps the whole
+# `meson test` so that one hang cannot push CI past its limit.
+run_tests() {
+    local label=$1 dir=$2 budget=$3 rc
+    shift 3
+    rm -f "$dir/meson-logs/testlog.json"
+    timeout -k 30 "$budget" meson test -C "$dir" --print-errorlogs "$@"
+    rc=$?
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        echo "test.sh: $label: meson test stopped after ${budget}s"
+        # meson marks the tests it was running INTERRUPT (counted as failed);
+        # if it was killed before writing that, count the stop itself.
+        if ! grep -qs '"result": "INTERRUPT"' "$dir/meson-logs/testlog.json"; then
+            infra "$label: meson test did not finish within ${budget}s"
+        fi
+    fi
+    if [ -f "$dir/meson-logs/testlog.json" ]; then
+        logs+=("$label=$dir/meson-logs/testlog.json")
+    else
+        infra "$label: meson test wrote no testlog.json"
+    fi
+}
+
+py=$(command -v /usr/bin/python3 || command -v python3)
+
+# 1. Packages and the release build.
+step "setup: packages and release build (scripts/setup.sh)"
+if bash scripts/setup.sh; then
+    step "release: meson test -C build"
+    run_tests release build 360
+else
+    infra "release: scripts/setup.sh (install, configure or compile) failed"
+fi
+
+# 2. UndefinedBehaviorSanitizer.
+step "ubsan: configure and compile build-ubsan"
+if configure build-ubsan -Db_sanitize=undefined -Dbuildtype=debugoptimized -Doverride=true &&
+    meson compile -C build-ubsan; then
+    step "ubsan: meson test -C build-ubsan"
+    run_tests ubsan build-ubsan 360
+else
+    infra "ubsan: configure or compile failed"
+fi
+
+# 3. ThreadSanitizer, only the tests named *tsan*.  Only their own targets
+#    are compiled: the rest of the tree is not meant to run under TSan.
+step "tsan: configure build-tsan"
+if configure build-tsan -Db_sanitize=thread -Dbuildtype=debugoptimized -Doverride=false; then
+    tsan_info=$(cd build-tsan && meson introspect --tests | "$py" -c '
+import json, os, sys
+tests = [t for t in json.load(sys.stdin) if "tsan" in t["name"]]
+targets = set()
+for t in tests:
+    for arg in t["cmd"]:
+        # built files are given by absolute path inside the build dir
+        if arg.startswith(os.getcwd() + os.sep):
+            targets.add(os.path.relpath(arg))
+print(" ".join(sorted(t["name"] for t in tests)))
+print(" ".join(sorted(targets)))
+')
+    tsan_names=$(sed -n 1p <<<"$tsan_info")
+    tsan_targets=$(sed -n 2p <<<"$tsan_info")
+    if [ -z "$tsan_names" ]; then
+        echo "tsan: no test whose name contains 'tsan' is registered yet; nothing run, nothing counted"
+    else
+        step "tsan: compile ${tsan_targets:-everything} and run: $tsan_names"
+        # shellcheck disable=SC2086  # word splitting wanted: lists of names
+        if ninja -C build-tsan $tsan_targets; then
+            # shellcheck disable=SC2086
+            run_tests tsan build-tsan 300 --no-rebuild $tsan_names
+        else
+            infra "tsan: compile failed"
+        fi
+    fi
+else
+    infra "tsan: configure failed"
+fi
+
+# 4. The summary: one line, summed over every testlog.json of this run.
+step "summary"
+for s in "${infra_failed[@]}"; do
+    echo "  failed step  $s"
+done
+"$py" - "${#infra_failed[@]}" "${logs[@]}" <<'EOF'
+import json
+import sys
+
+PASSED = {"OK", "EXPECTEDFAIL"}
+SKIPPED = {"SKIP"}
+FAILED = {"FAIL", "UNEXPECTEDPASS", "TIMEOUT", "ERROR"}
+
+infra = int(sys.argv[1])
+total = {"passed": 0, "failed": infra, "skipped": 0}
+bad = []
+for item in sys.argv[2:]:
+    label, path = item.split("=", 1)
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            rec = json.loads(line)
+            res = rec.get("result", "")
+            if res in PASSED:
+                counts["passed"] += 1
+            elif res in SKIPPED:
+                counts["skipped"] += 1
+            else:  # FAILED, and anything unknown counts as a failure too
+                counts["failed"] += 1
+                bad.append("%s: %s %s" % (label, rec.get("name", "?"), res))
+    print("  %-8s ok %d, failed %d, skipped %d  (%s)"
+          % (label, counts["passed"], counts["failed"], counts["skipped"], path))
+    for k in total:
+        total[k] += counts[k]
+for b in bad:
+    print("  failed test  %s" % b)
+line = "%d passed, %d failed" % (total["passed"], total["failed"])
+if total["skipped"]:
+    line += ", %d skipped" % total["skipped"]
+sys.stdout.flush()
+print(line)
+sys.exit(1 if total["failed"] else 0)
+EOF
+exit $?
