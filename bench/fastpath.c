@@ -1,0 +1,301 @@
+/* fastpath.c - microbenchmark of the malloc/free fast path.
+ *
+ * Linked against libc only; run it under any allocator with LD_PRELOAD.
+ *
+ *   fastpath MODE [-n OPS] [-s SIZE] [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e]
+ *
+ * Modes (what one "op" is):
+ *   pairs    malloc(s) then free at once                      (one pair)
+ *   bursts   malloc K blocks, then free all K, same order or
+ *            reversed with -r                                  (one block: malloc+free)
+ *   realloc  malloc(16), grow by realloc in 16-byte steps up
+ *            to SIZE (default 1024), free                      (one realloc)
+ *   calloc   calloc(1, s) then free                            (one pair)
+ *   aligned  aligned_alloc(ALIGN, s) then free                 (one pair)
+ *   control  the pairs loop with no allocator call: it writes
+ *            the same byte into a static buffer               (one iteration)
+ *
+ * Sizes: with -s 0 (the default except for realloc) op i uses
+ * 16 * (1 + i % 16), i.e. 16, 32, ... 256 bytes; -s N uses N bytes for every
+ * op.  In aligned mode sizes are rounded up to a multiple of ALIGN, as C11's
+ * aligned_alloc asks.
+ *
+ * Each op writes one byte through the pointer it got (a volatile store, so
+ * the compiler can neither drop the store nor the malloc/free pair); that
+ * store is the only thing in the timed loop besides the allocator calls and
+ * the loop counter.  A NULL result is not checked: the store faults, loudly.
+ *
+ * Keepers: before anything else, one block of each size the mode uses is
+ * allocated (by the mode's own function) and kept live to the end, so the
+ * loop's frees never leave a page empty, as in a program that has other live
+ * blocks of those sizes.  Without them (-e) every free in pairs mode empties
+ * its page, which sends some allocators (mimalloc 2.0.9) off their fast path
+ * on every op: a different measurement, of the empty-page policy.
+ *
+ * Before the timed region the same loop runs WARMUP ops (default 100000, the
+ * same count whatever OPS is), so that a run with -n 0 executes exactly the
+ * start-up and warm-up work of a run with -n N: bench/instructions subtracts
+ * the two callgrind counts to get instructions per op.
+ *
+ * Output, one line on stdout, key=value separated by spaces:
+ *   fastpath mode=pairs size=64 burst=0 order=- align=0 keep=1 ops=N unit=pair
+ *     seconds=S ops_per_s=X ns_per_op=Y allocator=A version=V malloc_from=P
+ * (ops_per_s and ns_per_op are 0 when ops is 0). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "whichalloc.h"
+
+#define FP_SIZES 16 /* entries of the size cycle; a power of two */
+
+struct fp_opts {
+    const char *mode;
+    uint64_t ops;
+    uint64_t warmup;
+    size_t size;  /* 0: cycle 16..256 */
+    size_t burst; /* blocks per burst */
+    size_t align;
+    int reverse;
+    int keep; /* keep one live block of each size used */
+};
+
+/* Size table for op i: sizes[i % FP_SIZES]. */
+static size_t sizes[FP_SIZES];
+static unsigned char control_buf[4096];
+static void *keepers[128];
+static size_t nkeepers;
+
+static inline void touch(void *p, size_t at, uint64_t v) {
+    ((volatile unsigned char *)p)[at] = (unsigned char)v;
+}
+
+/* ---- the loops; each runs n ops and nothing else ---- */
+
+__attribute__((noinline)) static void run_pairs(uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        void *p = malloc(sizes[i & (FP_SIZES - 1)]);
+        touch(p, 0, i);
+        free(p);
+    }
+}
+
+__attribute__((noinline)) static void run_calloc(uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) {
+        void *p = calloc(1, sizes[i & (FP_SIZES - 1)]);
+        touch(p, 0, i);
+        free(p);
+    }
+}
+
+__attribute__((noinline)) static void run_aligned(uint64_t n, size_t align) {
+    for (uint64_t i = 0; i < n; i++) {
+        void *p = aligned_alloc(align, sizes[i & (FP_SIZES - 1)]);
+        touch(p, 0, i);
+        free(p);
+    }
+}
+
+__attribute__((noinline)) static void run_control(uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        touch(control_buf, sizes[i & (FP_SIZES - 1)], i);
+}
+
+/* n bursts of k blocks; slots has k entries. */
+__attribute__((noinline)) static void run_bursts(uint64_t n, size_t k, void **slots, int reverse) {
+    for (uint64_t b = 0; b < n; b++) {
+        for (size_t j = 0; j < k; j++) {
+            slots[j] = malloc(sizes[j & (FP_SIZES - 1)]);
+            touch(slots[j], 0, j);
+        }
+        if (reverse)
+            for (size_t j = k; j-- > 0;)
+                free(slots[j]);
+        else
+            for (size_t j = 0; j < k; j++)
+                free(slots[j]);
+    }
+}
+
+/* n chains: malloc(16), realloc to 32, 48, ... max, free. */
+__attribute__((noinline)) static void run_realloc(uint64_t n, size_t max) {
+    for (uint64_t c = 0; c < n; c++) {
+        unsigned char *p = malloc(16);
+        touch(p, 15, c);
+        for (size_t s = 32; s <= max; s += 16) {
+            p = realloc(p, s);
+            touch(p, s - 1, s);
+        }
+        free(p);
+    }
+}
+
+/* ---- driver ---- */
+
+static void usage(void) {
+    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control [-n OPS] [-s SIZE]"
+                    " [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e]\n");
+    exit(2);
+}
+
+static uint64_t parse_u64(const char *s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "fastpath: not a number: %s\n", s);
+        exit(2);
+    }
+    return (uint64_t)v;
+}
+
+static void parse(int argc, char **argv, struct fp_opts *o) {
+    if (argc < 2) usage();
+    o->mode = argv[1];
+    o->ops = 50000000;
+    o->warmup = 100000;
+    o->size = strcmp(o->mode, "realloc") == 0 ? 1024 : 0;
+    o->burst = 100;
+    o->align = 64;
+    o->reverse = 0;
+    o->keep = 1;
+    int c;
+    optind = 2;
+    while ((c = getopt(argc, argv, "n:s:k:ra:w:e")) != -1) {
+        switch (c) {
+        case 'n':
+            o->ops = parse_u64(optarg);
+            break;
+        case 's':
+            o->size = parse_u64(optarg);
+            break;
+        case 'k':
+            o->burst = parse_u64(optarg);
+            break;
+        case 'r':
+            o->reverse = 1;
+            break;
+        case 'a':
+            o->align = parse_u64(optarg);
+            break;
+        case 'w':
+            o->warmup = parse_u64(optarg);
+            break;
+        case 'e':
+            o->keep = 0;
+            break;
+        default:
+            usage();
+        }
+    }
+    if (optind != argc || o->burst == 0 || o->align == 0 || (o->align & (o->align - 1))) usage();
+    if (strcmp(o->mode, "realloc") == 0 && (o->size < 32 || o->size > 16 * 128)) usage();
+    if (strcmp(o->mode, "control") == 0 && o->size >= sizeof control_buf) usage();
+}
+
+static void fill_sizes(const struct fp_opts *o) {
+    int aligned = strcmp(o->mode, "aligned") == 0;
+    for (size_t i = 0; i < FP_SIZES; i++) {
+        size_t s = o->size ? o->size : 16 * (i + 1);
+        if (aligned) s = (s + o->align - 1) & ~(o->align - 1);
+        sizes[i] = s;
+    }
+}
+
+/* Allocates the keepers (see the top of the file), outside the clock. */
+static void keep_blocks(const struct fp_opts *o) {
+    const char *m = o->mode;
+    if (!o->keep || strcmp(m, "control") == 0) return;
+    if (strcmp(m, "realloc") == 0) {
+        for (size_t s = 16; s <= o->size; s += 16)
+            keepers[nkeepers++] = malloc(s);
+        return;
+    }
+    for (size_t i = 0; i < FP_SIZES; i++) {
+        size_t s = sizes[i];
+        if (strcmp(m, "calloc") == 0)
+            keepers[nkeepers++] = calloc(1, s);
+        else if (strcmp(m, "aligned") == 0)
+            keepers[nkeepers++] = aligned_alloc(o->align, s);
+        else
+            keepers[nkeepers++] = malloc(s);
+    }
+}
+
+/* Ops per unit of work (a burst holds k ops, a realloc chain max/16 - 1). */
+static uint64_t ops_per_unit(const struct fp_opts *o) {
+    if (strcmp(o->mode, "bursts") == 0) return o->burst;
+    if (strcmp(o->mode, "realloc") == 0) return o->size / 16 - 1;
+    return 1;
+}
+
+/* Runs `units` units of the chosen mode. */
+static void run(const struct fp_opts *o, uint64_t units, void **slots) {
+    const char *m = o->mode;
+    if (strcmp(m, "pairs") == 0)
+        run_pairs(units);
+    else if (strcmp(m, "calloc") == 0)
+        run_calloc(units);
+    else if (strcmp(m, "aligned") == 0)
+        run_aligned(units, o->align);
+    else if (strcmp(m, "control") == 0)
+        run_control(units);
+    else if (strcmp(m, "bursts") == 0)
+        run_bursts(units, o->burst, slots, o->reverse);
+    else if (strcmp(m, "realloc") == 0)
+        run_realloc(units, o->size);
+    else
+        usage();
+}
+
+static const char *unit_name(const char *mode) {
+    if (strcmp(mode, "bursts") == 0) return "block";
+    if (strcmp(mode, "realloc") == 0) return "realloc";
+    if (strcmp(mode, "control") == 0) return "iteration";
+    return "pair";
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    struct fp_opts o;
+    parse(argc, argv, &o);
+    fill_sizes(&o);
+    keep_blocks(&o);
+    uint64_t per = ops_per_unit(&o);
+    uint64_t units = (o.ops + per - 1) / per, warm = (o.warmup + per - 1) / per;
+    void **slots = calloc(o.burst, sizeof *slots);
+    if (!slots) return 1;
+
+    run(&o, warm, slots);
+    double t0 = now();
+    run(&o, units, slots);
+    double secs = now() - t0;
+
+    uint64_t ops = units * per;
+    printf("fastpath mode=%s size=%zu burst=%zu order=%s align=%zu keep=%d ops=%llu unit=%s "
+           "seconds=%.6f"
+           " ops_per_s=%.0f ns_per_op=%.3f",
+           o.mode, o.size, strcmp(o.mode, "bursts") == 0 ? o.burst : (size_t)0,
+           strcmp(o.mode, "bursts") == 0 ? (o.reverse ? "reverse" : "same") : "-",
+           strcmp(o.mode, "aligned") == 0 ? o.align : (size_t)0, o.keep, (unsigned long long)ops,
+           unit_name(o.mode), secs, ops ? (double)ops / secs : 0.0,
+           ops ? secs * 1e9 / (double)ops : 0.0);
+    wa_print(stdout);
+    putchar('\n');
+    free(slots);
+    for (size_t i = 0; i < nkeepers; i++)
+        free(keepers[i]);
+    return 0;
+}
