@@ -39,7 +39,7 @@ static void *alloc_span(size_t n, size_t align) {
     return block;
 }
 
-void *sf_malloc_generic(sf_heap_t *heap, size_t n) {
+void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     if (n > MEDIUM_MAX) return alloc_span(n, 0);
     unsigned c = sf_class_of(n);
     if (n > DIRECT_MAX && heap->kind == SF_HEAP_REAL) {

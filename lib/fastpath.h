@@ -6,9 +6,10 @@
  * read-modify-write or enters the kernel:
  *
  *   malloc: TLS heap -> direct[(n+15)/16] -> page -> pop page->free
- *   free:   segmap byte == 1 -> segment (mask) -> page (shift) -> owner is
- *           this thread's heap and page flags clear -> block-start and
- *           double-free checks (guard level 1) -> push page->local_free
+ *   free:   segmap byte == 1 (a small segment) -> page (shifts of the
+ *           pointer) -> the page's fast owner is this thread's heap ->
+ *           block-start and double-free checks (guard level 1) -> push
+ *           page->local_free
  *
  * Anything else (sizes above 1 KiB, empty pages, other owners, spans,
  * suspected misuse) takes the generic path in alloc.c / free.c. */
@@ -30,25 +31,36 @@ SF_INLINE void *sf_malloc(size_t n) {
             return b;
         }
     }
-    return sf_malloc_generic(heap, n);
+    return sf_malloc_generic(n, heap);
 }
 
+/* Small blocks only (the segment map says "small segment here"): their pages
+ * are 64 KiB-aligned and start with their first block, so the page is found
+ * with constant shifts and the offset in the page is the pointer's low 16
+ * bits.  A multiple of the block size past the last block (the page's tail)
+ * needs no bound check here: once the page is fully carved, that one
+ * "block" carries the page's free cookie, so a free of it takes the generic
+ * path, which rejects it; before that it is among the blocks not yet carved
+ * (docs/design.md: what level 1 checks where). */
 SF_INLINE void sf_free(void *p) {
-    if (likely(sf_segmap_is_head(p))) {
-        sf_segment_t *seg = sf_segment_of(p);
-        sf_page_t *page = sf_page_of(seg, p);
+    uintptr_t u = (uintptr_t)p;
+    if (likely(sf_segmap_is_small_head(p))) {
+        /* &seg->pages[(u >> 16) & 63], written so the index is scaled once */
+        uintptr_t cookie = (u & ~(uintptr_t)SEG_MASK) |
+                           ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
+                            ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT));
+        sf_page_t *page = (sf_page_t *)cookie; /* sf_page_cookie(page) == page */
+        uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
         sf_heap_t *heap = sf_tls_heap;
         sf_block_t *b = (sf_block_t *)p;
-        if (likely(seg->heap == heap && SF_GET(page->flags) == 0 && sf_page_is_block_start(page, p) &&
-                   b->cookie != (uintptr_t)page)) {
+        if (likely(SF_PEEK(page->fast_heap) == heap && off * page->divmagic < page->divmagic &&
+                   b->cookie != cookie)) {
             b->next = page->local_free;
-            b->cookie = (uintptr_t)page;
+            b->cookie = cookie;
             page->local_free = b;
-            SF_COUNT(heap->frees);
             if (likely(SF_UNCOUNT(page->used) != 0)) return;
-            /* the only page of a small class stays (see sf_page_on_empty) */
-            if (page->prev == NULL && page->next == NULL && page->class_idx <= SMALL_CLASS_MAX)
-                return;
+            /* the only page of its (small) class stays: see sf_page_on_empty */
+            if (page->prev == NULL && page->next == NULL) return;
             sf_page_on_empty(heap, page);
             return;
         }

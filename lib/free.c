@@ -27,7 +27,7 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
     } else if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p)) {
         sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
         return NULL;
-    } else if (((const sf_block_t *)p)->cookie == (uintptr_t)page && seg->heap == sf_tls_heap &&
+    } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
                sf_page_holds_free_block(page, p)) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return NULL;
@@ -38,7 +38,7 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
 
 static void free_to_fallback(sf_page_t *page, sf_block_t *b) {
     sf_lock(&sf_fallback_lock);
-    if (b->cookie == (uintptr_t)page && sf_page_holds_free_block(page, b)) {
+    if (b->cookie == sf_page_cookie(page) && sf_page_holds_free_block(page, b)) {
         sf_unlock(&sf_fallback_lock);
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
@@ -57,7 +57,6 @@ void sf_free_generic(void *p) {
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
-        sf_stat_add(&sf_gstats.shared_frees, 1);
         sf_span_free(seg);
         return;
     }

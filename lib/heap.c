@@ -41,7 +41,6 @@ static void heap_init_direct(sf_heap_t *heap) {
 
 /* A block returns to its owner (owner or collector context). */
 void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
-    SF_COUNT(heap->frees);
     sf_page_local_free_slow(heap, page, b);
 }
 

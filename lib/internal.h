@@ -128,7 +128,7 @@ struct sf_global_stats {
     _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
     _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
     /* operations not counted in a heap: spans, and threads without a heap */
-    _Atomic uint64_t shared_allocs, shared_frees, shared_remote_frees, fallback_allocs;
+    _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs;
     _Atomic uint64_t guard[3];
 };
 SF_HIDDEN extern struct sf_global_stats sf_gstats;
@@ -142,20 +142,28 @@ SF_INLINE void sf_stat_sub(_Atomic uint64_t *c, uint64_t v) {
 /* ---- segment map (segmap.c) --------------------------------------------- */
 #define SEGMAP_CHUNKS ((size_t)1 << (47 - SEG_SHIFT))
 SF_HIDDEN extern _Atomic uint8_t sf_segmap[SEGMAP_CHUNKS];
-/* True iff a segment header starts at p's chunk (p may be NULL: false). */
-SF_INLINE bool sf_segmap_is_head(const void *p) {
+enum { SF_SEGMAP_NONE, SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, SF_SEGMAP_BACK0 };
+/* True iff a small segment's header starts at p's chunk (NULL: false).  The
+ * free fast path's only question; a plain load outside ThreadSanitizer so
+ * the compiler can fold it into the compare. */
+SF_INLINE bool sf_segmap_is_small_head(const void *p) {
     uintptr_t chunk = (uintptr_t)p >> SEG_SHIFT;
-    return likely(chunk < SEGMAP_CHUNKS) &&
-           atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed) == 1;
+#if defined(__SANITIZE_THREAD__)
+    uint8_t v = atomic_load_explicit(&sf_segmap[chunk < SEGMAP_CHUNKS ? chunk : 0], memory_order_relaxed);
+#else
+    uint8_t v = ((const uint8_t *)sf_segmap)[chunk < SEGMAP_CHUNKS ? chunk : 0];
+#endif
+    return chunk < SEGMAP_CHUNKS && v == SF_SEGMAP_SMALL_HEAD;
 }
-SF_HIDDEN void sf_segmap_mark(void *seg, size_t chunks, bool present);
+/* head: SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, or SF_SEGMAP_NONE to clear. */
+SF_HIDDEN void sf_segmap_mark(void *seg, size_t chunks, uint8_t head);
 struct sf_segment_s;
 SF_HIDDEN struct sf_segment_s *sf_segmap_header(const void *p);
 
 /* ---- blocks, pages, segments, heaps ------------------------------------- */
 typedef struct sf_block_s {
     struct sf_block_s *next;
-    uintptr_t cookie; /* == (uintptr_t)page while the block is free (guard >= 1) */
+    uintptr_t cookie; /* == sf_page_cookie(page) while the block is free */
 } sf_block_t;
 
 struct sf_heap_s;
@@ -171,13 +179,15 @@ typedef struct sf_page_s {
     /* hot: touched by malloc/free fast paths */
     sf_block_t *free;       /* blocks ready for malloc (owner only) */
     sf_block_t *local_free; /* blocks freed by the owner since the last collect */
+    struct sf_heap_s *fast_heap; /* owner heap while flags == 0, else NULL: the
+                                    free fast path's one ownership test */
     uint32_t used;          /* blocks handed out and not yet returned to the owner */
     uint8_t flags;          /* non-zero sends free to the generic path */
     uint8_t class_idx;
     uint8_t in_use;     /* allocated to a size class (or span) */
     uint8_t committed;  /* memory not decommitted since last use */
     uint32_t block_size;
-    uint32_t area_bytes; /* reserved * block_size */
+    uint32_t carved_bytes; /* capacity * block_size: blocks that exist so far */
     uint8_t *block_start;
     uint64_t divmagic;   /* ceil(2^64 / block_size): interior-pointer check */
     uint32_t capacity;   /* blocks carved so far */
@@ -196,6 +206,7 @@ typedef struct sf_segment_s {
     uint64_t magic;          /* SF_SEG_MAGIC ^ address */
     struct sf_heap_s *heap;  /* owner heap (small/medium); NULL for spans */
     uint8_t page_shift;
+    uint8_t page_bias; /* page number of pages[0]: 1 for small (page 0 is metadata) */
     uint8_t kind;
     uint8_t fresh_zero; /* span memory known to be zero (fresh mapping) */
     uint16_t page_count;
@@ -208,21 +219,32 @@ typedef struct sf_segment_s {
     struct sf_segment_s *heap_next, *heap_prev;
     /* process-wide list of live segments (under sf_seg_lock) */
     struct sf_segment_s *all_next, *all_prev;
-    sf_page_t pages[]; /* page_count entries */
+    sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
 } sf_segment_t;
 
 #define SF_SEG_MAGIC 0x5365666572536567ull /* "SeferSeg" */
+#define SF_PAGE_DESC_SHIFT 7
+_Static_assert(sizeof(sf_page_t) == (1u << SF_PAGE_DESC_SHIFT), "page descriptor size");
+/* The header fills the first 128-byte slot, so in a small segment the
+ * descriptor of page i (1..63) sits at seg + i * 128: the fast path finds it
+ * by OR-ing shifted pointer bits into the segment address. */
+_Static_assert(offsetof(sf_segment_t, pages) == sizeof(sf_page_t), "segment header size");
+/* The value a free block's second word holds: derived from its page, so a
+ * block from another page never matches. */
+SF_INLINE uintptr_t sf_page_cookie(const sf_page_t *page) { return (uintptr_t)page; }
 
 SF_INLINE sf_segment_t *sf_segment_of(const void *p) {
     return (sf_segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
 }
 SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
-    return &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> seg->page_shift];
+    return &seg->pages[(((uintptr_t)p - (uintptr_t)seg) >> seg->page_shift) - seg->page_bias];
 }
-/* True iff p is the start of a block carved in page (not interior, not padding). */
+/* True iff p is the start of a block carved in page (not interior, not
+ * padding, not a block the page has not handed out yet).  The divisibility
+ * test, off * ceil(2^64/size) < ceil(2^64/size), is exact for off < 2^32. */
 SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
     uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
-    return off < page->area_bytes && off * page->divmagic <= page->divmagic - 1;
+    return off < page->carved_bytes && off * page->divmagic < page->divmagic;
 }
 
 /* Remote-free ring: a bounded multi-producer single-consumer queue of block
@@ -257,7 +279,7 @@ enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHA
 
 typedef struct sf_heap_s {
     sf_page_t *direct[DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
-    uint64_t allocs, frees;          /* owner-only plain counters */
+    uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
     uint8_t kind;
     uint32_t slot;
     sf_page_queue_t queues[CLASS_COUNT];
@@ -339,7 +361,7 @@ SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
 
 /* ---- alloc.c / free.c (fast paths: fastpath.h) ------------------------------ */
-SF_HIDDEN void *sf_malloc_generic(sf_heap_t *heap, size_t n);
+SF_HIDDEN void *sf_malloc_generic(size_t n, sf_heap_t *heap);
 SF_HIDDEN void *sf_malloc_aligned(size_t align, size_t n);
 SF_HIDDEN void *sf_calloc(size_t count, size_t size);
 SF_HIDDEN void *sf_realloc(void *p, size_t n);
@@ -362,10 +384,15 @@ SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
  * SF_UNCOUNT yields the new value. */
 #define SF_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 #define SF_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+/* SF_PEEK: a read another thread may be writing, where any value read is
+ * harmless (an aligned pointer on x86-64 is never torn): plain, so the
+ * compiler can fold it into a compare; atomic under ThreadSanitizer. */
 #if defined(__SANITIZE_THREAD__)
+#define SF_PEEK(field) SF_GET(field)
 #define SF_COUNT(field) SF_SET(field, (field) + 1)
 #define SF_UNCOUNT(field) (SF_SET(field, (field) - 1), (field))
 #else
+#define SF_PEEK(field) (field)
 #define SF_COUNT(field) ((field)++)
 #define SF_UNCOUNT(field) (--(field))
 #endif

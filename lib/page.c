@@ -56,12 +56,13 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->block_start = start;
     SF_SET(page->block_size, bsize);
     page->reserved = (uint32_t)((size_t)(end - start) / bsize);
-    page->area_bytes = page->reserved * bsize;
+    page->carved_bytes = 0;
     page->divmagic = UINT64_MAX / bsize + 1;
     page->capacity = 0;
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0));
+    SF_SET(page->fast_heap, page->flags ? NULL : sf_segment_of(page)->heap);
     page->class_idx = (uint8_t)class_idx;
     SF_SET(page->in_use, 1);
     page->next = page->prev = NULL;
@@ -79,11 +80,20 @@ static void page_extend(sf_page_t *page) {
     for (uint32_t i = want; i-- > 0;) {
         sf_block_t *b = (sf_block_t *)(first + (size_t)i * page->block_size);
         b->next = prev;
-        b->cookie = (uintptr_t)page;
+        b->cookie = sf_page_cookie(page);
         prev = b;
     }
     page->free = prev;
     page->capacity += want;
+    page->carved_bytes = page->capacity * page->block_size;
+    if (page->capacity == page->reserved) {
+        /* mark the tail's would-be block as free so the fast path sends a
+         * free of it to the generic path (the tail is a multiple of 16
+         * bytes, so its second word is inside the page when it exists) */
+        uint8_t *tail = page->block_start + page->carved_bytes;
+        if (tail + sizeof(sf_block_t) <= page->page_start + page->page_bytes)
+            ((sf_block_t *)tail)->cookie = sf_page_cookie(page);
+    }
 }
 
 /* Makes `page` able to serve, if it can be: returns false if it is full. */
@@ -118,6 +128,7 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
         }
         sf_queue_remove(q, page);
         SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
+        SF_SET(page->fast_heap, NULL);
         sf_queue_push_front(&heap->full, page);
         page = next;
     }
@@ -149,10 +160,11 @@ void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
 /* A block comes back to a page whose flags are set (full, or guarded). */
 void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     b->next = page->local_free;
-    b->cookie = (uintptr_t)page;
+    b->cookie = sf_page_cookie(page);
     page->local_free = b;
     if (page->flags & SF_PAGE_FULL) {
         SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
+        if (page->flags == 0) SF_SET(page->fast_heap, heap);
         sf_queue_remove(&heap->full, page);
         sf_page_queue_t *q = &heap->queues[page->class_idx];
         queue_push_back(q, page);

@@ -5,23 +5,27 @@
  * hold a non-zero byte (one page per 16 GiB of address space in use).
  *
  *   0      the chunk holds no live sefer segment: a pointer into it is foreign
- *   1      a segment (or span) header starts at this chunk
- *   k > 1  the chunk is inside a span whose header is k-1 chunks earlier
- *          (255 means "at least 254 earlier: step back and look again")
+ *   1      a small segment's header starts at this chunk
+ *   2      a medium segment's or a span's header starts at this chunk
+ *   k > 2  the chunk is inside a span whose header is k-2 chunks earlier
+ *          (255 means "at least 253 earlier: step back and look again")
  *
- * The free fast path only asks "is the byte 1?"; the generic path follows
- * the back-distance to find the header of a pointer deep inside a huge span.
+ * The free fast path only asks "is the byte 1?" (small blocks are the hot
+ * ones, and knowing the kind saves loading the page size from the header);
+ * the generic path follows the back-distance to find the header of a
+ * pointer deep inside a huge span.
  * Entries are set before a segment is handed out and cleared before it is
  * cached or unmapped. */
 #include "internal.h"
 
 _Atomic uint8_t sf_segmap[SEGMAP_CHUNKS];
 
-void sf_segmap_mark(void *seg, size_t chunks, bool present) {
+void sf_segmap_mark(void *seg, size_t chunks, uint8_t head) {
     uintptr_t first = (uintptr_t)seg >> SEG_SHIFT;
     if (first + chunks > SEGMAP_CHUNKS) return;
     for (size_t i = 0; i < chunks; i++) {
-        uint8_t v = present ? (uint8_t)(i + 1 > 255 ? 255 : i + 1) : 0;
+        uint8_t v = head;
+        if (head != SF_SEGMAP_NONE && i > 0) v = (uint8_t)(i + 2 > 255 ? 255 : i + 2);
         atomic_store_explicit(&sf_segmap[first + i], v, memory_order_release);
     }
 }
@@ -31,9 +35,9 @@ sf_segment_t *sf_segmap_header(const void *p) {
     if (chunk >= SEGMAP_CHUNKS) return NULL;
     for (;;) {
         uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_acquire);
-        if (v == 0) return NULL;
-        if (v == 1) return (sf_segment_t *)(chunk << SEG_SHIFT);
-        if (chunk < (uintptr_t)(v - 1)) return NULL;
-        chunk -= (uintptr_t)(v - 1);
+        if (v == SF_SEGMAP_NONE) return NULL;
+        if (v < SF_SEGMAP_BACK0) return (sf_segment_t *)(chunk << SEG_SHIFT);
+        if (chunk < (uintptr_t)(v - 2)) return NULL;
+        chunk -= (uintptr_t)(v - 2);
     }
 }

@@ -136,12 +136,14 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &zero);
     if (seg == NULL) return NULL;
     unsigned shift = kind == SF_SEG_SMALL ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT;
-    unsigned count = (unsigned)(SEG_SIZE >> shift);
+    unsigned bias = kind == SF_SEG_SMALL ? 1 : 0; /* small page 0 is the metadata */
+    unsigned count = (unsigned)(SEG_SIZE >> shift) - bias;
     size_t hdr = sf_align_up(header_bytes(count), OS_PAGE);
     if (!zero) memset(seg, 0, header_bytes(count));
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = heap;
     seg->page_shift = (uint8_t)shift;
+    seg->page_bias = (uint8_t)bias;
     seg->kind = (uint8_t)kind;
     seg->page_count = (uint16_t)count;
     seg->span_size = size;
@@ -149,7 +151,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     commit_add(seg, hdr);
     for (unsigned i = 0; i < count; i++) {
         sf_page_t *pg = &seg->pages[i];
-        size_t start = (size_t)i << shift, end = start + ((size_t)1 << shift);
+        size_t start = (size_t)(i + bias) << shift, end = start + ((size_t)1 << shift);
         if (start < SEG_META_SIZE) start = SEG_META_SIZE;
         pg->page_start = (uint8_t *)seg + start;
         pg->page_bytes = end > start ? end - start : 0;
@@ -157,13 +159,13 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     }
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
-    sf_segmap_mark(seg, 1, true);
+    sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD);
     return seg;
 }
 
 static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
     heap_seglist_remove(heap, seg);
-    sf_segmap_mark(seg, 1, false);
+    sf_segmap_mark(seg, 1, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
     span_unmap(seg, seg->span_size, seg->committed_bytes, true);
 }
@@ -219,6 +221,7 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     sf_segment_t *seg = sf_segment_of(page);
     unsigned idx = (unsigned)(page - seg->pages);
     SF_SET(page->in_use, 0);
+    SF_SET(page->fast_heap, NULL);
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     if (seg->free_mask == 0) heap_seglist_push(heap, seg);
@@ -274,6 +277,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = NULL;
     seg->page_shift = SPAN_PAGE_SHIFT;
+    seg->page_bias = 0;
     seg->kind = cacheable ? SF_SEG_LARGE : SF_SEG_HUGE;
     seg->fresh_zero = zero;
     seg->page_count = 1;
@@ -289,18 +293,18 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     page->block_size = 0;
     page->page_start = block;
     page->page_bytes = (size_t)((uint8_t *)seg + span - block);
-    page->area_bytes = 1; /* only the block start itself is a valid free */
+    page->carved_bytes = 1; /* only the block start itself is a valid free */
     page->divmagic = UINT64_MAX;
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
     segment_link_all(seg);
-    sf_segmap_mark(seg, span >> SEG_SHIFT, true);
+    sf_segmap_mark(seg, span >> SEG_SHIFT, SF_SEGMAP_OTHER_HEAD);
     *block_out = block;
     return seg;
 }
 
 void sf_span_free(sf_segment_t *seg) {
-    sf_segmap_mark(seg, seg->span_size >> SEG_SHIFT, false);
+    sf_segmap_mark(seg, seg->span_size >> SEG_SHIFT, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
     span_unmap(seg, seg->span_size, seg->committed_bytes, seg->kind == SF_SEG_LARGE);
 }

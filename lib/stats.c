@@ -8,7 +8,6 @@ struct sf_global_stats sf_gstats;
 
 static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
     out->allocs += SF_GET(heap->allocs);
-    out->frees += SF_GET(heap->frees);
     out->remote_frees += SF_GET(heap->remote_frees);
     if (heap->ring.cells) {
         out->ring_pushes += LOAD(heap->ring.tail);
@@ -16,21 +15,26 @@ static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
     }
 }
 
-/* Bytes in blocks handed out, read page by page from the live segments
- * (blocks waiting in a ring still count: their owner has not taken them back). */
-static uint64_t bytes_in_blocks(void) {
-    uint64_t total = 0;
+/* Blocks handed out and their bytes, read page by page from the live
+ * segments (blocks waiting in a ring still count: their owner has not taken
+ * them back). */
+static void live_blocks(uint64_t *blocks, uint64_t *bytes) {
+    *blocks = *bytes = 0;
     sf_lock(&sf_seg_lock);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next) {
         for (unsigned i = 0; i < seg->page_count; i++) {
             sf_page_t *page = &seg->pages[i];
-            if (SF_GET(page->flags) & SF_PAGE_SPAN) total += page->span_bytes;
-            else if (SF_GET(page->in_use))
-                total += (uint64_t)SF_GET(page->used) * SF_GET(page->block_size);
+            if (SF_GET(page->flags) & SF_PAGE_SPAN) {
+                *blocks += 1;
+                *bytes += page->span_bytes;
+            } else if (SF_GET(page->in_use)) {
+                uint64_t used = SF_GET(page->used);
+                *blocks += used;
+                *bytes += used * SF_GET(page->block_size);
+            }
         }
     }
     sf_unlock(&sf_seg_lock);
-    return total;
 }
 
 void sf_stats_collect(struct sefer_stats *out) {
@@ -47,9 +51,12 @@ void sf_stats_collect(struct sefer_stats *out) {
     }
     add_heap(out, &sf_heap_fallback);
     out->allocs += LOAD(sf_gstats.shared_allocs);
-    out->frees += LOAD(sf_gstats.shared_frees);
     out->remote_frees += LOAD(sf_gstats.shared_remote_frees);
-    out->bytes_in_blocks = bytes_in_blocks();
+    /* frees are not counted on the fast path: every block handed out is
+     * either live or was freed (and taken back by its owner) */
+    uint64_t live = 0;
+    live_blocks(&live, &out->bytes_in_blocks);
+    out->frees = out->allocs > live ? out->allocs - live : 0;
     out->bytes_committed = LOAD(sf_gstats.committed);
     out->bytes_reserved = LOAD(sf_gstats.reserved);
     out->bytes_metadata = LOAD(sf_gstats.metadata) + sizeof sf_registry;

@@ -1839,6 +1839,102 @@ START_TEST(test_guard_report_then_abort_again)
 }
 END_TEST
 
+START_TEST(test_guard_page_tail_refused)
+{
+    /* A 64 KiB page of 48-byte blocks holds 1365 of them and a 16-byte tail;
+     * the address one block past the last one is a multiple of the block
+     * size inside the page but was never handed out: freeing it must be
+     * refused, not accepted as a block (the free fast path has no bound
+     * check; the tail carries a cookie instead). */
+    ST_KNOB_SET("guard.on_error", "report");
+    enum { N = 3 * 1365 };
+    unsigned char **blocks = st_map(N * sizeof *blocks);
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(48);
+        ck_assert_ptr_nonnull(blocks[i]);
+    }
+    /* find a page whose last block (offset 1364 * 48) we hold: fully carved */
+    unsigned char *tail = NULL;
+    int last = -1;
+    for (int i = 0; i < N && tail == NULL; i++)
+        if (((uintptr_t)blocks[i] & 0xffff) == 1364 * 48) {
+            tail = blocks[i] + 48;
+            last = i;
+        }
+    ck_assert_msg(tail != NULL, "no fully carved page of 48-byte blocks found");
+    /* a full page takes the checked path anyway: give one block back so the
+     * page is in its class queue and frees into it take the fast path */
+    free(blocks[last]);
+    blocks[last] = NULL;
+    ck_assert_uint_eq(((uintptr_t)tail & 0xffff), 65520);
+    struct sefer_stats s0 = st_stats();
+    struct st_capture cap;
+    static char err[4096];
+    st_capture_begin(&cap);
+    free(st_launder(tail));
+    st_capture_end(&cap, err, sizeof err);
+    struct sefer_stats s1 = st_stats();
+    ck_assert_msg(ST_DELTA(s1, s0, guard_interior_free) == 1, "tail free not refused: %s", err);
+    /* the page still hands out only real blocks */
+    void *again[64];
+    for (int i = 0; i < 64; i++) {
+        again[i] = malloc(48);
+        ck_assert_ptr_ne(again[i], tail);
+    }
+    for (int i = 0; i < 64; i++)
+        free(again[i]);
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    st_unmap(blocks, N * sizeof *blocks);
+}
+END_TEST
+
+START_TEST(test_full_pages_leave_and_rejoin_class_queue)
+{
+    /* Regression: pages that fill up leave their class queue; when one of
+     * them empties again and is given back to its segment, the fast path must
+     * not keep handing out blocks from it (it may be re-made for another
+     * size class).  Fill three pages of one class, free a middle page's
+     * blocks, reuse the space with another class, and check every block of
+     * both classes is distinct and intact. */
+    enum { PER_PAGE = 65536 / 112, N = 4 * PER_PAGE };
+    unsigned char **a = st_map(N * sizeof *a), **b = st_map(N * sizeof *b);
+    for (int i = 0; i < N; i++) {
+        a[i] = malloc(100); /* class 112 */
+        ck_assert_ptr_nonnull(a[i]);
+        st_pat_fill(a[i], 100, (uint64_t)i);
+    }
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++)
+            if (a[i] && (i / PER_PAGE) % 2 == round % 2) {
+                free(a[i]);
+                a[i] = NULL;
+            }
+        for (int i = 0; i < N; i++) {
+            b[i] = malloc(i % 2 ? 200 : 100);
+            ck_assert_ptr_nonnull(b[i]);
+            st_pat_fill(b[i], i % 2 ? 200 : 100, (uint64_t)i + 1000000);
+        }
+        for (int i = 0; i < N; i++) {
+            if (a[i]) ck_assert_msg(st_pat_ok(a[i], 100, (uint64_t)i), "block a[%d] damaged", i);
+            ck_assert_msg(st_pat_ok(b[i], i % 2 ? 200 : 100, (uint64_t)i + 1000000),
+                          "block b[%d] damaged", i);
+        }
+        for (int i = 0; i < N; i++) {
+            if (a[i] == NULL) {
+                a[i] = malloc(100);
+                st_pat_fill(a[i], 100, (uint64_t)i);
+            }
+            free(b[i]);
+        }
+    }
+    for (int i = 0; i < N; i++)
+        free(a[i]);
+    st_unmap(a, N * sizeof *a);
+    st_unmap(b, N * sizeof *b);
+}
+END_TEST
+
 /* ====================================================================== */
 
 static Suite *api_suite(void)
@@ -1914,6 +2010,8 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_guard_double_free_refused);
     tcase_add_test(tc, test_guard_interior_refused);
     tcase_add_test(tc, test_guard_report_then_abort_again);
+    tcase_add_test(tc, test_guard_page_tail_refused);
+    tcase_add_test(tc, test_full_pages_leave_and_rejoin_class_queue);
     suite_add_tcase(s, tc);
 
     return s;
