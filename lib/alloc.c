@@ -42,17 +42,9 @@ static void *alloc_span(size_t n, size_t align) {
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     if (n > MEDIUM_MAX) return alloc_span(n, 0);
     unsigned c = sf_class_of(n);
-    if (n > DIRECT_MAX && heap->kind == SF_HEAP_REAL) {
-        /* medium sizes have no direct entry: try the class's first page */
-        sf_page_t *page = heap->queues[c].first;
-        sf_block_t *b;
-        if (page != NULL && (b = page->free) != NULL) {
-            page->free = b->next;
-            SF_COUNT(page->used);
-            SF_COUNT(heap->allocs);
-            b->cookie = 0;
-            return b;
-        }
+    if (n > DIRECT_MAX) { /* medium sizes have no direct entry */
+        void *p = sf_heap_pop(heap, c);
+        if (p != NULL) return p;
     }
     return alloc_class(c);
 }
@@ -63,23 +55,13 @@ void *sf_malloc_aligned(size_t align, size_t n) {
         errno = ENOMEM;
         return NULL;
     }
+    /* the class of a power of two is exactly that size, and its blocks are
+     * aligned to it: the common aligned request is a plain malloc */
+    if (n <= align && align <= MAX_ALIGN_FROM_CLASS) return sf_malloc(align);
     unsigned c = sf_class_for_aligned(n, align);
-    if (c != 0) return alloc_class(c);
-    return alloc_span(n, align);
-}
-
-void *sf_calloc(size_t count, size_t size) {
-    size_t n;
-    if (__builtin_mul_overflow(count, size, &n)) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    void *p = sf_malloc(n);
-    if (p == NULL) return NULL;
-    if (n > MEDIUM_MAX && sf_segmap_header(p)->fresh_zero)
-        return p; /* a new or fully decommitted span */
-    memset(p, 0, n);
-    return p;
+    if (c == 0) return alloc_span(n, align);
+    void *p = sf_heap_pop(sf_tls_heap, c);
+    return p != NULL ? p : alloc_class(c);
 }
 
 /* Size the block at p can hold, or 0 if p is not the start of a live block. */
@@ -109,9 +91,9 @@ void *sf_realloc(void *p, size_t n) {
         return NULL;
     }
     sf_segment_t *seg = NULL;
-    sf_page_t *page = sf_check_block(p, &seg); /* reports misuse */
-    if (page == NULL) {
-        errno = EINVAL;
+    sf_page_t *page = sf_small_owned_page(p, sf_tls_heap); /* the common case, checked cheaply */
+    if (page == NULL && (page = sf_check_block(p, &seg)) == NULL) {
+        errno = EINVAL; /* misuse, reported by sf_check_block */
         return NULL;
     }
     size_t usable = (SF_GET(page->flags) & SF_PAGE_SPAN) ? page->span_bytes : page->block_size;

@@ -42,30 +42,60 @@ SF_INLINE void *sf_malloc(size_t n) {
  * "block" carries the page's free cookie, so a free of it takes the generic
  * path, which rejects it; before that it is among the blocks not yet carved
  * (docs/design.md: what level 1 checks where). */
-SF_INLINE void sf_free(void *p) {
+SF_INLINE sf_page_t *sf_small_owned_page(const void *p, sf_heap_t *heap) {
     uintptr_t u = (uintptr_t)p;
     if (likely(sf_segmap_is_small_head(p))) {
-        /* &seg->pages[(u >> 16) & 63], written so the index is scaled once */
-        uintptr_t cookie = (u & ~(uintptr_t)SEG_MASK) |
-                           ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
-                            ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT));
-        sf_page_t *page = (sf_page_t *)cookie; /* sf_page_cookie(page) == page */
+        /* &seg->pages[(u >> 16) & 63 - 1], written so the index is scaled once */
+        sf_page_t *page = (sf_page_t *)((u & ~(uintptr_t)SEG_MASK) |
+                                        ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
+                                         ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
         uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
-        sf_heap_t *heap = sf_tls_heap;
-        sf_block_t *b = (sf_block_t *)p;
         if (likely(SF_PEEK(page->fast_heap) == heap && off * page->divmagic < page->divmagic &&
-                   b->cookie != cookie)) {
-            b->next = page->local_free;
-            b->cookie = cookie;
-            page->local_free = b;
-            if (likely(SF_UNCOUNT(page->used) != 0)) return;
-            /* the only page of its (small) class stays: see sf_page_on_empty */
-            if (page->prev == NULL && page->next == NULL) return;
-            sf_page_on_empty(heap, page);
-            return;
-        }
+                   ((const sf_block_t *)p)->cookie != sf_page_cookie(page)))
+            return page;
+    }
+    return NULL;
+}
+
+SF_INLINE void sf_free(void *p) {
+    sf_heap_t *heap = sf_tls_heap;
+    sf_page_t *page = sf_small_owned_page(p, heap);
+    if (likely(page != NULL)) {
+        sf_block_t *b = (sf_block_t *)p;
+        b->next = page->local_free;
+        b->cookie = sf_page_cookie(page);
+        page->local_free = b;
+        if (likely(SF_UNCOUNT(page->used) != 0)) return;
+        /* the only page of its (small) class stays: see sf_page_on_empty */
+        if (page->prev == NULL && page->next == NULL) return;
+        sf_page_on_empty(heap, page);
+        return;
     }
     sf_free_generic(p);
+}
+
+/* Pops a block from the class's current page, if it has one ready. */
+SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
+    sf_page_t *page = heap->queues[class_idx].first;
+    sf_block_t *b;
+    if (page == NULL || (b = page->free) == NULL) return NULL;
+    page->free = b->next;
+    SF_COUNT(page->used);
+    SF_COUNT(heap->allocs);
+    b->cookie = 0;
+    return b;
+}
+
+SF_INLINE void *sf_calloc(size_t count, size_t size) {
+    size_t n;
+    if (unlikely(__builtin_mul_overflow(count, size, &n))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = sf_malloc(n);
+    if (unlikely(p == NULL) || (n > MEDIUM_MAX && sf_segmap_header(p)->fresh_zero))
+        return p; /* failed, or a new or fully decommitted span: already zero */
+    return memset(p, 0, n);
 }
 
 #endif

@@ -363,7 +363,6 @@ SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
 /* ---- alloc.c / free.c (fast paths: fastpath.h) ------------------------------ */
 SF_HIDDEN void *sf_malloc_generic(size_t n, sf_heap_t *heap);
 SF_HIDDEN void *sf_malloc_aligned(size_t align, size_t n);
-SF_HIDDEN void *sf_calloc(size_t count, size_t size);
 SF_HIDDEN void *sf_realloc(void *p, size_t n);
 SF_HIDDEN size_t sf_usable_size(const void *p);
 SF_HIDDEN void *sf_reallocarray(void *p, size_t count, size_t size);
