@@ -35,6 +35,27 @@
 #define SF_NOINLINE __attribute__((noinline))
 #define SF_INLINE static inline __attribute__((always_inline))
 
+/* Fields one thread writes and others read without a lock (statistics,
+ * page flags seen by a remote free).  SF_GET/SF_SET are relaxed atomic
+ * accesses, a plain mov on x86-64.  SF_COUNT/SF_UNCOUNT bump a hot counter
+ * by its only writer: one add instruction, except under ThreadSanitizer,
+ * where the store is made atomic so the benign race is not reported.
+ * SF_UNCOUNT yields the new value. */
+#define SF_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+#define SF_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+/* SF_PEEK: a read another thread may be writing, where any value read is
+ * harmless (an aligned pointer on x86-64 is never torn): plain, so the
+ * compiler can fold it into a compare; atomic under ThreadSanitizer. */
+#if defined(__SANITIZE_THREAD__)
+#define SF_PEEK(field) SF_GET(field)
+#define SF_COUNT(field) SF_SET(field, (field) + 1)
+#define SF_UNCOUNT(field) (SF_SET(field, (field) - 1), (field))
+#else
+#define SF_PEEK(field) (field)
+#define SF_COUNT(field) ((field)++)
+#define SF_UNCOUNT(field) (--(field))
+#endif
+
 /* ---- geometry ---------------------------------------------------------- */
 #define SEG_SHIFT 22
 #define SEG_SIZE ((size_t)1 << SEG_SHIFT)
@@ -244,7 +265,7 @@ SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
  * test, off * ceil(2^64/size) < ceil(2^64/size), is exact for off < 2^32. */
 SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
     uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
-    return off < page->carved_bytes && off * page->divmagic < page->divmagic;
+    return off < SF_GET(page->carved_bytes) && off * page->divmagic < page->divmagic;
 }
 
 /* Remote-free ring: a bounded multi-producer single-consumer queue of block
@@ -375,26 +396,6 @@ SF_HIDDEN size_t sf_trim(void);
 SF_HIDDEN void sf_print_stats(void);
 SF_HIDDEN void sf_free_generic(void *p);
 SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
-/* Fields one thread writes and others read without a lock (statistics,
- * page flags seen by a remote free).  SF_GET/SF_SET are relaxed atomic
- * accesses, a plain mov on x86-64.  SF_COUNT/SF_UNCOUNT bump a hot counter
- * by its only writer: one add instruction, except under ThreadSanitizer,
- * where the store is made atomic so the benign race is not reported.
- * SF_UNCOUNT yields the new value. */
-#define SF_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
-#define SF_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
-/* SF_PEEK: a read another thread may be writing, where any value read is
- * harmless (an aligned pointer on x86-64 is never torn): plain, so the
- * compiler can fold it into a compare; atomic under ThreadSanitizer. */
-#if defined(__SANITIZE_THREAD__)
-#define SF_PEEK(field) SF_GET(field)
-#define SF_COUNT(field) SF_SET(field, (field) + 1)
-#define SF_UNCOUNT(field) (SF_SET(field, (field) - 1), (field))
-#else
-#define SF_PEEK(field) (field)
-#define SF_COUNT(field) ((field)++)
-#define SF_UNCOUNT(field) (--(field))
-#endif
 
 /* ---- guard.c ---------------------------------------------------------------- */
 enum sf_guard_kind { SF_GUARD_INVALID, SF_GUARD_INTERIOR, SF_GUARD_DOUBLE };

@@ -56,7 +56,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->block_start = start;
     SF_SET(page->block_size, bsize);
     page->reserved = (uint32_t)((size_t)(end - start) / bsize);
-    page->carved_bytes = 0;
+    SF_SET(page->carved_bytes, 0);
     page->divmagic = UINT64_MAX / bsize + 1;
     page->capacity = 0;
     page->free = page->local_free = NULL;
@@ -85,7 +85,7 @@ static void page_extend(sf_page_t *page) {
     }
     page->free = prev;
     page->capacity += want;
-    page->carved_bytes = page->capacity * page->block_size;
+    SF_SET(page->carved_bytes, page->capacity * page->block_size);
     if (page->capacity == page->reserved) {
         /* mark the tail's would-be block as free so the fast path sends a
          * free of it to the generic path (the tail is a multiple of 16
