@@ -74,9 +74,11 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(fallback_allocs, "allocations served by the locked fallback heap")                   \
     X(guard_invalid_free, "frees of pointers sefer does not own")                          \
     X(guard_interior_free, "frees of pointers inside a block")                             \
-    X(guard_double_free, "double frees detected")
+    X(guard_double_free, "double frees detected")                                          \
+    X(guard_overflow, "writes past the end of a block found by its canary (level >= 2)")   \
+    X(guard_use_after_free, "writes into a freed block found on reuse (level >= 2)")
 
-#define SEFER_STATS_VERSION 1
+#define SEFER_STATS_VERSION 2
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */
@@ -99,6 +101,14 @@ SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size);
  * (the knob cannot change while the program runs). */
 SEFER_EXPORT int sefer_config_get(const char *name, char *buf, size_t len);
 SEFER_EXPORT int sefer_config_set(const char *name, const char *value);
+
+/* Why the calling thread's last failed sefer_config_get/set failed, as one
+ * line ("guard.level: cannot change while the program runs"); "" if none. */
+SEFER_EXPORT const char *sefer_config_error(void);
+
+/* Where a knob's current value came from: "default", "file", "env" or
+ * "runtime"; NULL (errno ENOENT) for an unknown name. */
+SEFER_EXPORT const char *sefer_config_source(const char *name);
 
 #ifdef __cplusplus
 }

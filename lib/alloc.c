@@ -3,7 +3,7 @@
 #include "fastpath.h"
 
 /* Allocates from class c for the calling thread, whatever its state. */
-static void *alloc_class(unsigned c) {
+void *sf_alloc_class(unsigned c) {
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind != SF_HEAP_REAL) heap = sf_heap_for_thread();
     void *p;
@@ -22,7 +22,7 @@ static void *alloc_class(unsigned c) {
     return p;
 }
 
-static void *alloc_span(size_t n, size_t align) {
+void *sf_alloc_span(size_t n, size_t align) {
     sf_ensure_init();
     if (n > PTRDIFF_MAX) {
         sf_stat_add(&sf_gstats.enomem, 1);
@@ -40,17 +40,19 @@ static void *alloc_span(size_t n, size_t align) {
 }
 
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
-    if (n > MEDIUM_MAX) return alloc_span(n, 0);
+    if (unlikely(sf_guard_level >= 2)) return sf_guarded_malloc(n, 16);
+    if (n > MEDIUM_MAX) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
     if (n > DIRECT_MAX) { /* medium sizes have no direct entry */
         void *p = sf_heap_pop(heap, c);
         if (p != NULL) return p;
     }
-    return alloc_class(c);
+    return sf_alloc_class(c);
 }
 
 void *sf_malloc_aligned(size_t align, size_t n) {
     if (align <= 16) return sf_malloc(n);
+    if (unlikely(sf_guard_level >= 2)) return sf_guarded_malloc(n, align);
     if (n > PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
@@ -59,9 +61,9 @@ void *sf_malloc_aligned(size_t align, size_t n) {
      * aligned to it: the common aligned request is a plain malloc */
     if (n <= align && align <= MAX_ALIGN_FROM_CLASS) return sf_malloc(align);
     unsigned c = sf_class_for_aligned(n, align);
-    if (c == 0) return alloc_span(n, align);
+    if (c == 0) return sf_alloc_span(n, align);
     void *p = sf_heap_pop(sf_tls_heap, c);
-    return p != NULL ? p : alloc_class(c);
+    return p != NULL ? p : sf_alloc_class(c);
 }
 
 /* Size the block at p can hold, or 0 if p is not the start of a live block. */
@@ -69,9 +71,13 @@ size_t sf_usable_size(const void *p) {
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) return 0;
     sf_page_t *page = sf_page_of(seg, p);
-    if (SF_GET(page->flags) & SF_PAGE_SPAN) return p == page->block_start ? page->span_bytes : 0;
-    if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p)) return 0;
-    return SF_GET(page->block_size);
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) {
+        if (p != page->block_start) return 0;
+    } else if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p)) {
+        return 0;
+    }
+    if (sf_guard_level >= 2) return sf_guarded_usable(seg, page, p);
+    return (SF_GET(page->flags) & SF_PAGE_SPAN) ? page->span_bytes : SF_GET(page->block_size);
 }
 
 /* Resizes in place when the block can hold n and would not waste more than
@@ -91,13 +97,18 @@ void *sf_realloc(void *p, size_t n) {
         return NULL;
     }
     sf_segment_t *seg = NULL;
-    sf_page_t *page = sf_small_owned_page(p, sf_tls_heap); /* the common case, checked cheaply */
+    sf_page_t *page = sf_small_owned_page(p); /* the common case, checked cheaply */
     if (page == NULL && (page = sf_check_block(p, &seg)) == NULL) {
         errno = EINVAL; /* misuse, reported by sf_check_block */
         return NULL;
     }
     size_t usable = (SF_GET(page->flags) & SF_PAGE_SPAN) ? page->span_bytes : page->block_size;
-    if (resize_in_place(seg, page, n, usable)) return p;
+    if (sf_guard_level >= 2) {
+        /* the canary sits right after the request: always move */
+        usable = sf_guarded_usable(seg != NULL ? seg : sf_segment_of(p), page, p);
+    } else if (resize_in_place(seg, page, n, usable)) {
+        return p;
+    }
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;
     memcpy(q, p, n < usable ? n : usable);

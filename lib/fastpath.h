@@ -42,7 +42,7 @@ SF_INLINE void *sf_malloc(size_t n) {
  * "block" carries the page's free cookie, so a free of it takes the generic
  * path, which rejects it; before that it is among the blocks not yet carved
  * (docs/design.md: what level 1 checks where). */
-SF_INLINE sf_page_t *sf_small_owned_page(const void *p, sf_heap_t *heap) {
+SF_INLINE sf_page_t *sf_small_owned_page(const void *p) {
     uintptr_t u = (uintptr_t)p;
     if (likely(sf_segmap_is_small_head(p))) {
         /* &seg->pages[(u >> 16) & 63 - 1], written so the index is scaled once */
@@ -50,7 +50,7 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p, sf_heap_t *heap) {
                                         ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
                                          ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
         uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
-        if (likely(SF_PEEK(page->fast_heap) == heap && off * page->divmagic < page->divmagic &&
+        if (likely(SF_PEEK(page->fast_heap) == sf_tls_heap && off * page->divmagic < page->divmagic &&
                    ((const sf_block_t *)p)->cookie != sf_page_cookie(page)))
             return page;
     }
@@ -58,8 +58,7 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p, sf_heap_t *heap) {
 }
 
 SF_INLINE void sf_free(void *p) {
-    sf_heap_t *heap = sf_tls_heap;
-    sf_page_t *page = sf_small_owned_page(p, heap);
+    sf_page_t *page = sf_small_owned_page(p);
     if (likely(page != NULL)) {
         sf_block_t *b = (sf_block_t *)p;
         b->next = page->local_free;
@@ -68,7 +67,7 @@ SF_INLINE void sf_free(void *p) {
         if (likely(SF_UNCOUNT(page->used) != 0)) return;
         /* the only page of its (small) class stays: see sf_page_on_empty */
         if (page->prev == NULL && page->next == NULL) return;
-        sf_page_on_empty(heap, page);
+        sf_page_on_empty(page->fast_heap, page);
         return;
     }
     sf_free_generic(p);
@@ -78,7 +77,7 @@ SF_INLINE void sf_free(void *p) {
 SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t *page = heap->queues[class_idx].first;
     sf_block_t *b;
-    if (page == NULL || (b = page->free) == NULL) return NULL;
+    if (page == NULL || (b = page->free) == NULL || SF_GET(page->flags) != 0) return NULL;
     page->free = b->next;
     SF_COUNT(page->used);
     SF_COUNT(heap->allocs);

@@ -28,7 +28,8 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
         sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
-               sf_page_holds_free_block(page, p)) {
+               (sf_page_holds_free_block(page, p) ||
+                (sf_guard_level >= 3 && sf_quarantine_holds(seg->heap, p)))) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return NULL;
     }
@@ -38,7 +39,9 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
 
 static void free_to_fallback(sf_page_t *page, sf_block_t *b) {
     sf_lock(&sf_fallback_lock);
-    if (b->cookie == sf_page_cookie(page) && sf_page_holds_free_block(page, b)) {
+    if (b->cookie == sf_page_cookie(page) &&
+        (sf_page_holds_free_block(page, b) ||
+         (sf_guard_level >= 3 && sf_quarantine_holds(&sf_heap_fallback, b)))) {
         sf_unlock(&sf_fallback_lock);
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
@@ -56,6 +59,8 @@ void sf_free_generic(void *p) {
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;
+    if (sf_guard_level >= 2 && !sf_guarded_free_ok(seg, page, p, seg->heap == sf_tls_heap))
+        return; /* canary or cross-thread double free: reported and refused */
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         sf_span_free(seg);
         return;

@@ -3,18 +3,36 @@
  * Each detection is counted by kind; the first of each kind is written to
  * stderr with the address; then the process aborts (guard.on_error =
  * "abort", the default) or the caller refuses the operation and goes on
- * ("report").  Nothing here allocates. */
+ * ("report").  At guard level 0 a detection (the fast path's checks run at
+ * every level: they protect sefer's own lists) is counted and refused
+ * silently.  Nothing here allocates. */
 #include "internal.h"
 
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-static const char *const kind_text[] = {
+static const char *const kind_text[SF_GUARD_KINDS] = {
     [SF_GUARD_INVALID] = "free of a pointer sefer does not own",
     [SF_GUARD_INTERIOR] = "free of a pointer inside a block",
     [SF_GUARD_DOUBLE] = "double free",
+    [SF_GUARD_OVERFLOW] = "write past the end of a block (canary overwritten)",
+    [SF_GUARD_USE_AFTER_FREE] = "write into a freed block",
 };
-static _Atomic bool reported[3];
+static _Atomic bool reported[SF_GUARD_KINDS];
+
+uintptr_t sf_guard_secret;
+
+/* A random secret for canaries and free-list encoding (guard level >= 2). */
+void sf_guard_init(void) {
+    uintptr_t s = 0;
+    if (syscall(SYS_getrandom, &s, sizeof s, 1 /* GRND_NONBLOCK */) != (long)sizeof s || s == 0) {
+        unsigned lo, hi;
+        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+        s = ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&s ^ 0x9e3779b97f4a7c15ull;
+    }
+    sf_guard_secret = s | 1;
+}
 
 void sf_write_stderr(const char *msg) {
     size_t n = strlen(msg);
@@ -45,6 +63,7 @@ static char *append_hex(char *at, const char *end, uintptr_t v) {
 
 void sf_guard_report(enum sf_guard_kind kind, const void *p) {
     sf_stat_add(&sf_gstats.guard[kind], 1);
+    if (sf_guard_level == 0) return;
     bool abort_now = sf_knob(SF_KNOB_GUARD_ON_ERROR) == SF_ON_ERROR_ABORT;
     if (!atomic_exchange(&reported[kind], true) || abort_now) {
         char msg[192];
@@ -61,14 +80,17 @@ void sf_guard_report(enum sf_guard_kind kind, const void *p) {
     if (abort_now) abort();
 }
 
-static bool list_holds(const sf_block_t *list, const void *b, uint32_t bound) {
-    for (uint32_t i = 0; list != NULL && i <= bound; i++, list = list->next)
+static bool list_holds(const sf_page_t *page, const sf_block_t *list, const void *b) {
+    const uint8_t *lo = page->block_start, *hi = lo + page->carved_bytes;
+    for (uint32_t i = 0; list != NULL && i <= page->capacity; i++) {
         if (list == b) return true;
+        if ((const uint8_t *)list < lo || (const uint8_t *)list >= hi) return false; /* corrupt */
+        list = sf_link_decode(page, list);
+    }
     return false;
 }
 
 /* Whether b sits on the page's owner-side free lists (owner context). */
 bool sf_page_holds_free_block(const sf_page_t *page, const void *b) {
-    return list_holds(page->free, b, page->capacity) ||
-           list_holds(page->local_free, b, page->capacity);
+    return list_holds(page, page->free, b) || list_holds(page, page->local_free, b);
 }

@@ -114,6 +114,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "hardening level 0-3 (docs/design.md: guard levels)")                                       \
     X(GUARD_ON_ERROR, "guard.on_error", SF_KNOB_ENUM, SF_ON_ERROR_ABORT, 0, 1, 1, sf_on_error_names, \
       "what a detected misuse does: abort, or report and refuse the operation")                   \
+    X(GUARD_QUARANTINE, "guard.quarantine", SF_KNOB_SIZE, 256ull << 10, 0, 64ull << 20, 0, NULL,     \
+      "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
       "start the introspection HTTP server")                                                       \
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
@@ -137,10 +139,58 @@ SF_HIDDEN void sf_knobs_init(void);
 SF_HIDDEN extern pthread_mutex_t sf_knob_lock;
 SF_HIDDEN const char *sf_knob_string(enum sf_knob_id id);
 
+/* ---- config_file.c ---- */
+/* The knob table as data, text -> value conversion and the SEFER_CONFIG
+ * parser: pure (no state, no allocation, no system call), so the fuzz
+ * target and tools/knobs-doc link config_file.c alone. */
+#define SF_KNOB_STR_MAX 128               /* string knobs hold at most 127 bytes */
+#define SF_CONFIG_FILE_MAX (64u << 10)    /* a SEFER_CONFIG file, at most */
+struct sf_knob_def {
+    const char *name;
+    uint8_t type, runtime;
+    uint64_t def, min, max;
+    const char *const *choices; /* ENUM: NULL-terminated; the value is the index */
+    const char *meaning;
+};
+SF_HIDDEN extern const struct sf_knob_def sf_knob_defs[SF_KNOB_COUNT];
+SF_HIDDEN const char *sf_knob_default_string(int id);
+SF_HIDDEN int sf_knob_lookup(const char *name, size_t len); /* -1: unknown */
+SF_HIDDEN size_t sf_knob_env_name(int id, char *buf, size_t len);
+/* Text as in SEFER_* variables and sefer_config_set -> value (STRING: 0, the
+ * text is the value); false with the reason in why ("out of range 0-3"). */
+SF_HIDDEN bool sf_knob_from_text(int id, const char *text, uint64_t *out, char *why, size_t whylen);
+
+/* A bounded, always NUL-terminated string builder (truncates). */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} sf_str_t;
+SF_HIDDEN void sf_str_init(sf_str_t *s, char *buf, size_t cap);
+SF_HIDDEN void sf_str_add(sf_str_t *s, const char *text);
+SF_HIDDEN void sf_str_addn(sf_str_t *s, const char *text, size_t n);
+SF_HIDDEN void sf_str_addu(sf_str_t *s, uint64_t v);
+SF_HIDDEN void sf_str_add_clean(sf_str_t *s, const char *text, size_t n, size_t max);
+SF_HIDDEN void sf_knob_format_human(uint8_t type, uint64_t v, sf_str_t *s);
+SF_HIDDEN const char *sf_errno_text(int e);
+
+/* The parser calls set() for each valid key = value (str: the text of a
+ * STRING knob, else NULL), unset() when a key set earlier in the file turns
+ * out to be duplicated (the file no longer sets it), and error() once per
+ * bad line (key: the full knob name as written, "[table]", or "-").
+ * Returns the number of errors. */
+typedef struct sf_config_sink {
+    void *ctx;
+    void (*set)(void *ctx, int knob, uint64_t value, const char *str, unsigned line);
+    void (*unset)(void *ctx, int knob, unsigned line);
+    void (*error)(void *ctx, unsigned line, const char *key, const char *msg);
+} sf_config_sink_t;
+SF_HIDDEN unsigned sf_config_parse(const char *buf, size_t len, const sf_config_sink_t *sink);
+
 /* ---- OS layer (os.c) ---------------------------------------------------- */
 SF_HIDDEN void *sf_os_map_aligned(size_t size, size_t align);
 SF_HIDDEN void sf_os_unmap(void *p, size_t size);
 SF_HIDDEN void sf_os_decommit(void *p, size_t size);
+SF_HIDDEN void sf_os_protect(void *p, size_t size, bool accessible);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
 SF_HIDDEN uint64_t sf_now_ms(void);
 
@@ -150,7 +200,7 @@ struct sf_global_stats {
     _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
     /* operations not counted in a heap: spans, and threads without a heap */
     _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs;
-    _Atomic uint64_t guard[3];
+    _Atomic uint64_t guard[5];
 };
 SF_HIDDEN extern struct sf_global_stats sf_gstats;
 SF_INLINE void sf_stat_add(_Atomic uint64_t *c, uint64_t v) {
@@ -219,6 +269,8 @@ typedef struct sf_page_s {
     uint8_t *page_start;
     size_t page_bytes;
     size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+    uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
+    size_t requested;  /* spans at guard level >= 2: the size asked for */
 } __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
 
 enum sf_seg_kind { SF_SEG_SMALL, SF_SEG_MEDIUM, SF_SEG_LARGE, SF_SEG_HUGE };
@@ -312,6 +364,8 @@ typedef struct sf_heap_s {
     uint32_t pages_in_use;
     uint64_t remote_frees, large_allocs; /* frees this thread sent to others */
     uint64_t page_allocs;
+    sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
+    size_t quarantine_bytes, quarantine_count;
     _Atomic int state;
     _Atomic int tid;
     char thread_name[SF_THREAD_NAME];
@@ -398,10 +452,43 @@ SF_HIDDEN void sf_free_generic(void *p);
 SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
 
 /* ---- guard.c ---------------------------------------------------------------- */
-enum sf_guard_kind { SF_GUARD_INVALID, SF_GUARD_INTERIOR, SF_GUARD_DOUBLE };
+enum sf_guard_kind {
+    SF_GUARD_INVALID,
+    SF_GUARD_INTERIOR,
+    SF_GUARD_DOUBLE,
+    SF_GUARD_OVERFLOW,
+    SF_GUARD_USE_AFTER_FREE,
+    SF_GUARD_KINDS
+};
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_write_stderr(const char *msg);
+SF_HIDDEN extern uintptr_t sf_guard_secret;
+SF_HIDDEN void sf_guard_init(void);
+
+/* Free-list links: XOR-ed with the page's secret at guard level >= 2; the
+ * secret is 0 below that, so the slow paths use these unconditionally and
+ * the fast paths (which never see a guarded page) use plain links. */
+SF_INLINE sf_block_t *sf_link_decode(const sf_page_t *page, const sf_block_t *b) {
+    return (sf_block_t *)((uintptr_t)b->next ^ page->secret);
+}
+SF_INLINE void sf_link_set(const sf_page_t *page, sf_block_t *b, const sf_block_t *next) {
+    b->next = (sf_block_t *)((uintptr_t)next ^ page->secret);
+}
+
+/* ---- guarded.c: guard levels 2 and 3 -------------------------------------- */
+#define SF_GUARD_TAIL 12 /* 8-byte canary after the request, 4-byte size at block end */
+#define SF_JUNK 0xDB     /* level 3 fills freed blocks with it */
+SF_HIDDEN void *sf_guarded_malloc(size_t n, size_t align);
+SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner);
+SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);
+SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
+SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
+SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
+SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
+SF_HIDDEN void *sf_alloc_class(unsigned c);
+SF_HIDDEN void *sf_alloc_span(size_t n, size_t align);
 
 /* ---- stats.c ---------------------------------------------------------------- */
 SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);

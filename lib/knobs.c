@@ -1,163 +1,266 @@
-/* knobs.c - every tunable, declared once (SF_KNOBS in internal.h).
+/* knobs.c - the values of the knobs and where they came from.
  *
- * The table gives each knob its name, type, default, bounds, whether it may
- * change while the program runs, and a one-line meaning.  Values live in an
- * array of 64-bit atomics so the allocator reads them without locks; strings
- * live in fixed buffers.  Everything here runs without calling malloc: it is
- * used during early initialisation. */
+ * The table (SF_KNOBS in internal.h, as data in config_file.c) gives each
+ * knob its name, type, default, bounds, whether it may change while the
+ * program runs, and a one-line meaning.  Values live in an array of 64-bit
+ * atomics so the allocator reads them without locks; strings live in fixed
+ * buffers.
+ *
+ * Start-up (sf_knobs_init, from the first allocation's slow path, before
+ * any allocation is served, maybe inside the dynamic loader) applies, in
+ * order: the defaults, the SEFER_CONFIG file, the SEFER_* variables.  A
+ * runtime sefer_config_set comes last.  None of it calls malloc or stdio:
+ * getenv, open, fstat, read, close, write and _exit only; the file goes into
+ * a static buffer.  Every bad input is reported once on stderr as
+ *   FILE:LINE: KEY: what is wrong (default kept)
+ *   SEFER_X=value: KEY: what is wrong (default kept)
+ * and with SEFER_CONFIG_STRICT=1 refuses the start (exit status 78). */
 #include "internal.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-static const char *const sf_decommit_names[] = {"never", "eager", "delayed", NULL};
-static const char *const sf_on_error_names[] = {"abort", "report", NULL};
-
-struct sf_knob_def {
-    const char *name;
-    uint8_t type;
-    uint8_t runtime;
-    uint64_t def, min, max;
-    const char *const *choices;
-    const char *meaning;
-};
-
-static const struct sf_knob_def knob_defs[SF_KNOB_COUNT] = {
-#define SF_KNOB_DEF_(id, nm, ty, dflt, lo, hi, rt, ch, doc) \
-    [SF_KNOB_##id] = {nm, ty, rt, (uint64_t)(dflt), (uint64_t)(lo), (uint64_t)(hi), ch, doc},
-    SF_KNOBS(SF_KNOB_DEF_)
-#undef SF_KNOB_DEF_
-};
-
-#define SF_KNOB_STR_MAX 128
 _Atomic uint64_t sf_knob_value[SF_KNOB_COUNT];
 static uint8_t knob_source[SF_KNOB_COUNT];
 static char knob_strings[SF_KNOB_COUNT][SF_KNOB_STR_MAX];
 pthread_mutex_t sf_knob_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int knob_find(const char *name) {
-    if (name == NULL) return -1;
-    for (int i = 0; i < SF_KNOB_COUNT; i++)
-        if (strcmp(knob_defs[i].name, name) == 0) return i;
-    return -1;
-}
+static const char *const source_names[] = {
+    [SF_SRC_DEFAULT] = "default", [SF_SRC_FILE] = "file", [SF_SRC_ENV] = "env", [SF_SRC_RUNTIME] = "runtime"};
+
+/* Why this thread's last sefer_config_* call failed. */
+static __thread char config_error[256];
 
 const char *sf_knob_string(enum sf_knob_id id) { return knob_strings[id]; }
 
-/* Parses an unsigned decimal with an optional unit suffix.  Sizes take
- * B, KiB, MiB, GiB, TiB (and K/M/G/T, KB/MB/GB meaning the same powers of
- * 1024); durations take ms, s, min.  Returns false on anything else. */
-static bool parse_number(const char *s, uint8_t type, uint64_t *out) {
-    uint64_t v = 0;
-    const char *p = s;
-    if (*p < '0' || *p > '9') return false;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (UINT64_MAX - 9) / 10) return false;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    while (*p == ' ') p++;
-    uint64_t mul = 1;
-    if (type == SF_KNOB_SIZE) {
-        static const struct { const char *u; uint64_t m; } units[] = {
-            {"", 1}, {"B", 1}, {"K", 1ull << 10}, {"KB", 1ull << 10}, {"KiB", 1ull << 10},
-            {"M", 1ull << 20}, {"MB", 1ull << 20}, {"MiB", 1ull << 20}, {"G", 1ull << 30},
-            {"GB", 1ull << 30}, {"GiB", 1ull << 30}, {"T", 1ull << 40}, {"TB", 1ull << 40},
-            {"TiB", 1ull << 40}};
-        bool found = false;
-        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-            if (strcmp(p, units[i].u) == 0) { mul = units[i].m; found = true; break; }
-        if (!found) return false;
-    } else if (type == SF_KNOB_MS) {
-        if (strcmp(p, "") == 0 || strcmp(p, "ms") == 0) mul = 1;
-        else if (strcmp(p, "s") == 0) mul = 1000;
-        else if (strcmp(p, "min") == 0) mul = 60000;
-        else return false;
-    } else if (*p != '\0') {
-        return false;
-    }
-    if (mul != 1 && v > UINT64_MAX / mul) return false;
-    *out = v * mul;
-    return true;
-}
-
-/* Converts text to a knob value; false (errno EINVAL) if malformed or out of
- * bounds.  The caller holds sf_knob_lock or runs before threads exist. */
-static bool knob_parse(int i, const char *text, uint64_t *out) {
-    const struct sf_knob_def *d = &knob_defs[i];
-    switch (d->type) {
-    case SF_KNOB_BOOL:
-        if (!strcmp(text, "1") || !strcmp(text, "true") || !strcmp(text, "yes") || !strcmp(text, "on"))
-            *out = 1;
-        else if (!strcmp(text, "0") || !strcmp(text, "false") || !strcmp(text, "no") || !strcmp(text, "off"))
-            *out = 0;
-        else return false;
-        return true;
-    case SF_KNOB_ENUM:
-        for (uint64_t c = 0; d->choices[c] != NULL; c++)
-            if (strcmp(d->choices[c], text) == 0) { *out = c; return true; }
-        return false;
-    case SF_KNOB_STRING:
-        return strlen(text) < SF_KNOB_STR_MAX;
-    default:
-        return parse_number(text, d->type, out) && *out >= d->min && *out <= d->max;
-    }
-}
-
-static bool knob_apply(int i, const char *text, uint8_t source) {
-    uint64_t v = 0;
-    if (!knob_parse(i, text, &v)) return false;
-    if (knob_defs[i].type == SF_KNOB_STRING) {
-        size_t n = strlen(text);
-        memcpy(knob_strings[i], text, n + 1);
+static void set_value(int i, uint64_t v, const char *str, uint8_t source) {
+    if (sf_knob_defs[i].type == SF_KNOB_STRING) {
+        size_t n = strlen(str);
+        if (n >= SF_KNOB_STR_MAX) n = SF_KNOB_STR_MAX - 1;
+        memcpy(knob_strings[i], str, n);
+        knob_strings[i][n] = '\0';
     } else {
         atomic_store_explicit(&sf_knob_value[i], v, memory_order_relaxed);
     }
     knob_source[i] = source;
+}
+
+static void set_default(int i) {
+    set_value(i, sf_knob_defs[i].def, sf_knob_default_string(i), SF_SRC_DEFAULT);
+}
+
+/* ---- start-up ------------------------------------------------------------------ */
+
+static unsigned startup_errors;
+
+/* Writes one report line, cut to fit, with a newline. */
+static void report_line(sf_str_t *s) {
+    if (s->len + 1 >= s->cap) s->len = s->cap - 2;
+    s->buf[s->len++] = '\n';
+    s->buf[s->len] = '\0';
+    sf_write_stderr(s->buf);
+    startup_errors++;
+}
+
+struct file_ctx {
+    const char *path;
+};
+
+static void file_set(void *ctx, int knob, uint64_t value, const char *str, unsigned line) {
+    (void)ctx;
+    (void)line;
+    set_value(knob, value, str, SF_SRC_FILE);
+}
+
+static void file_unset(void *ctx, int knob, unsigned line) {
+    (void)ctx;
+    (void)line;
+    set_default(knob);
+}
+
+static void file_error(void *ctx, unsigned line, const char *key, const char *msg) {
+    const struct file_ctx *f = ctx;
+    char buf[1024];
+    sf_str_t s;
+    sf_str_init(&s, buf, sizeof buf);
+    sf_str_add_clean(&s, f->path, strlen(f->path), 512);
+    sf_str_add(&s, ":");
+    sf_str_addu(&s, line);
+    sf_str_add(&s, ": ");
+    sf_str_add_clean(&s, key, strlen(key), 128);
+    sf_str_add(&s, ": ");
+    sf_str_add_clean(&s, msg, strlen(msg), 400);
+    sf_str_add(&s, line ? " (default kept)" : " (defaults kept)");
+    report_line(&s);
+}
+
+static void file_failed(struct file_ctx *f, const char *what, const char *why) {
+    char msg[160];
+    sf_str_t s;
+    sf_str_init(&s, msg, sizeof msg);
+    sf_str_add(&s, what);
+    sf_str_add(&s, why);
+    file_error(f, 0, "-", msg);
+}
+
+/* Read once, at start-up, by the one thread initialising sefer. */
+static char file_buf[SF_CONFIG_FILE_MAX];
+
+static void load_file(const char *path) {
+    struct file_ctx f = {path};
+    int fd;
+    do fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        file_failed(&f, "cannot open: ", sf_errno_text(errno));
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        file_failed(&f, "cannot read: ", sf_errno_text(EISDIR));
+        return;
+    }
+    size_t len = 0;
+    bool too_large = false;
+    for (;;) {
+        char extra;
+        bool full = len == sizeof file_buf;
+        ssize_t n = full ? read(fd, &extra, 1) : read(fd, file_buf + len, sizeof file_buf - len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            file_failed(&f, "cannot read: ", sf_errno_text(e));
+            return;
+        }
+        if (n == 0) break;
+        if (full) {
+            too_large = true;
+            break;
+        }
+        len += (size_t)n;
+    }
+    close(fd);
+    if (too_large) {
+        char msg[64];
+        sf_str_t s;
+        sf_str_init(&s, msg, sizeof msg);
+        sf_str_add(&s, "file too large (max ");
+        sf_str_addu(&s, SF_CONFIG_FILE_MAX);
+        sf_str_add(&s, " bytes)");
+        file_error(&f, 0, "-", msg);
+        return;
+    }
+    sf_config_parse(file_buf, len, &(sf_config_sink_t){&f, file_set, file_unset, file_error});
+}
+
+/* "SEFER_X=value: key: what (default kept)" */
+static void report_env(const char *var, size_t var_len, const char *value, const char *key,
+                       const char *msg, const char *kept) {
+    char buf[512];
+    sf_str_t s;
+    sf_str_init(&s, buf, sizeof buf);
+    sf_str_add_clean(&s, var, var_len, 64);
+    sf_str_add(&s, "=");
+    sf_str_add_clean(&s, value, strlen(value), 64);
+    sf_str_add(&s, ": ");
+    sf_str_add(&s, key);
+    sf_str_add(&s, ": ");
+    sf_str_add(&s, msg);
+    sf_str_add(&s, kept);
+    report_line(&s);
+}
+
+extern char **environ;
+
+/* A SEFER_<TABLE>_... variable that names no knob is a typo, not someone
+ * else's variable: report it. */
+static void check_unknown_env(void) {
+    for (char **e = environ; e && *e; e++) {
+        const char *var = *e, *eq = strchr(var, '=');
+        if (eq == NULL || strncmp(var, "SEFER_", 6) != 0) continue;
+        size_t len = (size_t)(eq - var);
+        bool known = false, in_table = false;
+        for (int i = 0; i < SF_KNOB_COUNT && !known; i++) {
+            char name[64];
+            size_t n = sf_knob_env_name(i, name, sizeof name);
+            known = n == len && memcmp(name, var, len) == 0;
+            size_t t = 6 + (size_t)(strchr(sf_knob_defs[i].name, '.') - sf_knob_defs[i].name);
+            if (len > t + 1 && memcmp(name, var, t + 1) == 0) in_table = true;
+        }
+        if (!known && in_table) report_env(var, len, eq + 1, "-", "no such knob", " (ignored)");
+    }
+}
+
+/* SEFER_CONFIG_STRICT takes what a boolean knob takes; anything else is
+ * reported, and counts as strict (the safe reading). */
+static bool strict_mode(void) {
+    const char *v = getenv("SEFER_CONFIG_STRICT");
+    if (v == NULL || *v == '\0') return false;
+    uint64_t on = 0;
+    char why[96];
+    if (sf_knob_from_text(SF_KNOB_INTROSPECT_ENABLED, v, &on, why, sizeof why)) return on != 0;
+    report_env("SEFER_CONFIG_STRICT", 19, v, "-", "expected 1 or 0", " (strict mode on)");
     return true;
 }
 
-/* Environment name of a knob: SEFER_ + name upper-cased, '.' -> '_'. */
-static void knob_env_name(int i, char *buf, size_t len) {
-    const char *n = knob_defs[i].name;
-    size_t j = 0;
-    for (const char *pre = "SEFER_"; *pre && j + 1 < len; pre++) buf[j++] = *pre;
-    for (; *n && j + 1 < len; n++) {
-        char c = *n;
-        buf[j++] = (char)(c == '.' ? '_' : (c >= 'a' && c <= 'z') ? c - 32 : c);
-    }
-    buf[j] = '\0';
-}
-
-static void report_bad_env(const char *var, const char *value) {
-    char msg[256];
-    size_t n = 0;
-    const char *parts[] = {"sefer: ", var, "=", value, ": invalid value (default kept)\n"};
-    for (size_t k = 0; k < 5; k++)
-        for (const char *c = parts[k]; *c && n + 1 < sizeof msg; c++) msg[n++] = *c;
-    msg[n] = '\0';
-    sf_write_stderr(msg);
-}
-
-/* Defaults, then SEFER_* environment overrides.  (The SEFER_CONFIG file
- * layer slots in between; see docs/configuration.md.)  Uses getenv, which
- * does not allocate. */
 void sf_knobs_init(void) {
+    startup_errors = 0;
+    for (int i = 0; i < SF_KNOB_COUNT; i++) set_default(i);
+
+    const char *path = getenv("SEFER_CONFIG");
+    if (path != NULL && *path != '\0') load_file(path);
+
     for (int i = 0; i < SF_KNOB_COUNT; i++) {
-        atomic_store_explicit(&sf_knob_value[i], knob_defs[i].def, memory_order_relaxed);
-        knob_source[i] = SF_SRC_DEFAULT;
-    }
-    memcpy(knob_strings[SF_KNOB_INTROSPECT_LISTEN], "127.0.0.1:9090", 15);
-    for (int i = 0; i < SF_KNOB_COUNT; i++) {
-        char var[64];
-        knob_env_name(i, var, sizeof var);
+        char var[64], why[160];
+        size_t var_len = sf_knob_env_name(i, var, sizeof var);
         const char *value = getenv(var);
-        if (value != NULL && !knob_apply(i, value, SF_SRC_ENV)) report_bad_env(var, value);
+        if (value == NULL) continue;
+        uint64_t v = 0;
+        if (sf_knob_from_text(i, value, &v, why, sizeof why))
+            set_value(i, v, value, SF_SRC_ENV);
+        else
+            report_env(var, var_len, value, sf_knob_defs[i].name, why,
+                       knob_source[i] == SF_SRC_FILE ? " (file value kept)" : " (default kept)");
     }
+    check_unknown_env();
+
+    bool strict = strict_mode();
+    if (strict && startup_errors) {
+        const char *v = getenv("SEFER_CONFIG_STRICT");
+        char buf[128];
+        sf_str_t s;
+        sf_str_init(&s, buf, sizeof buf);
+        sf_str_add(&s, "sefer: SEFER_CONFIG_STRICT=");
+        sf_str_add_clean(&s, v, strlen(v), 16);
+        sf_str_add(&s, ": refusing to start\n");
+        sf_write_stderr(buf);
+        _exit(78); /* EX_CONFIG */
+    }
+}
+
+/* ---- the API ------------------------------------------------------------------- */
+
+static int fail(int err, const char *name, const char *msg) {
+    sf_str_t s;
+    sf_str_init(&s, config_error, sizeof config_error);
+    if (name) sf_str_add_clean(&s, name, strlen(name), 96);
+    else sf_str_add(&s, "(null)");
+    sf_str_add(&s, ": ");
+    sf_str_add(&s, msg);
+    errno = err;
+    return -1;
 }
 
 static int format_value(int i, char *buf, size_t len) {
-    const struct sf_knob_def *d = &knob_defs[i];
+    const struct sf_knob_def *d = &sf_knob_defs[i];
     uint64_t v = sf_knob((enum sf_knob_id)i);
     char tmp[48];
+    sf_str_t s;
+    sf_str_init(&s, tmp, sizeof tmp);
     const char *text = tmp;
     if (d->type == SF_KNOB_STRING) {
         text = knob_strings[i];
@@ -166,24 +269,26 @@ static int format_value(int i, char *buf, size_t len) {
     } else if (d->type == SF_KNOB_BOOL) {
         text = v ? "true" : "false";
     } else {
-        char digits[24];
-        int n = 0;
-        do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
-        int j = 0;
-        while (n) tmp[j++] = digits[--n];
-        if (d->type == SF_KNOB_MS) { tmp[j++] = 'm'; tmp[j++] = 's'; }
-        tmp[j] = '\0';
+        sf_str_addu(&s, v);
+        if (d->type == SF_KNOB_MS) sf_str_add(&s, "ms");
     }
     size_t n = strlen(text);
-    if (buf == NULL || n + 1 > len) { errno = ERANGE; return -1; }
+    if (buf == NULL || n + 1 > len) {
+        char msg[64];
+        sf_str_init(&s, msg, sizeof msg);
+        sf_str_add(&s, "buffer too small (the value needs ");
+        sf_str_addu(&s, n + 1);
+        sf_str_add(&s, " bytes)");
+        return fail(ERANGE, d->name, msg);
+    }
     memcpy(buf, text, n + 1);
     return 0;
 }
 
 SEFER_EXPORT int sefer_config_get(const char *name, char *buf, size_t len) {
     sf_ensure_init();
-    int i = knob_find(name);
-    if (i < 0) { errno = ENOENT; return -1; }
+    int i = name ? sf_knob_lookup(name, strlen(name)) : -1;
+    if (i < 0) return fail(ENOENT, name, "unknown knob");
     sf_lock(&sf_knob_lock);
     int rc = format_value(i, buf, len);
     sf_unlock(&sf_knob_lock);
@@ -192,13 +297,38 @@ SEFER_EXPORT int sefer_config_get(const char *name, char *buf, size_t len) {
 
 SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     sf_ensure_init();
-    int i = knob_find(name);
-    if (i < 0) { errno = ENOENT; return -1; }
-    if (!knob_defs[i].runtime) { errno = EPERM; return -1; }
-    if (value == NULL) { errno = EINVAL; return -1; }
+    int i = name ? sf_knob_lookup(name, strlen(name)) : -1;
+    if (i < 0) return fail(ENOENT, name, "unknown knob");
+    if (!sf_knob_defs[i].runtime) {
+        char msg[160], var[64];
+        sf_knob_env_name(i, var, sizeof var);
+        sf_str_t s;
+        sf_str_init(&s, msg, sizeof msg);
+        sf_str_add(&s, "cannot change while the program runs (set it in the SEFER_CONFIG file or ");
+        sf_str_add(&s, var);
+        sf_str_add(&s, ")");
+        return fail(EPERM, name, msg);
+    }
+    char why[160];
+    uint64_t v = 0;
+    if (!sf_knob_from_text(i, value, &v, why, sizeof why)) return fail(EINVAL, name, why);
     sf_lock(&sf_knob_lock);
-    bool ok = knob_apply(i, value, SF_SRC_RUNTIME);
+    set_value(i, v, value, SF_SRC_RUNTIME);
     sf_unlock(&sf_knob_lock);
-    if (!ok) { errno = EINVAL; return -1; }
     return 0;
+}
+
+SEFER_EXPORT const char *sefer_config_error(void) { return config_error; }
+
+SEFER_EXPORT const char *sefer_config_source(const char *name) {
+    sf_ensure_init();
+    int i = name ? sf_knob_lookup(name, strlen(name)) : -1;
+    if (i < 0) {
+        fail(ENOENT, name, "unknown knob");
+        return NULL;
+    }
+    sf_lock(&sf_knob_lock);
+    uint8_t src = knob_source[i];
+    sf_unlock(&sf_knob_lock);
+    return source_names[src];
 }

@@ -44,6 +44,11 @@ void sf_os_decommit(void *p, size_t size) {
     madvise(p, size, MADV_DONTNEED);
 }
 
+/* Guard pages (guard level >= 2): no access, or back to read-write. */
+void sf_os_protect(void *p, size_t size, bool accessible) {
+    mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
 uint64_t sf_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);

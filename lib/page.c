@@ -42,7 +42,8 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
 void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
     if (sf_class_size[class_idx] > DIRECT_MAX) return;
     sf_page_t *page = heap->queues[class_idx].first;
-    if (page == NULL) page = &sf_empty_page;
+    /* guard level >= 2: every allocation takes the checked path */
+    if (page == NULL || sf_guard_level >= 2) page = &sf_empty_page;
     unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
     unsigned hi = sf_class_size[class_idx] / 16;
     for (unsigned i = lo; i <= hi; i++) heap->direct[i] = page;
@@ -62,6 +63,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0));
+    page->secret = sf_guard_level >= 2 ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
     SF_SET(page->fast_heap, page->flags ? NULL : sf_segment_of(page)->heap);
     page->class_idx = (uint8_t)class_idx;
     SF_SET(page->in_use, 1);
@@ -79,8 +81,9 @@ static void page_extend(sf_page_t *page) {
     sf_block_t *prev = NULL;
     for (uint32_t i = want; i-- > 0;) {
         sf_block_t *b = (sf_block_t *)(first + (size_t)i * page->block_size);
-        b->next = prev;
+        sf_link_set(page, b, prev);
         b->cookie = sf_page_cookie(page);
+        if (sf_guard_level >= 3) sf_junk_fill(page, b);
         prev = b;
     }
     page->free = prev;
@@ -144,22 +147,52 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
     return page;
 }
 
-/* The slow path for one class: take in remote frees, find or make a page. */
-void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
-    sf_heap_drain_remote(heap);
-    sf_page_t *page = find_page(heap, class_idx);
-    if (page == NULL) return NULL;
+/* Pops the page's next free block.  At guard level >= 2 the link is
+ * decoded and must stay inside the page (a write into a freed block that
+ * hit its link is caught here, and the rest of the list is dropped rather
+ * than followed); at level 3 the block's junk fill must be intact (a block
+ * written after free is reported and never handed out).  NULL: try again. */
+static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
     sf_block_t *b = page->free;
-    page->free = b->next;
-    SF_COUNT(page->used);
+    sf_block_t *next = sf_link_decode(page, b);
+    SF_COUNT(page->used); /* a dropped block stays counted: it is never reused */
+    if (sf_guard_level >= 2 && next != NULL && ((uint8_t *)next < page->block_start ||
+                         (uint8_t *)next >= page->block_start + page->carved_bytes ||
+                         !sf_page_is_block_start(page, next))) {
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        next = NULL;
+    }
+    page->free = next;
+    if (sf_guard_level >= 3 && !sf_junk_intact(page, b)) {
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        return NULL;
+    }
     SF_COUNT(heap->allocs);
     b->cookie = 0;
     return b;
 }
 
+/* The slow path for one class: take in remote frees, find or make a page. */
+void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
+    /* the current page may still have blocks (guard level >= 2 comes here
+     * for every allocation): take one before the full slow path */
+    sf_page_t *first = heap->queues[class_idx].first;
+    if (first != NULL && first->free != NULL) {
+        sf_block_t *b = page_pop(heap, first);
+        if (b != NULL) return b;
+    }
+    sf_heap_drain_remote(heap);
+    for (;;) {
+        sf_page_t *page = find_page(heap, class_idx);
+        if (page == NULL) return NULL;
+        sf_block_t *b = page_pop(heap, page);
+        if (b != NULL) return b;
+    }
+}
+
 /* A block comes back to a page whose flags are set (full, or guarded). */
 void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
-    b->next = page->local_free;
+    sf_link_set(page, b, page->local_free);
     b->cookie = sf_page_cookie(page);
     page->local_free = b;
     if (page->flags & SF_PAGE_FULL) {
@@ -192,6 +225,7 @@ void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
  * segment (with `force`, also the last page of each class).  Returns the
  * number of pages released. */
 size_t sf_heap_collect(sf_heap_t *heap, bool force) {
+    if (force) sf_quarantine_flush(heap);
     sf_heap_drain_remote(heap);
     size_t released = 0;
     for (unsigned c = 1; c < CLASS_COUNT; c++) {

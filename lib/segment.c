@@ -157,6 +157,13 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
         pg->page_bytes = end > start ? end - start : 0;
         if (pg->page_bytes) seg->free_mask |= (uint64_t)1 << i;
     }
+    if (sf_guard_level >= 2) {
+        /* guard pages: after the metadata, and at the segment's end (so an
+         * overflow of the last page cannot reach the next segment's header) */
+        sf_os_protect((uint8_t *)seg + SEG_META_SIZE - OS_PAGE, OS_PAGE, false);
+        sf_os_protect((uint8_t *)seg + SEG_SIZE - OS_PAGE, OS_PAGE, false);
+        seg->pages[count - 1].page_bytes -= OS_PAGE;
+    }
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD);
@@ -164,6 +171,10 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
 }
 
 static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
+    if (sf_guard_level >= 2) {
+        sf_os_protect((uint8_t *)seg + SEG_META_SIZE - OS_PAGE, OS_PAGE, true);
+        sf_os_protect((uint8_t *)seg + SEG_SIZE - OS_PAGE, OS_PAGE, true);
+    }
     heap_seglist_remove(heap, seg);
     sf_segmap_mark(seg, 1, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
@@ -258,13 +269,15 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
 /* Layout: header in the first OS page, the block at the first address
  * aligned to max(align, OS_PAGE) after it. */
 sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
-    size_t lead = align > OS_PAGE ? align : OS_PAGE;
+    /* guard level >= 2: a guard page between header and block, one at the end */
+    size_t guard = sf_guard_level >= 2 ? OS_PAGE : 0;
+    size_t lead = align > OS_PAGE + guard ? align : OS_PAGE + guard;
     size_t rounded = sf_align_up(size, OS_PAGE);
     if (rounded < size || rounded + lead < rounded || rounded + lead > ((size_t)1 << 46)) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t span = sf_align_up(rounded + lead, SEG_SIZE);
+    size_t span = sf_align_up(rounded + lead + guard, SEG_SIZE);
     bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
     bool zero = false;
     sf_segment_t *seg = span_take(&span, span * 2, cacheable, &zero);
@@ -272,7 +285,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
         errno = ENOMEM;
         return NULL;
     }
-    uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + OS_PAGE, lead);
+    uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + OS_PAGE + guard, lead);
     if (!zero) memset(seg, 0, header_bytes(1));
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = NULL;
@@ -292,7 +305,11 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     page->block_start = block;
     page->block_size = 0;
     page->page_start = block;
-    page->page_bytes = (size_t)((uint8_t *)seg + span - block);
+    page->page_bytes = (size_t)((uint8_t *)seg + span - guard - block);
+    if (guard) {
+        sf_os_protect((uint8_t *)seg + OS_PAGE, OS_PAGE, false);
+        sf_os_protect((uint8_t *)seg + span - OS_PAGE, OS_PAGE, false);
+    }
     page->carved_bytes = 1; /* only the block start itself is a valid free */
     page->divmagic = UINT64_MAX;
     page->capacity = page->reserved = 1;
@@ -304,6 +321,10 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
 }
 
 void sf_span_free(sf_segment_t *seg) {
+    if (sf_guard_level >= 2) {
+        sf_os_protect((uint8_t *)seg + OS_PAGE, OS_PAGE, true);
+        sf_os_protect((uint8_t *)seg + seg->span_size - OS_PAGE, OS_PAGE, true);
+    }
     sf_segmap_mark(seg, seg->span_size >> SEG_SHIFT, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
     span_unmap(seg, seg->span_size, seg->committed_bytes, seg->kind == SF_SEG_LARGE);

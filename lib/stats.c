@@ -75,6 +75,8 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->guard_invalid_free = LOAD(sf_gstats.guard[SF_GUARD_INVALID]);
     out->guard_interior_free = LOAD(sf_gstats.guard[SF_GUARD_INTERIOR]);
     out->guard_double_free = LOAD(sf_gstats.guard[SF_GUARD_DOUBLE]);
+    out->guard_overflow = LOAD(sf_gstats.guard[SF_GUARD_OVERFLOW]);
+    out->guard_use_after_free = LOAD(sf_gstats.guard[SF_GUARD_USE_AFTER_FREE]);
 }
 
 SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size) {
@@ -91,33 +93,21 @@ SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size) {
     return 0;
 }
 
-static char *format_u64(char *at, uint64_t v) {
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n) *at++ = digits[--n];
-    return at;
-}
-
 /* malloc_stats(): one line per statistic on stderr, without allocating. */
 void sf_print_stats(void) {
     struct sefer_stats st;
     sf_ensure_init();
     sf_stats_collect(&st);
     sf_write_stderr("sefer " SEFER_VERSION_STRING " statistics\n");
-#define SF_PRINT_STAT_(name, doc)                                 \
-    {                                                             \
-        char line[96], *at = line;                                \
-        const char *label = "  " #name " ";                       \
-        size_t len = strlen(label);                               \
-        memcpy(at, label, len);                                   \
-        at = format_u64(at + len, st.name);                       \
-        *at++ = '\n';                                             \
-        *at = '\0';                                               \
-        sf_write_stderr(line);                                    \
+#define SF_PRINT_STAT_(name, doc)                 \
+    {                                             \
+        char line[96];                            \
+        sf_str_t out;                             \
+        sf_str_init(&out, line, sizeof line);     \
+        sf_str_add(&out, "  " #name " ");         \
+        sf_str_addu(&out, st.name);               \
+        sf_str_add(&out, "\n");                   \
+        sf_write_stderr(line);                    \
     }
     SEFER_STATS_FIELDS(SF_PRINT_STAT_)
 #undef SF_PRINT_STAT_

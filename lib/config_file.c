@@ -1,0 +1,752 @@
+/* config_file.c - the knob declarations, text -> value conversion, and the
+ * parser of SEFER_CONFIG files (the subset of TOML a config needs).
+ *
+ * Everything here is pure: no global state, no allocation, no system call.
+ * knobs.c reads the file and keeps the values; the fuzz target
+ * (tests/fuzz/fuzz_config.c) and the docs generator (tools/knobs-doc.c)
+ * link this file alone.
+ *
+ * The parser is line-oriented (nothing in the subset spans lines) and
+ * reports at most one error per line, then skips to the next line:
+ *
+ *   # comment                      blank lines, comments (also after values)
+ *   [guard]                        a table: one of the knob prefixes
+ *   level = 2                      integer: decimal, '_' between digits
+ *   on_error = "report"            basic string: \" \\ \n \t escapes
+ *   token = 'abc'                  literal string (no escapes)
+ *   enabled = true                 boolean
+ *   decommit.delay = "250ms"       dotted key (relative to the table)
+ *
+ * Arrays, inline tables, floats, dates, multi-line strings, quoted keys,
+ * other escapes, duplicate keys, unknown tables or keys, a wrong type, a
+ * bound violated and anything after a value are errors. */
+#include "internal.h"
+
+/* ---- the knob table -------------------------------------------------------- */
+
+static const char *const sf_decommit_names[] = {"never", "eager", "delayed", NULL};
+static const char *const sf_on_error_names[] = {"abort", "report", NULL};
+
+const struct sf_knob_def sf_knob_defs[SF_KNOB_COUNT] = {
+#define SF_KNOB_DEF_(id, nm, ty, dflt, lo, hi, rt, ch, doc) \
+    [SF_KNOB_##id] = {nm, ty, rt, (uint64_t)(dflt), (uint64_t)(lo), (uint64_t)(hi), ch, doc},
+    SF_KNOBS(SF_KNOB_DEF_)
+#undef SF_KNOB_DEF_
+};
+
+/* The table has no room for a string default; the only non-empty one. */
+const char *sf_knob_default_string(int id) {
+    return id == SF_KNOB_INTROSPECT_LISTEN ? "127.0.0.1:9090" : "";
+}
+
+int sf_knob_lookup(const char *name, size_t len) {
+    if (name == NULL) return -1;
+    for (int i = 0; i < SF_KNOB_COUNT; i++) {
+        const char *n = sf_knob_defs[i].name;
+        if (strlen(n) == len && memcmp(n, name, len) == 0) return i;
+    }
+    return -1;
+}
+
+/* A table is the part of a knob name before its dot. */
+static bool table_known(const char *name, size_t len) {
+    for (int i = 0; i < SF_KNOB_COUNT; i++) {
+        const char *n = sf_knob_defs[i].name;
+        if (strncmp(n, name, len) == 0 && n[len] == '.' && memchr(name, '.', len) == NULL)
+            return true;
+    }
+    return false;
+}
+
+size_t sf_knob_env_name(int id, char *buf, size_t len) {
+    sf_str_t s;
+    sf_str_init(&s, buf, len);
+    sf_str_add(&s, "SEFER_");
+    for (const char *n = sf_knob_defs[id].name; *n; n++) {
+        char c = *n;
+        c = (char)(c == '.' ? '_' : (c >= 'a' && c <= 'z') ? c - 32 : c);
+        sf_str_addn(&s, &c, 1);
+    }
+    return s.len;
+}
+
+/* ---- bounded strings ------------------------------------------------------- */
+
+void sf_str_init(sf_str_t *s, char *buf, size_t cap) {
+    s->buf = buf;
+    s->cap = cap;
+    s->len = 0;
+    if (cap) buf[0] = '\0';
+}
+
+void sf_str_addn(sf_str_t *s, const char *text, size_t n) {
+    if (s->cap == 0) return;
+    size_t room = s->cap - 1 - s->len;
+    if (n > room) n = room;
+    memcpy(s->buf + s->len, text, n);
+    s->len += n;
+    s->buf[s->len] = '\0';
+}
+
+void sf_str_add(sf_str_t *s, const char *text) { sf_str_addn(s, text, strlen(text)); }
+
+void sf_str_addu(sf_str_t *s, uint64_t v) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) sf_str_addn(s, &digits[--n], 1);
+}
+
+/* Appends text with every byte outside printable ASCII shown as '?', and at
+ * most max bytes of it ("..." marks a cut): user text in a message stays on
+ * one line. */
+void sf_str_add_clean(sf_str_t *s, const char *text, size_t n, size_t max) {
+    for (size_t i = 0; i < n && i < max; i++) {
+        char c = text[i];
+        if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f) c = '?';
+        sf_str_addn(s, &c, 1);
+    }
+    if (n > max) sf_str_add(s, "...");
+}
+
+/* ---- values ------------------------------------------------------------------ */
+
+static const struct {
+    const char *unit;
+    uint64_t mul;
+} size_units[] = {{"", 1},
+                  {"B", 1},
+                  {"K", 1ull << 10},
+                  {"KB", 1ull << 10},
+                  {"KiB", 1ull << 10},
+                  {"M", 1ull << 20},
+                  {"MB", 1ull << 20},
+                  {"MiB", 1ull << 20},
+                  {"G", 1ull << 30},
+                  {"GB", 1ull << 30},
+                  {"GiB", 1ull << 30},
+                  {"T", 1ull << 40},
+                  {"TB", 1ull << 40},
+                  {"TiB", 1ull << 40}},
+  ms_units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"min", 60000}};
+
+enum { NUM_OK, NUM_MALFORMED, NUM_TOO_BIG };
+
+/* An unsigned decimal with an optional unit suffix (sizes: B, K/KB/KiB ...
+ * all powers of 1024; durations: ms, s, min; spaces allowed before the
+ * unit; other types: no suffix). */
+static int parse_number(const char *s, size_t len, uint8_t type, uint64_t *out) {
+    const char *p = s, *end = s + len;
+    uint64_t v = 0;
+    bool big = false;
+    if (p == end || *p < '0' || *p > '9') return NUM_MALFORMED;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        if (v > (UINT64_MAX - 9) / 10) big = true;
+        else v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (type == SF_KNOB_SIZE || type == SF_KNOB_MS)
+        while (p < end && *p == ' ') p++;
+    size_t ulen = (size_t)(end - p);
+    uint64_t mul = 0;
+    if (type == SF_KNOB_SIZE) {
+        for (size_t i = 0; i < sizeof size_units / sizeof size_units[0]; i++)
+            if (strlen(size_units[i].unit) == ulen && memcmp(size_units[i].unit, p, ulen) == 0)
+                mul = size_units[i].mul;
+    } else if (type == SF_KNOB_MS) {
+        for (size_t i = 0; i < sizeof ms_units / sizeof ms_units[0]; i++)
+            if (strlen(ms_units[i].unit) == ulen && memcmp(ms_units[i].unit, p, ulen) == 0)
+                mul = ms_units[i].mul;
+    } else if (ulen == 0) {
+        mul = 1;
+    }
+    if (mul == 0) return NUM_MALFORMED;
+    if (big || v > UINT64_MAX / mul) return NUM_TOO_BIG;
+    *out = v * mul;
+    return NUM_OK;
+}
+
+/* A value of the knob's type as a person would write it: sizes in the
+ * largest binary unit that divides them, durations in min, s or ms. */
+void sf_knob_format_human(uint8_t type, uint64_t v, sf_str_t *s) {
+    if (type == SF_KNOB_SIZE && v != 0) {
+        static const char *const names[] = {"TiB", "GiB", "MiB", "KiB"};
+        for (int i = 0; i < 4; i++) {
+            unsigned shift = 40u - 10u * (unsigned)i;
+            if ((v & ((1ull << shift) - 1)) == 0) {
+                sf_str_addu(s, v >> shift);
+                sf_str_add(s, names[i]);
+                return;
+            }
+        }
+        sf_str_addu(s, v);
+        sf_str_add(s, "B");
+        return;
+    }
+    if (type == SF_KNOB_MS && v != 0) {
+        if (v % 60000 == 0) { sf_str_addu(s, v / 60000); sf_str_add(s, "min"); }
+        else if (v % 1000 == 0) { sf_str_addu(s, v / 1000); sf_str_add(s, "s"); }
+        else { sf_str_addu(s, v); sf_str_add(s, "ms"); }
+        return;
+    }
+    sf_str_addu(s, v);
+}
+
+static void why_range(int id, sf_str_t *why) {
+    const struct sf_knob_def *d = &sf_knob_defs[id];
+    sf_str_add(why, "out of range ");
+    sf_knob_format_human(d->type, d->min, why);
+    sf_str_add(why, "-");
+    sf_knob_format_human(d->type, d->max, why);
+}
+
+static void why_choices(int id, sf_str_t *why, bool quoted) {
+    const char *const *c = sf_knob_defs[id].choices;
+    sf_str_add(why, "one of ");
+    for (int k = 0; c[k] != NULL; k++) {
+        if (k) sf_str_add(why, c[k + 1] ? ", " : " or ");
+        if (quoted) sf_str_add(why, "\"");
+        sf_str_add(why, c[k]);
+        if (quoted) sf_str_add(why, "\"");
+    }
+}
+
+/* What a knob takes, as the end of "expected ...". */
+static void why_expected(int id, sf_str_t *why, bool toml) {
+    switch (sf_knob_defs[id].type) {
+    case SF_KNOB_UINT: sf_str_add(why, "an integer"); break;
+    case SF_KNOB_SIZE: sf_str_add(why, "a size"); break;
+    case SF_KNOB_MS: sf_str_add(why, "a duration"); break;
+    case SF_KNOB_BOOL: sf_str_add(why, toml ? "true or false" : "1/true/yes/on or 0/false/no/off"); break;
+    case SF_KNOB_ENUM: why_choices(id, why, toml); break;
+    default: sf_str_add(why, "a string"); break;
+    }
+}
+
+/* Checks a number against the knob's bounds (neg: the text had a minus). */
+static bool check_number(int id, uint64_t v, bool neg, uint64_t *out, sf_str_t *why) {
+    const struct sf_knob_def *d = &sf_knob_defs[id];
+    if ((neg && v != 0) || v < d->min || v > d->max) {
+        why_range(id, why);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool convert_text(int id, const char *text, size_t len, uint64_t *out, sf_str_t *why) {
+    const struct sf_knob_def *d = &sf_knob_defs[id];
+    uint64_t v = 0;
+    switch (d->type) {
+    case SF_KNOB_BOOL: {
+        static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
+        for (int k = 0; k < 4; k++) {
+            if (strlen(yes[k]) == len && memcmp(yes[k], text, len) == 0) { *out = 1; return true; }
+            if (strlen(no[k]) == len && memcmp(no[k], text, len) == 0) { *out = 0; return true; }
+        }
+        break;
+    }
+    case SF_KNOB_ENUM:
+        for (uint64_t c = 0; d->choices[c] != NULL; c++)
+            if (strlen(d->choices[c]) == len && memcmp(d->choices[c], text, len) == 0) {
+                *out = c;
+                return true;
+            }
+        break;
+    case SF_KNOB_STRING:
+        if (len >= SF_KNOB_STR_MAX || memchr(text, '\0', len) != NULL) {
+            sf_str_add(why, "too long (max ");
+            sf_str_addu(why, SF_KNOB_STR_MAX - 1);
+            sf_str_add(why, " bytes)");
+            return false;
+        }
+        *out = 0;
+        return true;
+    default: {
+        bool neg = len > 1 && text[0] == '-' && text[1] >= '0' && text[1] <= '9';
+        int rc = parse_number(text + neg, len - neg, d->type, &v);
+        if (rc == NUM_OK) return check_number(id, v, neg, out, why);
+        if (rc == NUM_TOO_BIG) { why_range(id, why); return false; }
+        if (d->type == SF_KNOB_SIZE)
+            sf_str_add(why, "not a size (a number, optionally followed by B, KiB, MiB, GiB or TiB)");
+        else if (d->type == SF_KNOB_MS)
+            sf_str_add(why, "not a duration (a number, optionally followed by ms, s or min)");
+        else
+            sf_str_add(why, "not an integer");
+        return false;
+    }
+    }
+    sf_str_add(why, "expected ");
+    why_expected(id, why, false);
+    return false;
+}
+
+bool sf_knob_from_text(int id, const char *text, uint64_t *out, char *why, size_t whylen) {
+    sf_str_t w;
+    sf_str_init(&w, why, whylen);
+    if (text == NULL) {
+        sf_str_add(&w, "no value");
+        return false;
+    }
+    return convert_text(id, text, strlen(text), out, &w);
+}
+
+/* ---- the parser -------------------------------------------------------------- */
+
+enum val_kind { VAL_INT, VAL_BOOL, VAL_STRING };
+static const char *const kind_name[] = {"an integer", "a boolean", "a string"};
+
+#define KEY_MAX 96
+
+struct parser {
+    const char *p, *end;
+    unsigned line;
+    unsigned errors;
+    const sf_config_sink_t *sink;
+    enum { TABLE_ROOT, TABLE_KNOWN, TABLE_BAD } table;
+    char prefix[KEY_MAX]; /* "guard." inside [guard] */
+    size_t prefix_len;
+    uint64_t tables_seen; /* bit per knob whose table header was seen, by first knob */
+    unsigned first_line[SF_KNOB_COUNT]; /* line a knob was first set on, 0: not yet */
+    bool applied[SF_KNOB_COUNT];
+    /* the value of the current line */
+    enum val_kind kind;
+    uint64_t num;
+    bool neg;
+    char str[SF_KNOB_STR_MAX];
+    size_t str_len;
+    bool str_long;
+};
+
+static void error(struct parser *ps, const char *key, const char *msg) {
+    ps->errors++;
+    if (ps->sink && ps->sink->error) ps->sink->error(ps->sink->ctx, ps->line, key, msg);
+}
+
+static bool at_eol(const struct parser *ps) {
+    return ps->p == ps->end || *ps->p == '\n' || (*ps->p == '\r' && ps->p + 1 < ps->end && ps->p[1] == '\n');
+}
+
+static void skip_ws(struct parser *ps) {
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t')) ps->p++;
+}
+
+/* Past the next newline (or to the end). */
+static void next_line(struct parser *ps) {
+    const char *nl = memchr(ps->p, '\n', (size_t)(ps->end - ps->p));
+    ps->p = nl ? nl + 1 : ps->end;
+    ps->line++;
+}
+
+/* Spaces, an optional comment, then the end of the line? */
+static bool rest_is_blank(struct parser *ps) {
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == '#') {
+        const char *nl = memchr(ps->p, '\n', (size_t)(ps->end - ps->p));
+        ps->p = nl ? nl : ps->end;
+        return true;
+    }
+    return at_eol(ps);
+}
+
+static bool bare_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+/* A bare or dotted key ("level", "guard.level", "guard . level") into out,
+ * dots kept, spaces dropped.  *long_out: it did not fit.  Returns false
+ * (with an error message in *msg) if malformed. */
+static bool parse_key(struct parser *ps, char *out, bool *long_out, const char **msg) {
+    size_t n = 0;
+    *long_out = false;
+    for (;;) {
+        if (ps->p < ps->end && (*ps->p == '"' || *ps->p == '\'')) {
+            *msg = "quoted keys are not supported";
+            return false;
+        }
+        const char *start = ps->p;
+        while (ps->p < ps->end && bare_char(*ps->p)) ps->p++;
+        size_t seg = (size_t)(ps->p - start);
+        if (seg == 0) {
+            *msg = "malformed key (expected letters, digits, '_' or '-')";
+            return false;
+        }
+        if (n + seg + 1 < KEY_MAX) {
+            memcpy(out + n, start, seg);
+            n += seg;
+        } else {
+            *long_out = true;
+        }
+        const char *save = ps->p;
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p == '.') {
+            ps->p++;
+            skip_ws(ps);
+            if (n + 2 < KEY_MAX) out[n++] = '.';
+            else *long_out = true;
+            continue;
+        }
+        ps->p = save;
+        out[n] = '\0';
+        return true;
+    }
+}
+
+/* A basic ("...") or literal ('...') single-line string into ps->str. */
+static bool parse_string(struct parser *ps, const char **msg) {
+    char q = *ps->p;
+    if (ps->end - ps->p >= 3 && ps->p[1] == q && ps->p[2] == q) {
+        *msg = "multi-line strings are not supported";
+        return false;
+    }
+    ps->p++;
+    ps->str_len = 0;
+    ps->str_long = false;
+    for (;;) {
+        if (at_eol(ps)) {
+            *msg = "unterminated string";
+            return false;
+        }
+        unsigned char c = (unsigned char)*ps->p++;
+        if (c == (unsigned char)q) break;
+        if (q == '"' && c == '\\') {
+            if (at_eol(ps)) {
+                *msg = "unterminated string";
+                return false;
+            }
+            char e = *ps->p++;
+            switch (e) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case '"': c = '"'; break;
+            case '\\': c = '\\'; break;
+            case 'b': case 'f': case 'r': case 'e': case 'u': case 'U':
+                *msg = "unsupported escape in string (only \\\" \\\\ \\n \\t)";
+                return false;
+            default:
+                *msg = "invalid escape in string (only \\\" \\\\ \\n \\t)";
+                return false;
+            }
+        } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            *msg = "control character in string";
+            return false;
+        }
+        if (ps->str_len + 1 < sizeof ps->str) ps->str[ps->str_len++] = (char)c;
+        else ps->str_long = true;
+    }
+    ps->str[ps->str_len] = '\0';
+    return true;
+}
+
+/* An integer: [+-] decimal digits, '_' only between digits. */
+static bool parse_integer(struct parser *ps, const char **msg) {
+    const char *s = ps->p;
+    bool sign = false;
+    ps->neg = false;
+    if (*s == '+' || *s == '-') {
+        ps->neg = *s == '-';
+        sign = true;
+        s++;
+    }
+    const char *digits = s;
+    if (s + 1 < ps->end && s[0] == '0' && (s[1] == 'x' || s[1] == 'o' || s[1] == 'b')) {
+        *msg = "hexadecimal, octal and binary integers are not supported";
+        return false;
+    }
+    uint64_t v = 0;
+    bool big = false, bad_underscore = false;
+    while (s < ps->end && ((*s >= '0' && *s <= '9') || *s == '_')) {
+        if (*s == '_') {
+            if (s == digits || s + 1 >= ps->end || s[1] < '0' || s[1] > '9') bad_underscore = true;
+        } else if (v > (UINT64_MAX - 9) / 10) {
+            big = true;
+        } else {
+            v = v * 10 + (uint64_t)(*s - '0');
+        }
+        s++;
+    }
+    if (s < ps->end && (*s == '.' || *s == 'e' || *s == 'E')) {
+        *msg = "floats are not supported";
+        return false;
+    }
+    if (s < ps->end && !sign && (*s == '-' || *s == ':')) {
+        *msg = "dates and times are not supported";
+        return false;
+    }
+    if (s == digits) {
+        *msg = "expected a value";
+        return false;
+    }
+    if (bad_underscore) {
+        *msg = "malformed integer ('_' must sit between digits)";
+        return false;
+    }
+    if (digits[0] == '0' && s - digits > 1) {
+        *msg = "leading zeros are not allowed";
+        return false;
+    }
+    if (big || v > (uint64_t)INT64_MAX + ps->neg) {
+        *msg = "integer too large (TOML integers are 64-bit)";
+        return false;
+    }
+    ps->num = v;
+    ps->p = s;
+    return true;
+}
+
+/* The value after '=' into ps->kind/num/neg/str. */
+static bool parse_value(struct parser *ps, const char **msg) {
+    if (at_eol(ps) || *ps->p == '#') {
+        *msg = "missing value";
+        return false;
+    }
+    char c = *ps->p;
+    if (c == '"' || c == '\'') {
+        ps->kind = VAL_STRING;
+        return parse_string(ps, msg);
+    }
+    if (c == '[') {
+        *msg = "arrays are not supported";
+        return false;
+    }
+    if (c == '{') {
+        *msg = "inline tables are not supported";
+        return false;
+    }
+    if ((c >= '0' && c <= '9') || c == '+' || c == '-') {
+        const char *w = ps->p + (c == '+' || c == '-');
+        if (ps->end - w >= 3 && (memcmp(w, "inf", 3) == 0 || memcmp(w, "nan", 3) == 0)) {
+            *msg = "floats are not supported";
+            return false;
+        }
+        ps->kind = VAL_INT;
+        return parse_integer(ps, msg);
+    }
+    const char *w = ps->p;
+    while (w < ps->end && bare_char(*w)) w++;
+    size_t wl = (size_t)(w - ps->p);
+    if (wl == 4 && memcmp(ps->p, "true", 4) == 0) ps->num = 1;
+    else if (wl == 5 && memcmp(ps->p, "false", 5) == 0) ps->num = 0;
+    else if ((wl == 3 && (memcmp(ps->p, "inf", 3) == 0 || memcmp(ps->p, "nan", 3) == 0))) {
+        *msg = "floats are not supported";
+        return false;
+    } else {
+        *msg = wl ? "expected a value (strings need quotes)" : "expected a value";
+        return false;
+    }
+    ps->kind = VAL_BOOL;
+    ps->p = w;
+    return true;
+}
+
+/* The parsed value as knob id's value, or why not. */
+static bool convert_value(struct parser *ps, int id, uint64_t *out, sf_str_t *why) {
+    const struct sf_knob_def *d = &sf_knob_defs[id];
+    switch (ps->kind) {
+    case VAL_INT:
+        if (d->type == SF_KNOB_UINT || d->type == SF_KNOB_SIZE || d->type == SF_KNOB_MS)
+            return check_number(id, ps->num, ps->neg, out, why);
+        break;
+    case VAL_BOOL:
+        if (d->type == SF_KNOB_BOOL) {
+            *out = ps->num;
+            return true;
+        }
+        break;
+    case VAL_STRING:
+        if (ps->str_long && (d->type == SF_KNOB_STRING || d->type == SF_KNOB_ENUM)) {
+            sf_str_add(why, "too long (max ");
+            sf_str_addu(why, SF_KNOB_STR_MAX - 1);
+            sf_str_add(why, " bytes)");
+            return false;
+        }
+        if (d->type == SF_KNOB_SIZE || d->type == SF_KNOB_MS || d->type == SF_KNOB_ENUM ||
+            d->type == SF_KNOB_STRING) {
+            if (ps->str_long) {
+                sf_str_add(why, d->type == SF_KNOB_SIZE ? "not a size" : "not a duration");
+                return false;
+            }
+            if (d->type == SF_KNOB_STRING) {
+                *out = 0;
+                return true;
+            }
+            return convert_text(id, ps->str, ps->str_len, out, why);
+        }
+        break;
+    }
+    sf_str_add(why, "expected ");
+    why_expected(id, why, true);
+    sf_str_add(why, ", not ");
+    sf_str_add(why, kind_name[ps->kind]);
+    return false;
+}
+
+static void parse_header(struct parser *ps) {
+    const char *msg = NULL;
+    char name[KEY_MAX], key[KEY_MAX + 2];
+    bool too_long = false;
+    ps->p++;
+    ps->table = TABLE_BAD;
+    if (ps->p < ps->end && *ps->p == '[') {
+        error(ps, "-", "arrays of tables are not supported; keys up to the next [table] are ignored");
+        return;
+    }
+    skip_ws(ps);
+    if (!parse_key(ps, name, &too_long, &msg)) {
+        error(ps, "-", "malformed table header; keys up to the next [table] are ignored");
+        return;
+    }
+    skip_ws(ps);
+    if (ps->p == ps->end || *ps->p != ']') {
+        error(ps, "-", "malformed table header (expected ']'); keys up to the next [table] are ignored");
+        return;
+    }
+    ps->p++;
+    sf_str_t k;
+    sf_str_init(&k, key, sizeof key);
+    sf_str_add(&k, "[");
+    sf_str_add(&k, name);
+    sf_str_add(&k, too_long ? "...]" : "]");
+    if (!rest_is_blank(ps)) {
+        error(ps, key, "unexpected text after the table header; keys up to the next [table] are ignored");
+        return;
+    }
+    size_t n = strlen(name);
+    if (too_long || !table_known(name, n)) {
+        char msg[256];
+        sf_str_t m;
+        sf_str_init(&m, msg, sizeof msg);
+        sf_str_add(&m, "unknown table (known:");
+        for (int i = 0; i < SF_KNOB_COUNT; i++) {
+            const char *kn = sf_knob_defs[i].name, *dot = strchr(kn, '.');
+            if (i > 0 && strncmp(sf_knob_defs[i - 1].name, kn, (size_t)(dot - kn + 1)) == 0) continue;
+            sf_str_add(&m, i ? ", " : " ");
+            sf_str_addn(&m, kn, (size_t)(dot - kn));
+        }
+        sf_str_add(&m, "); keys up to the next [table] are ignored");
+        error(ps, key, msg);
+        return;
+    }
+    memcpy(ps->prefix, name, n);
+    ps->prefix[n] = '.';
+    ps->prefix_len = n + 1;
+    ps->table = TABLE_KNOWN;
+    /* remember the header by the first knob of its table */
+    for (int i = 0; i < SF_KNOB_COUNT; i++) {
+        if (strncmp(sf_knob_defs[i].name, ps->prefix, ps->prefix_len) == 0) {
+            if (ps->tables_seen & (1ull << (i & 63))) error(ps, key, "table defined twice (its keys still apply)");
+            ps->tables_seen |= 1ull << (i & 63);
+            break;
+        }
+    }
+}
+
+static void parse_keyval(struct parser *ps) {
+    const char *msg = NULL;
+    char rel[KEY_MAX], full[2 * KEY_MAX + 4];
+    bool too_long = false;
+    if (!parse_key(ps, rel, &too_long, &msg)) {
+        error(ps, "-", msg);
+        return;
+    }
+    sf_str_t f;
+    sf_str_init(&f, full, sizeof full);
+    if (ps->table == TABLE_KNOWN) sf_str_addn(&f, ps->prefix, ps->prefix_len);
+    sf_str_add(&f, rel);
+    if (too_long) sf_str_add(&f, "...");
+    skip_ws(ps);
+    if (ps->p == ps->end || *ps->p != '=') {
+        error(ps, full, "expected '=' after the key");
+        return;
+    }
+    ps->p++;
+    skip_ws(ps);
+    if (!parse_value(ps, &msg)) {
+        error(ps, full, msg);
+        return;
+    }
+    if (!rest_is_blank(ps)) {
+        error(ps, full, "unexpected text after the value");
+        return;
+    }
+    if (ps->table == TABLE_BAD) return; /* reported with its header */
+    int id = too_long ? -1 : sf_knob_lookup(full, f.len);
+    if (id < 0) {
+        error(ps, full, "unknown key");
+        return;
+    }
+    if (ps->first_line[id]) {
+        char why[96];
+        sf_str_t w;
+        sf_str_init(&w, why, sizeof why);
+        sf_str_add(&w, "set twice (first on line ");
+        sf_str_addu(&w, ps->first_line[id]);
+        sf_str_add(&w, "): both ignored");
+        error(ps, full, why);
+        if (ps->applied[id] && ps->sink && ps->sink->unset) ps->sink->unset(ps->sink->ctx, id, ps->line);
+        ps->applied[id] = false;
+        return;
+    }
+    ps->first_line[id] = ps->line;
+    char why[160];
+    sf_str_t w;
+    sf_str_init(&w, why, sizeof why);
+    uint64_t v = 0;
+    if (!convert_value(ps, id, &v, &w)) {
+        error(ps, full, why);
+        return;
+    }
+    ps->applied[id] = true;
+    if (ps->sink && ps->sink->set)
+        ps->sink->set(ps->sink->ctx, id, v, sf_knob_defs[id].type == SF_KNOB_STRING ? ps->str : NULL, ps->line);
+}
+
+unsigned sf_config_parse(const char *buf, size_t len, const sf_config_sink_t *sink) {
+    struct parser ps;
+    memset(&ps, 0, sizeof ps);
+    ps.p = buf;
+    ps.end = buf + len;
+    ps.line = 1;
+    ps.sink = sink;
+    ps.table = TABLE_ROOT;
+    if (len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0) ps.p += 3; /* UTF-8 byte order mark */
+    while (ps.p < ps.end) {
+        skip_ws(&ps);
+        if (ps.p == ps.end) break;
+        char c = *ps.p;
+        if (c == '[') {
+            parse_header(&ps);
+        } else if (bare_char(c) || c == '"' || c == '\'') {
+            parse_keyval(&ps);
+        } else if (!rest_is_blank(&ps)) {
+            error(&ps, "-", c == '=' ? "missing key before '='" : "expected a key, [table], comment or blank line");
+        }
+        next_line(&ps);
+    }
+    return ps.errors;
+}
+
+/* strerror() may allocate (translations): the texts of the errnos opening a
+ * file can give. */
+const char *sf_errno_text(int e) {
+    switch (e) {
+    case ENOENT: return "No such file or directory";
+    case EACCES: return "Permission denied";
+    case EISDIR: return "Is a directory";
+    case ENOTDIR: return "Not a directory";
+    case ELOOP: return "Too many levels of symbolic links";
+    case ENAMETOOLONG: return "File name too long";
+    case EMFILE: return "Too many open files";
+    case ENFILE: return "Too many open files in system";
+    case EIO: return "Input/output error";
+    case ENOMEM: return "Cannot allocate memory";
+    case EPERM: return "Operation not permitted";
+    case ENXIO: return "No such device or address";
+    case EOVERFLOW: return "Value too large for defined data type";
+    case EINTR: return "Interrupted system call";
+    case EAGAIN: return "Resource temporarily unavailable";
+    default: return "error";
+    }
+}

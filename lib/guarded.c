@@ -1,0 +1,180 @@
+/* guarded.c - guard levels 2 and 3: the checked allocation paths.
+ *
+ * At guard level >= 2 no page is on the fast paths (its flags are set, its
+ * class has no direct entry), so every malloc and free comes through here
+ * and through the generic paths, which add:
+ *
+ *   level 2  a canary right after the requested bytes, and the request size
+ *            in the block's last 4 bytes (spans keep it in their page), both
+ *            checked on free: a write past the end is found, reported and
+ *            the free refused;
+ *            free-list links XOR-ed with a per-page secret and checked to
+ *            stay inside their page when followed (page.c);
+ *            guard pages after each segment's metadata and at its end, and
+ *            around a span's block (segment.c).
+ *   level 3  freed small and medium blocks filled with junk, checked when the
+ *            block is handed out again (a write after free is reported and
+ *            the block never reused);
+ *            a quarantine: freed blocks wait in a per-heap FIFO of at most
+ *            guard.quarantine bytes before they can be reused;
+ *            cross-thread double frees: the free cookie is set with an atomic
+ *            exchange by whichever thread frees, so a second free from any
+ *            thread finds it set.
+ *
+ * The canary is the block's address XOR the page secret (or, for a span,
+ * XOR the process secret and the span's address), so it differs per block
+ * and cannot be guessed from another block's. */
+#include "fastpath.h"
+
+static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
+    uintptr_t key = (SF_GET(page->flags) & SF_PAGE_SPAN) ? sf_guard_secret ^ (uintptr_t)seg
+                                                          : page->secret;
+    return (uint64_t)((uintptr_t)p ^ key);
+}
+
+static uint32_t *size_slot(const sf_page_t *page, void *p) {
+    return (uint32_t *)((uint8_t *)p + page->block_size - sizeof(uint32_t));
+}
+
+static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) page->requested = n;
+    else *size_slot(page, p) = (uint32_t)n;
+    uint64_t canary = canary_of(seg, page, p);
+    memcpy((uint8_t *)p + n, &canary, sizeof canary);
+}
+
+void *sf_guarded_malloc(size_t n, size_t align) {
+    if (n > PTRDIFF_MAX - 2 * SF_GUARD_TAIL) {
+        sf_stat_add(&sf_gstats.enomem, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t need = n + SF_GUARD_TAIL;
+    unsigned c = align <= 16 ? (need <= MEDIUM_MAX ? sf_class_of(need) : 0)
+                             : sf_class_for_aligned(need, align);
+    void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
+    if (p == NULL) return NULL;
+    sf_segment_t *seg = sf_segmap_header(p);
+    set_tail(seg, sf_page_of(seg, p), p, n);
+    return p;
+}
+
+/* The request size of a live block, or SIZE_MAX if its size slot is not
+ * plausible (overwritten). */
+static size_t requested_size(const sf_page_t *page, void *p) {
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) return page->requested;
+    uint32_t n = *size_slot(page, p);
+    return n + SF_GUARD_TAIL <= page->block_size ? n : SIZE_MAX;
+}
+
+size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p) {
+    (void)seg;
+    size_t n = requested_size(page, (void *)p);
+    return n == SIZE_MAX ? 0 : n;
+}
+
+void sf_junk_fill(sf_page_t *page, sf_block_t *b) {
+    memset((uint8_t *)b + sizeof *b, SF_JUNK, page->block_size - sizeof *b);
+}
+
+bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
+    const uint8_t *q = (const uint8_t *)b + sizeof *b, *end = (const uint8_t *)b + page->block_size;
+    uint64_t junk8;
+    memset(&junk8, SF_JUNK, sizeof junk8);
+    for (; q + 8 <= end; q += 8) {
+        uint64_t w;
+        memcpy(&w, q, 8);
+        if (w != junk8) return false;
+    }
+    for (; q < end; q++)
+        if (*q != SF_JUNK) return false;
+    return true;
+}
+
+/* Checks a block being freed (already known to be a live block start):
+ * canary and size slot (level 2), and at level 3 marks it free with an
+ * atomic exchange (a second free from any thread finds the mark) and fills
+ * it with junk.  false: reported and the free must be refused. */
+bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner) {
+    bool span = SF_GET(page->flags) & SF_PAGE_SPAN;
+    sf_block_t *b = p;
+    /* level 3, another thread's block: already marked free means freed
+     * before (its junk would also fail the canary: say what it is) */
+    if (sf_guard_level >= 3 && !owner && !span &&
+        __atomic_load_n(&b->cookie, __ATOMIC_ACQUIRE) == sf_page_cookie(page)) {
+        sf_guard_report(SF_GUARD_DOUBLE, p);
+        return false;
+    }
+    size_t n = requested_size(page, p);
+    uint64_t canary = 0;
+    if (n != SIZE_MAX) memcpy(&canary, (uint8_t *)p + n, sizeof canary);
+    if (n == SIZE_MAX || canary != canary_of(seg, page, p)) {
+        sf_guard_report(SF_GUARD_OVERFLOW, p);
+        return false;
+    }
+    if (sf_guard_level < 3 || span) return true;
+    if (!owner) { /* two threads freeing at once: only one wins the exchange */
+        uintptr_t old = __atomic_exchange_n(&b->cookie, sf_page_cookie(page), __ATOMIC_ACQ_REL);
+        if (old == sf_page_cookie(page)) {
+            sf_guard_report(SF_GUARD_DOUBLE, p);
+            return false;
+        }
+    }
+    sf_junk_fill(page, b);
+    return true;
+}
+
+/* ---- quarantine (level 3): a FIFO threaded through the freed blocks ------- */
+
+static bool quarantined_block_ok(const sf_heap_t *heap, const sf_block_t *b) {
+    sf_segment_t *seg = sf_segmap_header(b);
+    if (seg == NULL || seg->heap != heap) return false;
+    const sf_page_t *page = sf_page_of(seg, b);
+    return SF_GET(page->in_use) && !(page->flags & SF_PAGE_SPAN) && sf_page_is_block_start(page, b);
+}
+
+static void quarantine_release_oldest(sf_heap_t *heap) {
+    sf_block_t *b = heap->quarantine_head;
+    sf_block_t *next = b->next;
+    if (next != NULL && !quarantined_block_ok(heap, next)) {
+        /* the link of a quarantined block was overwritten: a write after
+         * free.  Forget the rest of the queue (its blocks stay allocated)
+         * rather than follow a bad pointer. */
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        next = NULL;
+        heap->quarantine_tail = NULL;
+        heap->quarantine_bytes = 0;
+        heap->quarantine_count = 1;
+    }
+    heap->quarantine_head = next;
+    if (next == NULL) heap->quarantine_tail = NULL;
+    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+    heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
+                                                                         : heap->quarantine_bytes;
+    heap->quarantine_count--;
+    sf_page_local_free_slow(heap, page, b);
+}
+
+void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    b->next = NULL;
+    b->cookie = sf_page_cookie(page);
+    if (heap->quarantine_tail) heap->quarantine_tail->next = b;
+    else heap->quarantine_head = b;
+    heap->quarantine_tail = b;
+    heap->quarantine_bytes += page->block_size;
+    heap->quarantine_count++;
+    size_t budget = (size_t)sf_knob(SF_KNOB_GUARD_QUARANTINE);
+    while (heap->quarantine_head != NULL && heap->quarantine_bytes > budget)
+        quarantine_release_oldest(heap);
+}
+
+void sf_quarantine_flush(sf_heap_t *heap) {
+    while (heap->quarantine_head != NULL) quarantine_release_oldest(heap);
+}
+
+bool sf_quarantine_holds(const sf_heap_t *heap, const void *b) {
+    const sf_block_t *q = heap->quarantine_head;
+    for (size_t i = 0; q != NULL && i < heap->quarantine_count; i++, q = q->next)
+        if (q == b) return true;
+    return false;
+}

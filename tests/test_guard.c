@@ -1,0 +1,323 @@
+/* test_guard.c - every guard detection at every level that promises it.
+ *
+ * guard.level is fixed at start-up, so each case re-executes this program
+ * with SEFER_GUARD_LEVEL and SEFER_GUARD_ON_ERROR set, runs one misuse
+ * scenario there, and checks how the child ended, what it wrote on stderr
+ * and the guard counters it printed:
+ *
+ *   detected, on_error=abort   killed by SIGABRT, the kind on stderr
+ *   detected, on_error=report  exits 0, the kind on stderr once, counted,
+ *                              and the allocator keeps working afterwards
+ *   level 0                    refused silently: exits 0, nothing on
+ *                              stderr, counted (the fast path's checks
+ *                              protect sefer's own lists at every level)
+ *   not promised at the level  exits 0, nothing on stderr, not counted
+ */
+#include "sefer_test.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+
+enum scenario {
+    SC_DOUBLE,       /* same-thread double free */
+    SC_FOREIGN,      /* free of a stack address */
+    SC_INTERIOR,     /* free of a pointer inside a block */
+    SC_OVERFLOW,     /* one byte written past a small block, then free */
+    SC_OVERFLOW_MED, /* the same for a medium block */
+    SC_OVERFLOW_BIG, /* the same for a span */
+    SC_UAF,          /* a write into a freed block, then reuse */
+    SC_XDOUBLE,      /* two other threads free the same block */
+    SC_COUNT
+};
+
+static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "overflow",
+                                              "overflow-medium", "overflow-span", "uaf", "xdouble"};
+/* the text sefer writes for the kind each scenario should be reported as */
+static const char *const sc_text[SC_COUNT] = {
+    "double free", "does not own", "inside a block", "write past the end",
+    "write past the end", "write past the end", "write into a freed block", "double free"};
+/* lowest level that promises the detection */
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3};
+
+/* ---- the child side ------------------------------------------------------ */
+
+/* Check's assertions only work inside a test: the child reports on stdout. */
+#define CHILD_CHECK(cond)                                                   \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            printf("child check failed: %s (line %d)\n", #cond, __LINE__); \
+            fflush(stdout);                                                 \
+            _exit(3);                                                       \
+        }                                                                   \
+    } while (0)
+
+static void *free_it(void *p)
+{
+    free(p);
+    return NULL;
+}
+
+static void run_scenario(enum scenario sc)
+{
+    int on_stack = 0;
+    switch (sc) {
+    case SC_DOUBLE: {
+        char *p = malloc(40);
+        free(p);
+        free(st_launder(p));
+        break;
+    }
+    case SC_FOREIGN:
+        free(st_launder(&on_stack));
+        break;
+    case SC_INTERIOR: {
+        char *p = malloc(64);
+        free(st_launder(p + 16));
+        free(p);
+        break;
+    }
+    case SC_OVERFLOW:
+    case SC_OVERFLOW_MED:
+    case SC_OVERFLOW_BIG: {
+        size_t n = sc == SC_OVERFLOW ? 40 : sc == SC_OVERFLOW_MED ? 20000 : (1u << 20) + 3;
+        char *p = malloc(n);
+        memset(p, 'a', n);
+        ((volatile char *)p)[n] = 'x'; /* one byte too far */
+        free(p);
+        break;
+    }
+    case SC_UAF: {
+        /* no quarantine here (SEFER_GUARD_QUARANTINE=0): the block is reusable at once */
+        char *p = malloc(100);
+        free(p);
+        ((volatile char *)p)[50] = 'x';
+        bool level3 = atoi(getenv("SEFER_GUARD_LEVEL")) >= 3;
+        void *again[64];
+        for (int i = 0; i < 64; i++) {
+            again[i] = malloc(100);
+            CHILD_CHECK(again[i] != NULL);
+            if (level3) /* a block written after free is never handed out again */
+                CHILD_CHECK(again[i] != (void *)p);
+        }
+        for (int i = 0; i < 64; i++)
+            free(again[i]);
+        break;
+    }
+    case SC_XDOUBLE: {
+        char *p = malloc(40);
+        pthread_t t;
+        pthread_create(&t, NULL, free_it, p);
+        pthread_join(t, NULL);
+        pthread_create(&t, NULL, free_it, p);
+        pthread_join(t, NULL);
+        break;
+    }
+    default:
+        break;
+    }
+    /* the allocator still works after the misuse (report or level 0) */
+    for (int i = 0; i < 1000; i++) {
+        size_t n = 1 + (size_t)i * 37 % 3000;
+        unsigned char *q = malloc(n);
+        CHILD_CHECK(q != NULL);
+        st_pat_fill(q, n, (uint64_t)i);
+        CHILD_CHECK(st_pat_ok(q, n, (uint64_t)i));
+        free(q);
+    }
+    struct sefer_stats s = st_stats();
+    printf("invalid=%llu interior=%llu double=%llu overflow=%llu uaf=%llu\n",
+           (unsigned long long)s.guard_invalid_free, (unsigned long long)s.guard_interior_free,
+           (unsigned long long)s.guard_double_free, (unsigned long long)s.guard_overflow,
+           (unsigned long long)s.guard_use_after_free);
+}
+
+static unsigned long long counter_of(const char *out, enum scenario sc)
+{
+    static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
+                                              "overflow=", "overflow=", "uaf=", "double="};
+    const char *at = strstr(out, key[sc]);
+    return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
+}
+
+/* Runs a scenario in a fresh process; returns its wait status, with its
+ * stdout in out and stderr in err. */
+static int run_case(enum scenario sc, int level, const char *on_error, char *out, size_t outlen,
+                    char *err, size_t errlen)
+{
+    int efd = memfd_create("guard-stderr", 0);
+    int pfd[2];
+    ck_assert(efd >= 0 && pipe(pfd) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        dup2(efd, 2);
+        close(pfd[0]);
+        char lv[32], oe[48], arg[16];
+        snprintf(lv, sizeof lv, "SEFER_GUARD_LEVEL=%d", level);
+        snprintf(oe, sizeof oe, "SEFER_GUARD_ON_ERROR=%s", on_error);
+        snprintf(arg, sizeof arg, "%d", (int)sc);
+        putenv(lv);
+        putenv(oe);
+        putenv((char *)"SEFER_GUARD_QUARANTINE=0");
+        putenv((char *)"CK_FORK=no");
+        alarm(30);
+        execl("/proc/self/exe", "test_guard", "scenario", arg, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got + 1 < outlen && (n = read(pfd[0], out + got, outlen - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = 0;
+    close(pfd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    got = 0;
+    if (lseek(efd, 0, SEEK_SET) == 0)
+        while (got + 1 < errlen && (n = read(efd, err + got, errlen - 1 - got)) > 0)
+            got += (size_t)n;
+    err[got] = 0;
+    close(efd);
+    return status;
+}
+
+static int count_occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *at = hay; (at = strstr(at, needle)) != NULL; at += strlen(needle))
+        n++;
+    return n;
+}
+
+/* ---- the tests ------------------------------------------------------------ */
+
+/* loop index i: scenario = i / 8, level = (i / 2) % 4, on_error = i % 2 */
+START_TEST(test_guard_matrix)
+{
+    enum scenario sc = (enum scenario)(_i / 8);
+    int level = (_i / 2) % 4;
+    const char *on_error = _i % 2 ? "report" : "abort";
+    if (sc == SC_XDOUBLE && level < 3)
+        return; /* undefined below level 3: it would corrupt the free list */
+    static char out[4096], err[8192];
+    int st = run_case(sc, level, on_error, out, sizeof out, err, sizeof err);
+    const char *what = sc_name[sc];
+    bool promised = level >= sc_level[sc];
+    if (level == 0) {
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at level 0 (%s): child %s, stderr: %s, stdout: %s",
+                      what, on_error, st_describe_status(st), err, out);
+        ck_assert_msg(strstr(err, "sefer:") == NULL, "%s at level 0 reported: %s", what, err);
+        if (sc_level[sc] == 1)
+            ck_assert_msg(counter_of(out, sc) >= 1, "%s at level 0 not counted: %s", what, out);
+        return;
+    }
+    if (!promised) {
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at level %d: child %s, stderr: %s",
+                      what, level, st_describe_status(st), err);
+        ck_assert_msg(strstr(err, sc_text[sc]) == NULL, "%s at level %d unexpectedly reported: %s",
+                      what, level, err);
+        return;
+    }
+    ck_assert_msg(strstr(err, sc_text[sc]) != NULL, "%s at level %d (%s) not reported; stderr: %s",
+                  what, level, on_error, err);
+    if (_i % 2 == 0) {
+        ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+                      "%s at level %d with abort: child %s", what, level, st_describe_status(st));
+    } else {
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at level %d with report: child %s, stderr: %s",
+                      what, level, st_describe_status(st), err);
+        ck_assert_msg(count_occurrences(err, sc_text[sc]) == 1, "%s reported more than once: %s",
+                      what, err);
+        ck_assert_msg(counter_of(out, sc) >= 1, "%s at level %d not counted: %s", what, level, out);
+    }
+}
+END_TEST
+
+START_TEST(test_guard_pages_around_metadata)
+{
+    /* level 2: the page after a segment's metadata is not accessible */
+    static char out[256], err[4096];
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        putenv((char *)"SEFER_GUARD_LEVEL=2");
+        alarm(20);
+        execl("/proc/self/exe", "test_guard", "guardpage", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    (void)out;
+    (void)err;
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV,
+                  "touching the guard page after a segment's metadata: child %s",
+                  st_describe_status(st));
+}
+END_TEST
+
+static void touch_guard_page(void)
+{
+    char *p = malloc(64); /* a small segment: metadata is its first 64 KiB */
+    volatile char *guard = (char *)((uintptr_t)p & ~(SEFER_SEGMENT_SIZE - 1)) + 60 * 1024;
+    *guard = 1; /* must fault */
+    _exit(0);
+}
+
+START_TEST(test_level2_blocks_usable)
+{
+    /* at level 2 the canary must never be inside what the program may use */
+    static char out[256];
+    char *env[] = {(char *)"SEFER_GUARD_LEVEL=2", NULL};
+    char *args[] = {(char *)"usable", NULL};
+    int st = st_run_self(env, args, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %s: %s", st_describe_status(st), out);
+    ck_assert_msg(strstr(out, "ok") != NULL, "output: %s", out);
+}
+END_TEST
+
+static void check_usable_level2(void)
+{
+    for (size_t n = 1; n < 70000; n += n / 5 + 1) {
+        for (size_t a = 8; a <= 4096; a *= 8) {
+            unsigned char *p = aligned_alloc(a, n);
+            size_t u = malloc_usable_size(p);
+            if (p == NULL || u != n || ((uintptr_t)p & (a - 1)))
+                _exit(2);
+            memset(p, 0x5a, u);
+            p = realloc(p, n + 100);
+            for (size_t i = 0; i < n; i++)
+                if (p[i] != 0x5a)
+                    _exit(3);
+            free(p);
+        }
+    }
+    struct sefer_stats s = st_stats();
+    printf(s.guard_overflow == 0 ? "ok\n" : "overflow reported\n");
+    exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && strcmp(argv[1], "scenario") == 0) {
+        run_scenario((enum scenario)atoi(argv[2]));
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "guardpage") == 0)
+        touch_guard_page();
+    if (argc >= 2 && strcmp(argv[1], "usable") == 0)
+        check_usable_level2();
+    Suite *s = suite_create("guard");
+    TCase *tc = tcase_create("levels");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_guard_matrix, 0, SC_COUNT * 8);
+    tcase_add_test(tc, test_guard_pages_around_metadata);
+    tcase_add_test(tc, test_level2_blocks_usable);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}
