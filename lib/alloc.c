@@ -40,6 +40,22 @@ void *sf_alloc_span(size_t n, size_t align) {
 }
 
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
+    if (likely(n <= DIRECT_MAX)) {
+        /* the fast path's page ran dry: the blocks its owner freed since
+         * become its free list (no remote drain, no page search: those wait
+         * for the page to be really empty).  Guarded pages and the markers'
+         * empty page never appear in direct[], so links are plain here. */
+        sf_page_t *page = heap->direct[(n + 15) >> 4];
+        sf_block_t *b = page->local_free;
+        if (b != NULL) {
+            page->local_free = NULL;
+            page->free = b->next;
+            SF_COUNT(page->used);
+            SF_COUNT(heap->allocs);
+            b->cookie = 0;
+            return b;
+        }
+    }
     if (unlikely(sf_guard_level >= 2)) return sf_guarded_malloc(n, 16);
     if (n > MEDIUM_MAX) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
