@@ -1,0 +1,151 @@
+/* mstress.c - objects migrate between threads; threads are recreated every
+ * phase (after the idea of mimalloc-bench's mstress, written anew here).
+ *
+ *   mstress [-t THREADS] [-s SCALE] [-d SECONDS] [-S SEED]
+ *
+ * The heap: THREADS segments of 2000*SCALE slots, filled by the main thread
+ * before the clock starts, plus a shared transfer array of 64*THREADS slots
+ * (atomic pointers, empty at the start).
+ *
+ * A phase starts THREADS new threads and joins them.  Thread i of phase p
+ * works on segment (i + p) % THREADS, so every block it frees there was
+ * allocated by a thread of an earlier phase, usually another lane's and
+ * always a thread that has exited.  It does 20000*SCALE steps: pick a random
+ * slot, check and free its block, malloc a block of a random size in
+ * [16, 2048] bytes and stamp it.  Every 8th step it also mallocs a block,
+ * stamps it and swaps it into a random transfer slot; the block it gets back
+ * (allocated by any thread, maybe one still running) is checked and freed.
+ * Phases repeat until SECONDS have passed (checked by the main thread between
+ * phases), and the figure is
+ *   ops_per_s = (mallocs + frees) / elapsed.
+ *
+ * Verification: every block is stamped (its size and a tag at the start, the
+ * tag's low byte at its end) and checked before it is freed; a mismatch
+ * counts as an error.  Output (one line):
+ *   mstress threads=T scale=S seconds=D phases=P ops=N elapsed=E ops_per_s=X
+ *     errors=0 allocator=A version=V malloc_from=P
+ * Exit status 1 when errors > 0. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdatomic.h>
+
+#include "benchutil.h"
+#include "whichalloc.h"
+
+#define MIN_SIZE 16
+#define MAX_SIZE 2048
+
+struct worker {
+    unsigned index;
+    uint64_t phase;
+    uint64_t rng;
+    uint64_t ops;
+    uint64_t errors;
+    char pad[64];
+};
+
+static struct bu_opts opt;
+static size_t seg_slots, steps, nxfer;
+static unsigned char **slots;
+static _Atomic(unsigned char *) *xfer;
+
+static void *phase_main(void *arg) {
+    struct worker *w = arg;
+    uint64_t rng = w->rng, ops = 0, errors = 0;
+    unsigned char **seg = slots + ((w->index + w->phase) % opt.threads) * seg_slots;
+    const uint64_t span = MAX_SIZE - MIN_SIZE + 1;
+    for (size_t i = 0; i < steps; i++) {
+        uint64_t r = xorshift64(&rng);
+        size_t k = below((uint32_t)(r >> 32), seg_slots);
+        unsigned char *old = seg[k];
+        if (!bu_check_self(old, MAX_SIZE)) errors++;
+        free(old);
+        size_t size = MIN_SIZE + below((uint32_t)r, span);
+        unsigned char *p = malloc(size);
+        bu_stamp(p, size, r);
+        seg[k] = p;
+        ops += 2;
+        if ((i & 7) == 0) {
+            uint64_t r2 = xorshift64(&rng);
+            size_t s2 = MIN_SIZE + below((uint32_t)r2, span);
+            unsigned char *q = malloc(s2);
+            bu_stamp(q, s2, r2);
+            unsigned char *got = atomic_exchange_explicit(&xfer[below((uint32_t)(r2 >> 32), nxfer)],
+                                                          q, memory_order_acq_rel);
+            ops++;
+            if (got) {
+                if (!bu_check_self(got, MAX_SIZE)) errors++;
+                free(got);
+                ops++;
+            }
+        }
+    }
+    w->rng = rng;
+    w->ops += ops;
+    w->errors += errors;
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    bu_prog = "mstress";
+    bu_parse(argc, argv, &opt, "-");
+    seg_slots = (size_t)(2000 * opt.scale) + 1;
+    steps = (size_t)(20000 * opt.scale) + 1;
+    nxfer = 64 * (size_t)opt.threads;
+    slots = bu_xcalloc(seg_slots * opt.threads, sizeof *slots);
+    xfer = bu_xcalloc(nxfer, sizeof *xfer);
+    struct worker *ws = bu_xcalloc(opt.threads, sizeof *ws);
+    pthread_t *tids = bu_xcalloc(opt.threads, sizeof *tids);
+    uint64_t rng = bu_seed(opt.seed, 999);
+    for (size_t k = 0; k < seg_slots * opt.threads; k++) {
+        uint64_t r = xorshift64(&rng);
+        size_t size = MIN_SIZE + below((uint32_t)r, MAX_SIZE - MIN_SIZE + 1);
+        slots[k] = bu_xmalloc(size);
+        bu_stamp(slots[k], size, r);
+    }
+    for (unsigned i = 0; i < opt.threads; i++) {
+        ws[i].index = i;
+        ws[i].rng = bu_seed(opt.seed, i);
+    }
+
+    uint64_t phases = 0;
+    double t0 = bu_now(), t1;
+    do {
+        for (unsigned i = 0; i < opt.threads; i++) {
+            ws[i].phase = phases;
+            tids[i] = bu_start(phase_main, &ws[i]);
+        }
+        for (unsigned i = 0; i < opt.threads; i++)
+            bu_join(tids[i]);
+        phases++;
+        t1 = bu_now();
+    } while (t1 - t0 < opt.seconds);
+    double elapsed = t1 - t0;
+
+    uint64_t ops = 0, errors = 0;
+    for (unsigned i = 0; i < opt.threads; i++) {
+        ops += ws[i].ops;
+        errors += ws[i].errors;
+    }
+    for (size_t k = 0; k < seg_slots * opt.threads; k++) {
+        if (!bu_check_self(slots[k], MAX_SIZE)) errors++;
+        free(slots[k]);
+    }
+    for (size_t k = 0; k < nxfer; k++) {
+        unsigned char *p = atomic_load(&xfer[k]);
+        if (p && !bu_check_self(p, MAX_SIZE)) errors++;
+        free(p);
+    }
+    printf("mstress threads=%u scale=%g seconds=%g phases=%llu ops=%llu elapsed=%.6f ops_per_s=%.0f"
+           " errors=%llu",
+           opt.threads, opt.scale, opt.seconds, (unsigned long long)phases,
+           (unsigned long long)ops, elapsed, (double)ops / elapsed, (unsigned long long)errors);
+    wa_print(stdout);
+    putchar('\n');
+    free(slots);
+    free(xfer);
+    free(ws);
+    free(tids);
+    return errors ? 1 : 0;
+}
