@@ -52,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchutil.h"
 #include "whichalloc.h"
 
 struct larson_opts {
@@ -77,25 +78,6 @@ struct lane {
 static struct larson_opts opt;
 static atomic_int stop_flag;
 static atomic_int lanes_running;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static inline uint64_t xorshift64(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-/* Maps 32 random bits onto [0, n) without a division. */
-static inline uint64_t below(uint32_t r, uint64_t n) {
-    return ((uint64_t)r * n) >> 32;
-}
 
 /* ---- the timed loop ---- */
 
@@ -153,7 +135,7 @@ static void *lane_main(void *arg) {
         if (err) die("pthread_join", err);
     }
     if (atomic_load_explicit(&stop_flag, memory_order_relaxed)) {
-        l->end = now();
+        l->end = bu_now();
         l->last = pthread_self();
         atomic_fetch_sub_explicit(&lanes_running, 1, memory_order_release);
         return NULL;
@@ -218,16 +200,9 @@ static void parse(int argc, char **argv) {
         usage();
 }
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 static void fill_lane(struct lane *l, unsigned index) {
     memset(l, 0, sizeof *l);
-    l->rng = splitmix64(opt.seed * 1000003u + index) | 1;
+    l->rng = bu_seed(opt.seed, index);
     l->slots = calloc(opt.slots, sizeof *l->slots);
     if (!l->slots) die("calloc", ENOMEM);
     uint64_t span = opt.max - opt.min + 1;
@@ -261,7 +236,7 @@ int main(int argc, char **argv) {
         fill_lane(&lanes[i], i);
     atomic_store(&lanes_running, (int)opt.threads);
 
-    double t0 = now();
+    double t0 = bu_now();
     for (unsigned i = 0; i < opt.threads; i++)
         start_thread(&lanes[i]);
     sleep_for(opt.seconds);

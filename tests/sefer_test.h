@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -378,6 +380,55 @@ static inline int st_run_self(char *const extra_env[], char *const args[], char 
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     return status;
+}
+
+/* ---- a hand-off queue of blocks between threads ----------------------- */
+
+/* Mutex-protected FIFO the multi-thread tests pass blocks through, so that
+ * another thread frees them.  push fails when the queue holds cap blocks. */
+#define ST_QUEUE_MAX 4096
+struct st_block {
+    unsigned char *p;
+    size_t n;
+};
+struct st_queue {
+    pthread_mutex_t lock;
+    size_t cap, head, count;
+    struct st_block e[ST_QUEUE_MAX];
+};
+
+static inline void st_queue_init(struct st_queue *q, size_t cap)
+{
+    pthread_mutex_init(&q->lock, NULL);
+    q->cap = cap < ST_QUEUE_MAX ? cap : ST_QUEUE_MAX;
+    q->head = q->count = 0;
+}
+
+static inline bool st_queue_push(struct st_queue *q, struct st_block e)
+{
+    bool ok = false;
+    pthread_mutex_lock(&q->lock);
+    if (q->count < q->cap) {
+        q->e[(q->head + q->count) % q->cap] = e;
+        q->count++;
+        ok = true;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
+static inline bool st_queue_pop(struct st_queue *q, struct st_block *out)
+{
+    bool ok = false;
+    pthread_mutex_lock(&q->lock);
+    if (q->count) {
+        *out = q->e[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->count--;
+        ok = true;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
 }
 
 /* ---- runner ----------------------------------------------------------- */

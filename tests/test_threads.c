@@ -41,45 +41,7 @@ static pthread_t spawn(void *(*fn)(void *), void *arg, size_t stack)
 #define STRESS_THREADS 4
 #define QCAP 4096
 
-struct entry {
-    unsigned char *p;
-    size_t n;
-};
-
-struct queue {
-    pthread_mutex_t lock;
-    size_t head, count;
-    struct entry e[QCAP];
-};
-
-static struct queue *queues; /* STRESS_THREADS of them, from mmap */
-
-static bool q_push(struct queue *q, struct entry e)
-{
-    bool ok = false;
-    pthread_mutex_lock(&q->lock);
-    if (q->count < QCAP) {
-        q->e[(q->head + q->count) % QCAP] = e;
-        q->count++;
-        ok = true;
-    }
-    pthread_mutex_unlock(&q->lock);
-    return ok;
-}
-
-static bool q_pop(struct queue *q, struct entry *out)
-{
-    bool ok = false;
-    pthread_mutex_lock(&q->lock);
-    if (q->count) {
-        *out = q->e[q->head];
-        q->head = (q->head + 1) % QCAP;
-        q->count--;
-        ok = true;
-    }
-    pthread_mutex_unlock(&q->lock);
-    return ok;
-}
+static struct st_queue *queues; /* STRESS_THREADS of them, from mmap */
 
 static size_t stress_size(uint64_t x)
 {
@@ -106,8 +68,8 @@ static void *stress_thread(void *argp)
     uint64_t r = 0x1234567ULL * (uint64_t)(a->id + 1);
     for (long op = 0; op < a->ops; op++) {
         uint64_t x = st_rand(&r);
-        struct entry e;
-        if ((x & 1) && q_pop(&queues[a->id], &e)) {
+        struct st_block e;
+        if ((x & 1) && st_queue_pop(&queues[a->id], &e)) {
             FAIL_IF(!st_block_ok(e.p, e.n));
             FAIL_IF(malloc_usable_size(e.p) < e.n);
             if ((x >> 1) % 8 == 0 && e.n <= 8192) {
@@ -123,7 +85,7 @@ static void *stress_thread(void *argp)
                 st_block_fill(q, nn);
                 e.p = q;
                 e.n = nn;
-                if (!q_push(&queues[(x >> 20) % STRESS_THREADS], e)) {
+                if (!st_queue_push(&queues[(x >> 20) % STRESS_THREADS], e)) {
                     FAIL_IF(!st_block_ok(e.p, e.n));
                     free(e.p);
                 }
@@ -138,7 +100,7 @@ static void *stress_thread(void *argp)
         if (!e.p)
             continue;
         st_block_fill(e.p, e.n);
-        if (!q_push(&queues[(x >> 24) % STRESS_THREADS], e)) {
+        if (!st_queue_push(&queues[(x >> 24) % STRESS_THREADS], e)) {
             FAIL_IF(!st_block_ok(e.p, e.n));
             free(e.p);
         }
@@ -146,8 +108,8 @@ static void *stress_thread(void *argp)
     /* nobody pushes after this barrier: empty our own queue, then exit (the
      * exit hands our heap back with every remote free drained) */
     pthread_barrier_wait(&stress_barrier);
-    struct entry e;
-    while (q_pop(&queues[a->id], &e)) {
+    struct st_block e;
+    while (st_queue_pop(&queues[a->id], &e)) {
         FAIL_IF(!st_block_ok(e.p, e.n));
         free(e.p);
     }
@@ -159,7 +121,7 @@ START_TEST(test_cross_thread_stress)
 {
     queues = st_map(STRESS_THREADS * sizeof *queues);
     for (int i = 0; i < STRESS_THREADS; i++)
-        pthread_mutex_init(&queues[i].lock, NULL);
+        st_queue_init(&queues[i], QCAP);
 
     pthread_barrier_init(&stress_barrier, NULL, STRESS_THREADS);
     struct sefer_stats s0 = st_stats();

@@ -37,46 +37,8 @@ static atomic_long failures;
             atomic_fetch_add(&failures, 1);                                                \
     } while (0)
 
-struct item {
-    unsigned char *p;
-    size_t n;
-};
-
-struct mailbox {
-    pthread_mutex_t lock;
-    size_t head, count;
-    struct item it[QCAP];
-};
-
-static struct mailbox *boxes;
+static struct st_queue *boxes;
 static atomic_int workers_running;
-
-static bool box_put(struct mailbox *b, struct item it)
-{
-    bool ok = false;
-    pthread_mutex_lock(&b->lock);
-    if (b->count < QCAP) {
-        b->it[(b->head + b->count) % QCAP] = it;
-        b->count++;
-        ok = true;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
-
-static bool box_take(struct mailbox *b, struct item *out)
-{
-    bool ok = false;
-    pthread_mutex_lock(&b->lock);
-    if (b->count) {
-        *out = b->it[b->head];
-        b->head = (b->head + 1) % QCAP;
-        b->count--;
-        ok = true;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return ok;
-}
 
 static size_t pick_size(uint64_t x)
 {
@@ -126,8 +88,8 @@ static void *worker(void *argp)
     uint64_t r = 0xDEADBEEFULL + (uint64_t)id * 0x1000193ULL;
     for (long op = 0; op < OPS_PER_THREAD; op++) {
         uint64_t x = st_rand(&r);
-        struct item it;
-        if ((x & 1) && box_take(&boxes[id], &it)) {
+        struct st_block it;
+        if ((x & 1) && st_queue_pop(&boxes[id], &it)) {
             FAIL_IF(!st_block_ok(it.p, it.n));
             FAIL_IF(sefer_usable_size(it.p) < it.n);
             if ((x >> 1) % 6 == 0 && it.n <= 8192) {
@@ -143,7 +105,7 @@ static void *worker(void *argp)
                 st_block_fill(q, nn);
                 it.p = q;
                 it.n = nn;
-                if (!box_put(&boxes[(x >> 36) % WORKERS], it))
+                if (!st_queue_push(&boxes[(x >> 36) % WORKERS], it))
                     sefer_free(it.p);
             } else {
                 sefer_free(it.p);
@@ -156,7 +118,7 @@ static void *worker(void *argp)
         if (!it.p)
             continue;
         st_block_fill(it.p, it.n);
-        if (!box_put(&boxes[(x >> 24) % WORKERS], it)) {
+        if (!st_queue_push(&boxes[(x >> 24) % WORKERS], it)) {
             FAIL_IF(!st_block_ok(it.p, it.n));
             sefer_free(it.p);
         }
@@ -169,7 +131,7 @@ static void run_workers(void *(*side)(void *))
 {
     boxes = st_map(WORKERS * sizeof *boxes);
     for (int i = 0; i < WORKERS; i++)
-        pthread_mutex_init(&boxes[i].lock, NULL);
+        st_queue_init(&boxes[i], QCAP);
     atomic_store(&workers_running, WORKERS);
     pthread_t t[WORKERS], s;
     for (int i = 0; i < WORKERS; i++)
@@ -181,8 +143,8 @@ static void run_workers(void *(*side)(void *))
     if (side)
         pthread_join(s, NULL);
     for (int i = 0; i < WORKERS; i++) {
-        struct item it;
-        while (box_take(&boxes[i], &it)) {
+        struct st_block it;
+        while (st_queue_pop(&boxes[i], &it)) {
             FAIL_IF(!st_block_ok(it.p, it.n));
             sefer_free(it.p);
         }
@@ -261,7 +223,7 @@ END_TEST
 
 #define LEAVERS (UNDER_TSAN ? 60 : 300)
 #define LEFT 8
-static struct item *left_behind;
+static struct st_block *left_behind;
 
 static void *leaver(void *argp)
 {
