@@ -2,6 +2,12 @@
  * spans, calloc and realloc.  The fast path is in fastpath.h. */
 #include "fastpath.h"
 
+static void *fail_enomem(void) {
+    sf_stat_add(&sf_gstats.enomem, 1);
+    errno = ENOMEM;
+    return NULL;
+}
+
 /* Allocates from class c for the calling thread, whatever its state. */
 void *sf_alloc_class(unsigned c) {
     sf_heap_t *heap = sf_tls_heap;
@@ -15,26 +21,14 @@ void *sf_alloc_class(unsigned c) {
         sf_unlock(&sf_fallback_lock);
         sf_stat_add(&sf_gstats.fallback_allocs, 1);
     }
-    if (unlikely(p == NULL)) {
-        sf_stat_add(&sf_gstats.enomem, 1);
-        errno = ENOMEM;
-    }
-    return p;
+    return likely(p != NULL) ? p : fail_enomem();
 }
 
+/* Sizes beyond the address space are refused inside sf_span_alloc. */
 void *sf_alloc_span(size_t n, size_t align) {
     sf_ensure_init();
-    if (n > PTRDIFF_MAX) {
-        sf_stat_add(&sf_gstats.enomem, 1);
-        errno = ENOMEM;
-        return NULL;
-    }
     void *block = NULL;
-    if (sf_span_alloc(n, align, &block) == NULL) {
-        sf_stat_add(&sf_gstats.enomem, 1);
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (sf_span_alloc(n, align, &block) == NULL) return fail_enomem();
     sf_stat_add(&sf_gstats.shared_allocs, 1);
     return block;
 }
@@ -49,11 +43,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
         sf_block_t *b = page->local_free;
         if (b != NULL) {
             page->local_free = NULL;
-            page->free = b->next;
-            SF_COUNT(page->used);
-            SF_COUNT(heap->allocs);
-            b->cookie = 0;
-            return b;
+            return sf_hand_out(heap, page, b, b->next);
         }
     }
     if (unlikely(sf_guard_level >= 2)) return sf_guarded_malloc(n, 16);

@@ -18,18 +18,22 @@
 
 #include "internal.h"
 
+/* Hands out b, the head of a list whose rest (next) becomes page->free:
+ * the one place a block leaves an unguarded page. */
+SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t *next) {
+    page->free = next;
+    SF_COUNT(page->used);
+    SF_COUNT(heap->allocs);
+    b->cookie = 0; /* no longer free: see the double-free check in sf_free */
+    return b;
+}
+
 SF_INLINE void *sf_malloc(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
     if (likely(n <= DIRECT_MAX)) {
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->free;
-        if (likely(b != NULL)) {
-            page->free = b->next;
-            SF_COUNT(page->used);
-            SF_COUNT(heap->allocs);
-            b->cookie = 0;
-            return b;
-        }
+        if (likely(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }
     return sf_malloc_generic(n, heap);
 }
@@ -78,11 +82,7 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t *page = heap->queues[class_idx].first;
     sf_block_t *b;
     if (page == NULL || (b = page->free) == NULL || SF_GET(page->flags) != 0) return NULL;
-    page->free = b->next;
-    SF_COUNT(page->used);
-    SF_COUNT(heap->allocs);
-    b->cookie = 0;
-    return b;
+    return sf_hand_out(heap, page, b, b->next);
 }
 
 SF_INLINE void *sf_calloc(size_t count, size_t size) {

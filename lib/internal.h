@@ -137,7 +137,6 @@ SF_INLINE uint64_t sf_knob(enum sf_knob_id id) {
 }
 SF_HIDDEN void sf_knobs_init(void);
 SF_HIDDEN extern pthread_mutex_t sf_knob_lock;
-SF_HIDDEN const char *sf_knob_string(enum sf_knob_id id);
 
 /* ---- config_file.c ---- */
 /* The knob table as data, text -> value conversion and the SEFER_CONFIG
@@ -348,7 +347,6 @@ enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLL
 enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHARED };
 
 #define SF_REGISTRY_SLOTS 256
-#define SF_THREAD_NAME 16
 
 typedef struct sf_heap_s {
     sf_page_t *direct[DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
@@ -362,13 +360,12 @@ typedef struct sf_heap_s {
     _Atomic(sf_block_t *) overflow;      /* remote frees that found the ring full */
     sf_ring_t ring;
     uint32_t pages_in_use;
-    uint64_t remote_frees, large_allocs; /* frees this thread sent to others */
+    uint64_t remote_frees; /* frees this thread sent to others */
     uint64_t page_allocs;
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
     size_t quarantine_bytes, quarantine_count;
     _Atomic int state;
     _Atomic int tid;
-    char thread_name[SF_THREAD_NAME];
 } sf_heap_t;
 
 SF_HIDDEN extern __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec")));
@@ -420,7 +417,6 @@ SF_HIDDEN size_t sf_heap_collect(sf_heap_t *heap, bool force);
 SF_HIDDEN bool sf_ring_init(sf_ring_t *ring, size_t capacity);
 SF_HIDDEN bool sf_ring_push(sf_ring_t *ring, void *p);
 SF_HIDDEN void *sf_ring_pop(sf_ring_t *ring);
-SF_HIDDEN bool sf_ring_contains(sf_ring_t *ring, const void *p);
 SF_INLINE uint64_t sf_ring_pending(sf_ring_t *ring) {
     return atomic_load_explicit(&ring->tail, memory_order_relaxed) -
            atomic_load_explicit(&ring->head, memory_order_relaxed);

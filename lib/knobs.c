@@ -33,8 +33,6 @@ static const char *const source_names[] = {
 /* Why this thread's last sefer_config_* call failed. */
 static __thread char config_error[256];
 
-const char *sf_knob_string(enum sf_knob_id id) { return knob_strings[id]; }
-
 static void set_value(int i, uint64_t v, const char *str, uint8_t source) {
     if (sf_knob_defs[i].type == SF_KNOB_STRING) {
         size_t n = strlen(str);

@@ -55,17 +55,3 @@ void *sf_ring_pop(sf_ring_t *ring) {
     atomic_store_explicit(&ring->head, pos + 1, memory_order_relaxed);
     return p;
 }
-
-/* Whether p waits in the ring (consumer side only; used by guard checks). */
-bool sf_ring_contains(sf_ring_t *ring, const void *p) {
-    if (ring->cells == NULL) return false;
-    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-    for (uint64_t pos = head; pos != tail; pos++) {
-        sf_ring_cell_t *cell = &ring->cells[pos & ring->mask];
-        if (atomic_load_explicit(&cell->seq, memory_order_acquire) == pos + 1 &&
-            atomic_load_explicit(&cell->ptr, memory_order_relaxed) == p)
-            return true;
-    }
-    return false;
-}
