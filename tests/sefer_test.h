@@ -397,6 +397,21 @@ struct st_queue {
     struct st_block e[ST_QUEUE_MAX];
 };
 
+/* After q = realloc(e->p, nn) of a block filled by st_block_fill (whose
+ * pattern seed was old_seed): checks that the bytes both sizes share
+ * survived, refills q for its new size and makes e name it.  Returns whether
+ * the shared bytes were intact. */
+static inline bool st_block_resized(struct st_block *e, unsigned char *q, size_t nn,
+                                    uint64_t old_seed)
+{
+    size_t keep = e->n < nn ? e->n : nn;
+    bool intact = st_pat_check_range(q, 0, keep, old_seed) == SIZE_MAX;
+    st_block_fill(q, nn);
+    e->p = q;
+    e->n = nn;
+    return intact;
+}
+
 static inline void st_queue_init(struct st_queue *q, size_t cap)
 {
     pthread_mutex_init(&q->lock, NULL);

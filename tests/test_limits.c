@@ -442,6 +442,20 @@ START_TEST(test_large_cache_hit_no_mapping)
 }
 END_TEST
 
+/* Allocates count blocks of size bytes, all live at once, then frees them:
+ * count spans offered to the large cache together. */
+static void alloc_then_free_spans(int count, size_t size)
+{
+    void *v[64];
+    ck_assert_int_le(count, 64);
+    for (int i = 0; i < count; i++) {
+        v[i] = sefer_malloc(size);
+        ck_assert_ptr_nonnull(v[i]);
+    }
+    for (int i = 0; i < count; i++)
+        sefer_free(v[i]);
+}
+
 START_TEST(test_large_cache_knobs)
 {
     const size_t n = 16 * ST_MIB;
@@ -473,13 +487,7 @@ START_TEST(test_large_cache_knobs)
     /* the byte budget holds across many frees */
     sefer_trim();
     ST_KNOB_SET("large_cache.max_bytes", "32MiB");
-    void *v[12];
-    for (int i = 0; i < 12; i++) {
-        v[i] = sefer_malloc(5 * ST_MIB);
-        ck_assert_ptr_nonnull(v[i]);
-    }
-    for (int i = 0; i < 12; i++)
-        sefer_free(v[i]);
+    alloc_then_free_spans(12, 5 * ST_MIB);
     s0 = st_stats();
     ck_assert_uint_le(s0.large_cache_bytes, 32 * ST_MIB);
     ck_assert_uint_le(s0.large_cache_spans, 8);
@@ -489,12 +497,7 @@ START_TEST(test_large_cache_knobs)
     sefer_trim();
     ST_KNOB_SET("large_cache.max_bytes", "1GiB");
     ST_KNOB_SET("large_cache.slots", "3");
-    for (int i = 0; i < 12; i++) {
-        v[i] = sefer_malloc(5 * ST_MIB);
-        ck_assert_ptr_nonnull(v[i]);
-    }
-    for (int i = 0; i < 12; i++)
-        sefer_free(v[i]);
+    alloc_then_free_spans(12, 5 * ST_MIB);
     s0 = st_stats();
     ck_assert_uint_le(s0.large_cache_spans, 3);
 

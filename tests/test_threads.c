@@ -80,11 +80,7 @@ static void *stress_thread(void *argp)
                 FAIL_IF(q == NULL);
                 if (!q)
                     continue;
-                size_t keep = e.n < nn ? e.n : nn;
-                FAIL_IF(st_pat_check_range(q, 0, keep, old_seed) != SIZE_MAX);
-                st_block_fill(q, nn);
-                e.p = q;
-                e.n = nn;
+                FAIL_IF(!st_block_resized(&e, q, nn, old_seed));
                 if (!st_queue_push(&queues[(x >> 20) % STRESS_THREADS], e)) {
                     FAIL_IF(!st_block_ok(e.p, e.n));
                     free(e.p);

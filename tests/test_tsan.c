@@ -100,11 +100,7 @@ static void *worker(void *argp)
                 FAIL_IF(q == NULL);
                 if (!q)
                     continue;
-                size_t keep = it.n < nn ? it.n : nn;
-                FAIL_IF(st_pat_check_range(q, 0, keep, seed) != SIZE_MAX);
-                st_block_fill(q, nn);
-                it.p = q;
-                it.n = nn;
+                FAIL_IF(!st_block_resized(&it, q, nn, seed));
                 if (!st_queue_push(&boxes[(x >> 36) % WORKERS], it))
                     sefer_free(it.p);
             } else {
