@@ -46,7 +46,20 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             return sf_hand_out(heap, page, b, b->next);
         }
     }
-    if (unlikely(sf_guard_level >= 2)) return sf_guarded_malloc(n, 16);
+    if (unlikely(sf_guard_level >= 2)) {
+        /* level 2: its fast pop (callers other than malloc come straight
+         * here), after the same local_free swap on its own table */
+        if (sf_guard_level == 2 && n <= DIRECT_MAX - SF_CANARY) {
+            sf_page_t *page = heap->gdirect[(n + SF_CANARY + 15) >> 4];
+            if (page->free == NULL && page->local_free != NULL) {
+                page->free = page->local_free;
+                page->local_free = NULL;
+            }
+            void *b = sf_l2_pop(heap, page);
+            if (b != NULL) return b;
+        }
+        return sf_guarded_malloc(n, 16);
+    }
     if (n > MEDIUM_MAX) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
     if (n > DIRECT_MAX) { /* medium sizes have no direct entry */

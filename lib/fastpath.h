@@ -38,43 +38,137 @@ SF_INLINE void *sf_malloc(size_t n) {
     return sf_malloc_generic(n, heap);
 }
 
+/* off (below 2^32) is a multiple of the page's block size: the exact test
+ * off * ceil(2^64/size) < ceil(2^64/size).  On x86-64 written as two
+ * instructions that read the constant from memory; compilers load it into a
+ * register first, one instruction more on every free. */
+SF_INLINE bool sf_offset_is_block_start(const sf_page_t *page, uint64_t off) {
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    bool below;
+    __asm__("imulq %[m], %[off]\n\tcmpq %[m], %[off]"
+            : "=@ccb"(below), [off] "+r"(off)
+            : [m] "m"(page->divmagic));
+    return below;
+#else
+    return off * page->divmagic < page->divmagic;
+#endif
+}
+
 /* Small blocks only (the segment map says "small segment here"): their pages
  * are 64 KiB-aligned and start with their first block, so the page is found
  * with constant shifts and the offset in the page is the pointer's low 16
- * bits.  A multiple of the block size past the last block (the page's tail)
- * needs no bound check here: once the page is fully carved, that one
- * "block" carries the page's free cookie, so a free of it takes the generic
- * path, which rejects it; before that it is among the blocks not yet carved
- * (docs/design.md: what level 1 checks where). */
-SF_INLINE sf_page_t *sf_small_owned_page(const void *p) {
+ * bits.  `owner` is the page ownership word the caller's fast path accepts
+ * (sf_page_set_fast_owner).  A multiple of the block size past the last
+ * block (the page's tail) needs no bound check here: once the page is fully
+ * carved, that one "block" carries the page's free cookie, so a free of it
+ * takes the generic path, which rejects it; before that it is among the
+ * blocks not yet carved (docs/design.md: what level 1 checks where). */
+SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owner) {
     uintptr_t u = (uintptr_t)p;
-    if (likely(sf_segmap_is_small_head(p))) {
-        /* &seg->pages[(u >> 16) & 63 - 1], written so the index is scaled once */
-        sf_page_t *page = (sf_page_t *)((u & ~(uintptr_t)SEG_MASK) |
+    uintptr_t chunk = u >> SEG_SHIFT;
+    if (likely(sf_segmap_is_small_chunk(chunk))) {
+        /* &seg->pages[(u >> 16) & 63 - 1], written so the index is scaled
+         * once and the segment comes from the chunk already in a register
+         * (the empty asm hides chunk's origin: else the compiler rebuilds
+         * the segment as a copy of u masked, one instruction more) */
+        __asm__("" : "+r"(chunk));
+        sf_page_t *page = (sf_page_t *)((chunk << SEG_SHIFT) |
                                         ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
                                          ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
         uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
-        if (likely(SF_PEEK(page->fast_heap) == sf_tls_heap && off * page->divmagic < page->divmagic &&
+        if (likely(SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
                    ((const sf_block_t *)p)->cookie != sf_page_cookie(page)))
             return page;
     }
     return NULL;
 }
 
+SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_owned_by(p, sf_tls_heap); }
+
+/* The end of both free fast paths: b goes to its page's local free list
+ * (link already stored by the caller); a page left empty goes back to its
+ * segment unless it is the only page of its (small) class: see
+ * sf_page_on_empty. */
+SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    b->cookie = sf_page_cookie(page);
+    page->local_free = b;
+    if (likely(SF_UNCOUNT(page->used) != 0)) return;
+    if (page->prev == NULL && page->next == NULL) return;
+    sf_page_on_empty(heap, page);
+}
+
 SF_INLINE void sf_free(void *p) {
-    sf_page_t *page = sf_small_owned_page(p);
+    sf_heap_t *heap = sf_tls_heap;
+    sf_page_t *page = sf_small_page_owned_by(p, heap);
     if (likely(page != NULL)) {
         sf_block_t *b = (sf_block_t *)p;
         b->next = page->local_free;
-        b->cookie = sf_page_cookie(page);
-        page->local_free = b;
-        if (likely(SF_UNCOUNT(page->used) != 0)) return;
-        /* the only page of its (small) class stays: see sf_page_on_empty */
-        if (page->prev == NULL && page->next == NULL) return;
-        sf_page_on_empty(page->fast_heap, page);
+        sf_free_to_local(heap, page, b);
         return;
     }
     sf_free_generic(p);
+}
+
+/* ---- guard level 2: the same paths with its checks (docs/configuration.md,
+ * "Guard levels").  Chosen once at start-up for the exported malloc and
+ * free (entry.c); every other entry point (calloc, realloc, operator new and
+ * delete, ...) runs the level 0-1 paths, finds no page there, and the
+ * generic paths try these same pops and pushes first.  On top of levels 0-1:
+ * links XOR-ed with the page secret and required to stay in their 64 KiB
+ * page when followed; each block's last 8 bytes hold a canary, written on
+ * malloc and checked on free.  Anything unusual, including a failed check,
+ * goes to the generic path, which reports it. */
+/* Pops a block from `page` (a gdirect entry) if it has one whose link
+ * checks out; NULL otherwise (empty page, or a bad link: the checked path
+ * reports it). */
+SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page) {
+    sf_block_t *b = page->free;
+    if (likely(b != NULL)) {
+#if defined(__x86_64__)
+        __asm__("" : "+a"(b)); /* b in the return register: saves a final mov */
+#endif
+        sf_block_t *next = sf_link_decode(page, b);
+        /* (empty asm: else the compiler keeps the encoded link and the
+         * secret alive to test next == NULL as link == secret: 2 movs) */
+        __asm__("" : "+r"(next));
+        if (likely(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << SMALL_PAGE_SHIFT) || next == NULL)) {
+            uint64_t *canary = sf_end_canary(page, b);
+            uint64_t value = sf_end_canary_value(page, b);
+            sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
+            *canary = value;                  /* a 16 B block's canary is there */
+            return b;
+        }
+    }
+    return NULL;
+}
+
+SF_INLINE void *sf_malloc_l2(size_t n) {
+    sf_heap_t *heap = sf_tls_heap;
+    if (likely(n <= DIRECT_MAX - SF_CANARY)) {
+        void *b = sf_l2_pop(heap, heap->gdirect[(n + SF_CANARY + 15) >> 4]);
+        if (likely(b != NULL)) return b;
+    }
+    return sf_malloc_generic(n, heap);
+}
+
+/* Frees p if it is a small block of this thread's, on a guarded page that
+ * takes fast frees, with its canary intact; false: the caller takes the
+ * checked path. */
+SF_INLINE bool sf_l2_free_owned(void *p) {
+    sf_heap_t *heap = sf_tls_heap;
+    sf_page_t *page = sf_small_page_owned_by(p, (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG));
+    if (likely(page != NULL && *sf_end_canary(page, p) == sf_end_canary_value(page, p))) {
+        sf_block_t *b = (sf_block_t *)p;
+        sf_link_set(page, b, page->local_free);
+        sf_free_to_local(heap, page, b);
+        return true;
+    }
+    return false;
+}
+
+SF_INLINE void sf_free_l2(void *p) {
+    if (likely(sf_l2_free_owned(p))) return;
+    sf_free_checked(p);
 }
 
 /* Pops a block from the class's current page, if it has one ready. */

@@ -56,6 +56,12 @@ static void count_remote(sf_heap_t *me) {
 }
 
 void sf_free_generic(void *p) {
+    /* level 2: its fast push first (callers other than free come straight here) */
+    if (sf_guard_level == 2 && sf_l2_free_owned(p)) return;
+    sf_free_checked(p);
+}
+
+void sf_free_checked(void *p) {
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;

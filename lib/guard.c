@@ -21,17 +21,22 @@ static const char *const kind_text[SF_GUARD_KINDS] = {
 };
 static _Atomic bool reported[SF_GUARD_KINDS];
 
-uintptr_t sf_guard_secret;
+uintptr_t sf_guard_secret, sf_canary_secret;
 
-/* A random secret for canaries and free-list encoding (guard level >= 2). */
+/* Two independent random secrets (guard level >= 2): one encodes free-list
+ * links, one keys the canaries, so a link read after free (whose target is
+ * guessable) does not reveal what a canary must hold. */
 void sf_guard_init(void) {
-    uintptr_t s = 0;
-    if (syscall(SYS_getrandom, &s, sizeof s, 1 /* GRND_NONBLOCK */) != (long)sizeof s || s == 0) {
-        unsigned lo, hi;
-        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-        s = ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&s ^ 0x9e3779b97f4a7c15ull;
+    uintptr_t s[2] = {0, 0};
+    if (syscall(SYS_getrandom, s, sizeof s, 1 /* GRND_NONBLOCK */) != (long)sizeof s) {
+        for (int i = 0; i < 2; i++) {
+            unsigned lo, hi;
+            __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+            s[i] ^= ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&s ^ (0x9e3779b97f4a7c15ull * (uintptr_t)(i + 1));
+        }
     }
-    sf_guard_secret = s | 1;
+    sf_guard_secret = s[0] | 1;
+    sf_canary_secret = s[1] | 1;
 }
 
 void sf_write_stderr(const char *msg) {

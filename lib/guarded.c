@@ -1,18 +1,23 @@
 /* guarded.c - guard levels 2 and 3: the checked allocation paths.
  *
- * At guard level >= 2 no page is on the fast paths (its flags are set, its
- * class has no direct entry), so every malloc and free comes through here
- * and through the generic paths, which add:
+ * At guard level 2 the fast paths of fastpath.h (sf_malloc_l2, sf_free_l2)
+ * serve the common case and everything else comes here and through the
+ * generic paths; at level 3 every malloc and free does (its pages are on
+ * no fast path).  On top of level 1:
  *
- *   level 2  a canary right after the requested bytes, and the request size
- *            in the block's last 4 bytes (spans keep it in their page), both
- *            checked on free: a write past the end is found, reported and
- *            the free refused;
+ *   level 2  a canary in the last 8 bytes of each small or medium block
+ *            (the block's address XOR its page's canary key), written on
+ *            malloc and checked on free: a write past the usable size is
+ *            found, reported and the free refused; spans keep the size
+ *            asked for in their page and the canary right after it;
  *            free-list links XOR-ed with a per-page secret and checked to
- *            stay inside their page when followed (page.c);
+ *            stay inside their page when followed (page.c, fastpath.h);
  *            guard pages after each segment's metadata and at its end, and
  *            around a span's block (segment.c).
- *   level 3  freed small and medium blocks filled with junk, checked when the
+ *   level 3  the canary moves right after the requested bytes, with the
+ *            request size in the block's last 4 bytes, so even a 1-byte
+ *            overflow into the rounding slack is found;
+ *            freed small and medium blocks filled with junk, checked when the
  *            block is handed out again (a write after free is reported and
  *            the block never reused);
  *            a quarantine: freed blocks wait in a per-heap FIFO of at most
@@ -21,14 +26,18 @@
  *            exchange by whichever thread frees, so a second free from any
  *            thread finds it set.
  *
- * The canary is the block's address XOR the page secret (or, for a span,
- * XOR the process secret and the span's address), so it differs per block
- * and cannot be guessed from another block's. */
+ * Canaries differ per block and cannot be computed from a free-list link
+ * (the link key and the canary key come from independent secrets). */
 #include "fastpath.h"
 
+static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
+
+/* Level 2 class blocks: canary at the block's end, nothing else stored. */
+static bool end_canary_layout(const sf_page_t *page) { return sf_guard_level == 2 && !is_span(page); }
+
+/* Level 3 and spans: the canary after the request. */
 static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
-    uintptr_t key = (SF_GET(page->flags) & SF_PAGE_SPAN) ? sf_guard_secret ^ (uintptr_t)seg
-                                                          : page->secret;
+    uintptr_t key = is_span(page) ? sf_canary_secret ^ (uintptr_t)seg : page->canary_key;
     return (uint64_t)((uintptr_t)p ^ key);
 }
 
@@ -37,7 +46,11 @@ static uint32_t *size_slot(const sf_page_t *page, void *p) {
 }
 
 static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
-    if (SF_GET(page->flags) & SF_PAGE_SPAN) page->requested = n;
+    if (end_canary_layout(page)) {
+        *sf_end_canary(page, p) = sf_end_canary_value(page, p);
+        return;
+    }
+    if (is_span(page)) page->requested = n;
     else *size_slot(page, p) = (uint32_t)n;
     uint64_t canary = canary_of(seg, page, p);
     memcpy((uint8_t *)p + n, &canary, sizeof canary);
@@ -49,7 +62,7 @@ void *sf_guarded_malloc(size_t n, size_t align) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t need = n + SF_GUARD_TAIL;
+    size_t need = n + (sf_guard_level == 2 ? SF_CANARY : SF_GUARD_TAIL); /* both fit a span */
     unsigned c = align <= 16 ? (need <= MEDIUM_MAX ? sf_class_of(need) : 0)
                              : sf_class_for_aligned(need, align);
     void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
@@ -59,10 +72,11 @@ void *sf_guarded_malloc(size_t n, size_t align) {
     return p;
 }
 
-/* The request size of a live block, or SIZE_MAX if its size slot is not
- * plausible (overwritten). */
+/* What the caller may use of a live block: up to the canary (level 2), or
+ * the request size, SIZE_MAX if its size slot is not plausible (overwritten). */
 static size_t requested_size(const sf_page_t *page, void *p) {
-    if (SF_GET(page->flags) & SF_PAGE_SPAN) return page->requested;
+    if (end_canary_layout(page)) return page->block_size - SF_CANARY;
+    if (is_span(page)) return page->requested;
     uint32_t n = *size_slot(page, p);
     return n + SF_GUARD_TAIL <= page->block_size ? n : SIZE_MAX;
 }
@@ -96,7 +110,12 @@ bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
  * atomic exchange (a second free from any thread finds the mark) and fills
  * it with junk.  false: reported and the free must be refused. */
 bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner) {
-    bool span = SF_GET(page->flags) & SF_PAGE_SPAN;
+    bool span = is_span(page);
+    if (end_canary_layout(page)) {
+        if (*sf_end_canary(page, p) == sf_end_canary_value(page, p)) return true;
+        sf_guard_report(SF_GUARD_OVERFLOW, p);
+        return false;
+    }
     sf_block_t *b = p;
     /* level 3, another thread's block: already marked free means freed
      * before (its junk would also fail the canary: say what it is) */

@@ -26,7 +26,10 @@
 
 /* Static so that the fast path of a thread's very first malloc (before any
  * initialisation) finds the empty page and falls through to the slow path. */
-#define SF_HEAP_STATIC_INIT(k) {.direct = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page}, .kind = (k)}
+#define SF_HEAP_STATIC_INIT(k)                                                                     \
+    {.direct = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page},                                         \
+     .gdirect = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page},                                        \
+     .kind = (k)}
 
 __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec"))) = &sf_heap_unclaimed;
 sf_heap_t sf_heap_unclaimed = SF_HEAP_STATIC_INIT(SF_HEAP_UNCLAIMED);
@@ -36,7 +39,7 @@ sf_heap_t sf_registry[SF_REGISTRY_SLOTS];
 pthread_mutex_t sf_fallback_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void heap_init_direct(sf_heap_t *heap) {
-    for (unsigned i = 0; i < DIRECT_COUNT; i++) heap->direct[i] = &sf_empty_page;
+    for (unsigned i = 0; i < DIRECT_COUNT; i++) heap->direct[i] = heap->gdirect[i] = &sf_empty_page;
 }
 
 /* A block returns to its owner (owner or collector context). */

@@ -21,6 +21,7 @@ void sf_init_slow(void) {
         sf_knobs_init();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();
+        sf_entry_choose();
         sf_thread_key_ok = pthread_key_create(&sf_thread_key, sf_heap_thread_done) == 0;
         atomic_store_explicit(&sf_initialized, 1, memory_order_release);
     }

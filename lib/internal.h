@@ -213,11 +213,11 @@ SF_INLINE void sf_stat_sub(_Atomic uint64_t *c, uint64_t v) {
 #define SEGMAP_CHUNKS ((size_t)1 << (47 - SEG_SHIFT))
 SF_HIDDEN extern _Atomic uint8_t sf_segmap[SEGMAP_CHUNKS];
 enum { SF_SEGMAP_NONE, SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, SF_SEGMAP_BACK0 };
-/* True iff a small segment's header starts at p's chunk (NULL: false).  The
- * free fast path's only question; a plain load outside ThreadSanitizer so
- * the compiler can fold it into the compare. */
-SF_INLINE bool sf_segmap_is_small_head(const void *p) {
-    uintptr_t chunk = (uintptr_t)p >> SEG_SHIFT;
+/* True iff a small segment's header starts at 4 MiB chunk `chunk` (a
+ * pointer shifted right by SEG_SHIFT; NULL's chunk 0 never does).  The free
+ * fast path's only question; a plain load outside ThreadSanitizer so the
+ * compiler can fold it into the compare. */
+SF_INLINE bool sf_segmap_is_small_chunk(uintptr_t chunk) {
 #if defined(__SANITIZE_THREAD__)
     uint8_t v = atomic_load_explicit(&sf_segmap[chunk < SEGMAP_CHUNKS ? chunk : 0], memory_order_relaxed);
 #else
@@ -269,7 +269,10 @@ typedef struct sf_page_s {
     size_t page_bytes;
     size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
-    size_t requested;  /* spans at guard level >= 2: the size asked for */
+    union {
+        size_t requested;     /* spans at guard level >= 2: the size asked for */
+        uintptr_t canary_key; /* blocks at guard level 2: canary = address ^ key */
+    };
 } __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
 
 enum sf_seg_kind { SF_SEG_SMALL, SF_SEG_MEDIUM, SF_SEG_LARGE, SF_SEG_HUGE };
@@ -350,6 +353,8 @@ enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHA
 
 typedef struct sf_heap_s {
     sf_page_t *direct[DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
+    sf_page_t *gdirect[DIRECT_COUNT]; /* guard level 2's fast path: the same, by
+                                         (size+8+15)/16; all empty page otherwise */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
     uint8_t kind;
     uint32_t slot;
@@ -445,6 +450,7 @@ SF_HIDDEN void *sf_pvalloc(size_t n);
 SF_HIDDEN size_t sf_trim(void);
 SF_HIDDEN void sf_print_stats(void);
 SF_HIDDEN void sf_free_generic(void *p);
+SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
 SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
 
 /* ---- guard.c ---------------------------------------------------------------- */
@@ -459,7 +465,7 @@ enum sf_guard_kind {
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_write_stderr(const char *msg);
-SF_HIDDEN extern uintptr_t sf_guard_secret;
+SF_HIDDEN extern uintptr_t sf_guard_secret, sf_canary_secret;
 SF_HIDDEN void sf_guard_init(void);
 
 /* Free-list links: XOR-ed with the page's secret at guard level >= 2; the
@@ -473,8 +479,32 @@ SF_INLINE void sf_link_set(const sf_page_t *page, sf_block_t *b, const sf_block_
 }
 
 /* ---- guarded.c: guard levels 2 and 3 -------------------------------------- */
-#define SF_GUARD_TAIL 12 /* 8-byte canary after the request, 4-byte size at block end */
+#define SF_GUARD_TAIL 12 /* level 3: 8-byte canary after the request, 4-byte size at block end */
+#define SF_CANARY 8      /* level 2: the canary is a block's last 8 bytes */
 #define SF_JUNK 0xDB     /* level 3 fills freed blocks with it */
+
+/* Level 2's end-of-block canary of a small or medium block: its address
+ * XOR the page's canary key, so it differs per block and page. */
+SF_INLINE uint64_t *sf_end_canary(const sf_page_t *page, const void *b) {
+    return (uint64_t *)((uint8_t *)b + page->block_size - SF_CANARY);
+}
+SF_INLINE uint64_t sf_end_canary_value(const sf_page_t *page, const void *b) {
+    return (uint64_t)((uintptr_t)b ^ page->canary_key);
+}
+
+/* The free fast paths' ownership word (page->fast_heap): the owner heap
+ * while flags == 0 (levels 0-1: sf_free), the owner heap with bit 0 set
+ * while the page is guarded and nothing else (level 2: sf_free_l2), NULL
+ * otherwise (full page, span, level 3: the generic path).  Either fast path
+ * compares it with one value, so each rejects the other's pages. */
+#define SF_L2_OWNER_TAG ((uintptr_t)1)
+SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
+    uint8_t f = SF_GET(page->flags);
+    uintptr_t v = f == 0                                          ? (uintptr_t)heap
+                  : f == SF_PAGE_GUARDED && sf_guard_level == 2 ? (uintptr_t)heap | SF_L2_OWNER_TAG
+                                                                  : 0;
+    SF_SET(page->fast_heap, (sf_heap_t *)v);
+}
 SF_HIDDEN void *sf_guarded_malloc(size_t n, size_t align);
 SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner);
 SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);
@@ -485,6 +515,11 @@ SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 SF_HIDDEN void *sf_alloc_class(unsigned c);
 SF_HIDDEN void *sf_alloc_span(size_t n, size_t align);
+
+/* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
+SF_HIDDEN extern void *(*sf_entry_malloc)(size_t);
+SF_HIDDEN extern void (*sf_entry_free)(void *);
+SF_HIDDEN void sf_entry_choose(void);
 
 /* ---- stats.c ---------------------------------------------------------------- */
 SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);

@@ -9,8 +9,9 @@
 #pragma GCC diagnostic ignored "-Wmissing-attributes"
 #define SF_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 
-SEFER_EXPORT void *malloc(size_t n) { return sf_malloc(n); }
-SEFER_EXPORT void free(void *p) { sf_free(p); }
+/* one indirect jump to the fast paths of the guard level (entry.c) */
+SEFER_EXPORT void *malloc(size_t n) { return sf_entry_malloc(n); }
+SEFER_EXPORT void free(void *p) { sf_entry_free(p); }
 SEFER_EXPORT void *calloc(size_t count, size_t size) { return sf_calloc(count, size); }
 SEFER_EXPORT void *realloc(void *p, size_t n) { return sf_realloc(p, n); }
 SEFER_EXPORT void *reallocarray(void *p, size_t count, size_t size) {

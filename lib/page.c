@@ -42,11 +42,14 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
 void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
     if (sf_class_size[class_idx] > DIRECT_MAX) return;
     sf_page_t *page = heap->queues[class_idx].first;
-    /* guard level >= 2: every allocation takes the checked path */
-    if (page == NULL || sf_guard_level >= 2) page = &sf_empty_page;
+    if (page == NULL) page = &sf_empty_page;
+    /* guard level >= 2: levels 0-1's table stays empty, so their fast path
+     * never sees a guarded page; level 2's fast path reads gdirect (level 3
+     * has no fast path) */
+    sf_page_t **table = sf_guard_level >= 2 ? heap->gdirect : heap->direct;
     unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
     unsigned hi = sf_class_size[class_idx] / 16;
-    for (unsigned i = lo; i <= hi; i++) heap->direct[i] = page;
+    for (unsigned i = lo; i <= hi; i++) table[i] = page;
 }
 
 void sf_page_init(sf_page_t *page, unsigned class_idx) {
@@ -63,8 +66,10 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0));
-    page->secret = sf_guard_level >= 2 ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
-    SF_SET(page->fast_heap, page->flags ? NULL : sf_segment_of(page)->heap);
+    bool keyed = sf_guard_level >= 2;
+    page->secret = keyed ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
+    page->canary_key = keyed ? sf_canary_secret ^ ((uintptr_t)page * 0xc2b2ae3d27d4eb4full) : 0;
+    sf_page_set_fast_owner(page, sf_segment_of(page)->heap);
     page->class_idx = (uint8_t)class_idx;
     SF_SET(page->in_use, 1);
     page->next = page->prev = NULL;
@@ -131,7 +136,7 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
         }
         sf_queue_remove(q, page);
         SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
-        SF_SET(page->fast_heap, NULL);
+        sf_page_set_fast_owner(page, heap); /* NULL: full */
         sf_queue_push_front(&heap->full, page);
         page = next;
     }
@@ -197,7 +202,7 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     page->local_free = b;
     if (page->flags & SF_PAGE_FULL) {
         SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
-        if (page->flags == 0) SF_SET(page->fast_heap, heap);
+        sf_page_set_fast_owner(page, heap);
         sf_queue_remove(&heap->full, page);
         sf_page_queue_t *q = &heap->queues[page->class_idx];
         queue_push_back(q, page);

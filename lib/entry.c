@@ -1,0 +1,28 @@
+/* entry.c - which fast paths the exported malloc and free run.
+ *
+ * Guard level 2 has fast paths of its own (fastpath.h: sf_malloc_l2,
+ * sf_free_l2) so that its checks cost a few instructions, not a trip through
+ * the generic paths.  The level is fixed at start-up, so the choice is made
+ * once, in sf_init_slow, by pointing these two at one pair or the other;
+ * malloc and free (override.c, api.c) are a single indirect jump through
+ * them.  Before initialisation they name levels 0-1's paths, whose first
+ * call falls through to the generic path and initialises.  Every other
+ * entry point (calloc, realloc, operator new, ...) runs levels 0-1's inline
+ * paths at every level: at level 2 they find no page on those paths and take
+ * the generic ones, which apply level 2's checks. */
+#include "fastpath.h"
+
+static void *malloc_levels01(size_t n) { return sf_malloc(n); }
+static void free_levels01(void *p) { sf_free(p); }
+static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
+static void free_level2(void *p) { sf_free_l2(p); }
+
+void *(*sf_entry_malloc)(size_t) = malloc_levels01;
+void (*sf_entry_free)(void *) = free_levels01;
+
+void sf_entry_choose(void) {
+    if (sf_guard_level == 2) {
+        sf_entry_malloc = malloc_level2;
+        sf_entry_free = free_level2;
+    }
+}
