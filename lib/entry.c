@@ -21,7 +21,7 @@ void *(*sf_entry_malloc)(size_t) = malloc_levels01;
 void (*sf_entry_free)(void *) = free_levels01;
 
 void sf_entry_choose(void) {
-    if (sf_guard_level == 2) {
+    if (sf_l2_fast) {
         sf_entry_malloc = malloc_level2;
         sf_entry_free = free_level2;
     }

@@ -186,8 +186,11 @@ SF_INLINE void *sf_calloc(size_t count, size_t size) {
         return NULL;
     }
     void *p = sf_malloc(n);
-    if (unlikely(p == NULL) || (n > MEDIUM_MAX && sf_segmap_header(p)->fresh_zero))
-        return p; /* failed, or a new or fully decommitted span: already zero */
+    if (unlikely(p == NULL)) return p;
+    if (n > MEDIUM_MAX && sf_segmap_header(p)->fresh_zero) {
+        if (unlikely(sf_tracked)) sf_track_zeroed(p, n);
+        return p; /* a new or fully decommitted span: already zero */
+    }
     return memset(p, 0, n);
 }
 

@@ -57,8 +57,9 @@ static void count_remote(sf_heap_t *me) {
 
 void sf_free_generic(void *p) {
     /* level 2: its fast push first (callers other than free come straight here) */
-    if (sf_guard_level == 2 && sf_l2_free_owned(p)) return;
-    sf_free_checked(p);
+    if (sf_l2_fast && sf_l2_free_owned(p)) return;
+    if (unlikely(sf_tracked)) sf_tracked_free(p);
+    else sf_free_checked(p);
 }
 
 void sf_free_checked(void *p) {

@@ -12,6 +12,7 @@ _Atomic int sf_initialized;
 pthread_key_t sf_thread_key;
 bool sf_thread_key_ok;
 uint8_t sf_guard_level;
+bool sf_l2_fast;
 static atomic_flag init_busy = ATOMIC_FLAG_INIT;
 
 void sf_init_slow(void) {
@@ -21,6 +22,8 @@ void sf_init_slow(void) {
         sf_knobs_init();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();
+        sf_track_init();
+        sf_l2_fast = sf_guard_level == 2 && !sf_tracked;
         sf_entry_choose();
         sf_thread_key_ok = pthread_key_create(&sf_thread_key, sf_heap_thread_done) == 0;
         atomic_store_explicit(&sf_initialized, 1, memory_order_release);

@@ -116,6 +116,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "what a detected misuse does: abort, or report and refuse the operation")                   \
     X(GUARD_QUARANTINE, "guard.quarantine", SF_KNOB_SIZE, 256ull << 10, 0, 64ull << 20, 0, NULL,     \
       "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
+    X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \
+      "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
       "start the introspection HTTP server")                                                       \
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
@@ -242,7 +244,7 @@ struct sf_segment_s;
 enum sf_page_flag {
     SF_PAGE_FULL = 1,   /* in the heap's full list, not its class queue */
     SF_PAGE_SPAN = 2,   /* large or huge: the page is the whole span, one block */
-    SF_PAGE_GUARDED = 4 /* guard level >= 2: every free takes the checked path */
+    SF_PAGE_GUARDED = 4 /* guard level >= 2 or tracked by valgrind: off levels 0-1's fast paths */
 };
 
 typedef struct sf_page_s {
@@ -388,6 +390,11 @@ SF_INLINE void sf_ensure_init(void) {
 SF_HIDDEN extern pthread_key_t sf_thread_key;
 SF_HIDDEN extern bool sf_thread_key_ok;
 SF_HIDDEN extern uint8_t sf_guard_level; /* copied from the knob at start-up */
+/* Guard level 2's fast paths are in use (level 2, not tracked by valgrind);
+ * pages are off levels 0-1's fast paths when sf_guard_level >= 2 || sf_tracked. */
+SF_HIDDEN extern bool sf_l2_fast;
+SF_HIDDEN extern bool sf_tracked; /* under valgrind with valgrind.track on (track.c) */
+SF_INLINE bool sf_pages_checked(void) { return sf_guard_level >= 2 || sf_tracked; }
 
 /* ---- segment.c -------------------------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_seg_lock;
@@ -438,9 +445,12 @@ SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
 
 /* ---- alloc.c / free.c (fast paths: fastpath.h) ------------------------------ */
 SF_HIDDEN void *sf_malloc_generic(size_t n, sf_heap_t *heap);
+SF_HIDDEN void *sf_malloc_slow(size_t n, sf_heap_t *heap);        /* generic, minus tracking */
+SF_HIDDEN void *sf_malloc_aligned_slow(size_t align, size_t n);   /* align > 16, ditto */
 SF_HIDDEN void *sf_malloc_aligned(size_t align, size_t n);
 SF_HIDDEN void *sf_realloc(void *p, size_t n);
 SF_HIDDEN size_t sf_usable_size(const void *p);
+SF_HIDDEN size_t sf_usable_size_quiet(const void *p); /* without valgrind's brackets */
 SF_HIDDEN void *sf_reallocarray(void *p, size_t count, size_t size);
 SF_HIDDEN int sf_posix_memalign(void **out, size_t align, size_t n);
 SF_HIDDEN void *sf_aligned_alloc(size_t align, size_t n);
@@ -501,7 +511,7 @@ SF_INLINE uint64_t sf_end_canary_value(const sf_page_t *page, const void *b) {
 SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     uint8_t f = SF_GET(page->flags);
     uintptr_t v = f == 0                                          ? (uintptr_t)heap
-                  : f == SF_PAGE_GUARDED && sf_guard_level == 2 ? (uintptr_t)heap | SF_L2_OWNER_TAG
+                  : f == SF_PAGE_GUARDED && sf_l2_fast      ? (uintptr_t)heap | SF_L2_OWNER_TAG
                                                                   : 0;
     SF_SET(page->fast_heap, (sf_heap_t *)v);
 }
@@ -520,6 +530,17 @@ SF_HIDDEN void *sf_alloc_span(size_t n, size_t align);
 SF_HIDDEN extern void *(*sf_entry_malloc)(size_t);
 SF_HIDDEN extern void (*sf_entry_free)(void *);
 SF_HIDDEN void sf_entry_choose(void);
+
+/* ---- track.c: valgrind's memcheck sees sefer's blocks ------------------- */
+SF_HIDDEN void sf_track_init(void);
+SF_HIDDEN void *sf_tracked_malloc(size_t n, size_t align);
+SF_HIDDEN void sf_tracked_free(void *p);
+SF_HIDDEN void sf_track_quiet_begin(void); /* sefer's own work on freed memory */
+SF_HIDDEN void sf_track_quiet_end(void);
+SF_HIDDEN void sf_track_zeroed(void *p, size_t n);
+SF_HIDDEN size_t sf_track_usable(const void *p, size_t usable);
+SF_HIDDEN void sf_track_page_blocks(sf_page_t *page);
+SF_HIDDEN void sf_track_segment_header(sf_segment_t *seg);
 
 /* ---- stats.c ---------------------------------------------------------------- */
 SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);

@@ -46,7 +46,7 @@ void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
     /* guard level >= 2: levels 0-1's table stays empty, so their fast path
      * never sees a guarded page; level 2's fast path reads gdirect (level 3
      * has no fast path) */
-    sf_page_t **table = sf_guard_level >= 2 ? heap->gdirect : heap->direct;
+    sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
     unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
     unsigned hi = sf_class_size[class_idx] / 16;
     for (unsigned i = lo; i <= hi; i++) table[i] = page;
@@ -65,11 +65,12 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->capacity = 0;
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
-    SF_SET(page->flags, (uint8_t)(sf_guard_level >= 2 ? SF_PAGE_GUARDED : 0));
+    SF_SET(page->flags, (uint8_t)(sf_pages_checked() ? SF_PAGE_GUARDED : 0));
     bool keyed = sf_guard_level >= 2;
     page->secret = keyed ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
     page->canary_key = keyed ? sf_canary_secret ^ ((uintptr_t)page * 0xc2b2ae3d27d4eb4full) : 0;
     sf_page_set_fast_owner(page, sf_segment_of(page)->heap);
+    if (sf_tracked) sf_track_page_blocks(page);
     page->class_idx = (uint8_t)class_idx;
     SF_SET(page->in_use, 1);
     page->next = page->prev = NULL;

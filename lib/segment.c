@@ -157,6 +157,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
         pg->page_bytes = end > start ? end - start : 0;
         if (pg->page_bytes) seg->free_mask |= (uint64_t)1 << i;
     }
+    if (sf_tracked) sf_track_segment_header(seg);
     if (sf_guard_level >= 2) {
         /* guard pages: after the metadata, and at the segment's end (so an
          * overflow of the last page cannot reach the next segment's header) */
@@ -306,6 +307,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     page->block_size = 0;
     page->page_start = block;
     page->page_bytes = (size_t)((uint8_t *)seg + span - guard - block);
+    if (sf_tracked) sf_track_segment_header(seg);
     if (guard) {
         sf_os_protect((uint8_t *)seg + OS_PAGE, OS_PAGE, false);
         sf_os_protect((uint8_t *)seg + span - OS_PAGE, OS_PAGE, false);

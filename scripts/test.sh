@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# scripts/test.sh - everything CI checks, in three builds:
+# scripts/test.sh - everything CI checks, in four builds:
 #
 #   build/        release (scripts/setup.sh): every test suite
 #   build-ubsan/  -Db_sanitize=undefined, debugoptimized: every test suite
 #                 (the preload suite too: libubsan comes in as a dependency
 #                 of libsefer.so, so uninstrumented programs can load it)
+#   build-asan/   -Db_sanitize=address -Doverride=false: the same tests as
+#                 build-tsan plus "limits"
 #   build-tsan/   -Db_sanitize=thread -Doverride=false, debugoptimized: only
 #                 the tests whose name contains "tsan" (multi-thread stress
 #                 through the sefer_* API; with override=false sefer does
@@ -22,6 +24,7 @@ cd "$root" || exit 1
 
 # Make sanitizer findings fail the test that hit them (the defaults only print).
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
 
 start=$(date +%s)
@@ -87,13 +90,20 @@ else
     infra "ubsan: configure or compile failed"
 fi
 
-# 3. ThreadSanitizer, only the tests named *tsan*.  Only their own targets
-#    are compiled: the rest of the tree is not meant to run under TSan.
-step "tsan: configure build-tsan"
-if configure build-tsan -Db_sanitize=thread -Dbuildtype=debugoptimized -Doverride=false; then
-    tsan_info=$(cd build-tsan && meson introspect --tests | "$py" -c '
-import json, os, sys
-tests = [t for t in json.load(sys.stdin) if "tsan" in t["name"]]
+# subset LABEL DIR REGEX BUDGET CONFIGURE-OPTIONS...: a sanitizer build that
+# compiles and runs only the tests whose name matches REGEX (the rest of the
+# tree is not meant to run under that sanitizer).
+subset() {
+    local label=$1 dir=$2 regex=$3 budget=$4 info names targets
+    shift 4
+    step "$label: configure $dir"
+    if ! configure "$dir" "$@"; then
+        infra "$label: configure failed"
+        return
+    fi
+    info=$(cd "$dir" && meson introspect --tests | "$py" -c '
+import json, os, re, sys
+tests = [t for t in json.load(sys.stdin) if re.search(sys.argv[1], t["name"])]
 targets = set()
 for t in tests:
     for arg in t["cmd"]:
@@ -102,26 +112,33 @@ for t in tests:
             targets.add(os.path.relpath(arg))
 print(" ".join(sorted(t["name"] for t in tests)))
 print(" ".join(sorted(targets)))
-')
-    tsan_names=$(sed -n 1p <<<"$tsan_info")
-    tsan_targets=$(sed -n 2p <<<"$tsan_info")
-    if [ -z "$tsan_names" ]; then
-        echo "tsan: no test whose name contains 'tsan' is registered yet; nothing run, nothing counted"
-    else
-        step "tsan: compile ${tsan_targets:-everything} and run: $tsan_names"
-        # shellcheck disable=SC2086  # word splitting wanted: lists of names
-        if ninja -C build-tsan $tsan_targets; then
-            # shellcheck disable=SC2086
-            run_tests tsan build-tsan 300 --no-rebuild $tsan_names
-        else
-            infra "tsan: compile failed"
-        fi
+' "$regex")
+    names=$(sed -n 1p <<<"$info")
+    targets=$(sed -n 2p <<<"$info")
+    if [ -z "$names" ]; then
+        echo "$label: no test matches '$regex'; nothing run, nothing counted"
+        return
     fi
-else
-    infra "tsan: configure failed"
-fi
+    step "$label: compile ${targets:-everything} and run: $names"
+    # shellcheck disable=SC2086  # word splitting wanted: lists of names
+    if ninja -C "$dir" $targets; then
+        # shellcheck disable=SC2086
+        run_tests "$label" "$dir" "$budget" --no-rebuild $names
+    else
+        infra "$label: compile failed"
+    fi
+}
 
-# 4. The summary: one line, summed over every testlog.json of this run.
+# 3. ThreadSanitizer: the tests named *tsan* (multi-thread stress through the
+#    sefer_* API; with override=false sefer does not interpose malloc, which
+#    TSan itself intercepts).
+subset tsan build-tsan 'tsan' 300 -Db_sanitize=thread -Dbuildtype=debugoptimized -Doverride=false
+
+# 4. AddressSanitizer: the same prefixed-API suites plus limits (segments.max,
+#    large blocks, the cache): sefer's own code must make no invalid access.
+subset asan build-asan 'tsan|^limits$' 300 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
+
+# 5. The summary: one line, summed over every testlog.json of this run.
 step "summary"
 for s in "${infra_failed[@]}"; do
     echo "  failed step  $s"
