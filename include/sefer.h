@@ -110,6 +110,28 @@ SEFER_EXPORT const char *sefer_config_error(void);
  * "runtime"; NULL (errno ENOENT) for an unknown name. */
 SEFER_EXPORT const char *sefer_config_source(const char *name);
 
+/* ---- introspection server (docs/introspection.md) ---- */
+
+/* The HTTP server behind /segments, /heaps, /rings, /stats, /config,
+ * /metrics and /healthz.  introspect.enabled starts it at program start;
+ * these start and stop it explicitly.
+ *
+ * sefer_introspect_start listens on `listen` ("127.0.0.1:9090", "[::1]:0",
+ * "127.0.0.1:9090+" for the first free port from 9090; NULL: the
+ * introspect.listen knob) and returns the port it listens on, or -1 with
+ * errno: EALREADY (already serving), EINVAL (malformed address), EACCES (a
+ * non-loopback address without introspect.token), EADDRINUSE (port taken),
+ * EPERM (a fork() child of a serving process), ENOSYS (built without the
+ * server, or libmicrohttpd cannot be loaded), or a socket error.  Nothing is
+ * written to stderr; sefer_introspect_error() tells why in one line. */
+SEFER_EXPORT int sefer_introspect_start(const char *listen);
+/* Stops the server (waits for the reply in progress); no-op if none. */
+SEFER_EXPORT void sefer_introspect_stop(void);
+/* The port the server listens on, 0 if none. */
+SEFER_EXPORT int sefer_introspect_port(void);
+/* Why the calling thread's last sefer_introspect_start failed. */
+SEFER_EXPORT const char *sefer_introspect_error(void);
+
 #ifdef __cplusplus
 }
 #endif

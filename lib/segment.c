@@ -108,8 +108,10 @@ static size_t header_bytes(unsigned page_count) {
     return sizeof(sf_segment_t) + page_count * sizeof(sf_page_t);
 }
 
+/* committed_bytes and span_bytes are read by introspection snapshots while
+ * the owner changes them: relaxed stores (a plain mov). */
 static void commit_add(sf_segment_t *seg, size_t n) {
-    seg->committed_bytes += n;
+    SF_SET(seg->committed_bytes, seg->committed_bytes + n);
     sf_stat_add(&sf_gstats.committed, n);
 }
 
@@ -186,7 +188,7 @@ static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
     if (!page->committed) return;
     sf_os_decommit(page->page_start, page->page_bytes);
     page->committed = 0;
-    seg->committed_bytes -= page->page_bytes;
+    SF_SET(seg->committed_bytes, seg->committed_bytes - page->page_bytes);
     sf_stat_sub(&sf_gstats.committed, page->page_bytes);
     sf_stat_add(&sf_gstats.decommitted_total, page->page_bytes);
 }
@@ -342,12 +344,12 @@ bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size) {
         commit_add(seg, rounded - old);
     } else if (old - rounded >= ((size_t)1 << 20)) {
         sf_os_decommit(page->block_start + rounded, old - rounded);
-        seg->committed_bytes -= old - rounded;
+        SF_SET(seg->committed_bytes, seg->committed_bytes - (old - rounded));
         sf_stat_sub(&sf_gstats.committed, old - rounded);
         sf_stat_add(&sf_gstats.decommitted_total, old - rounded);
     } else {
         return true; /* small shrink: keep the pages, keep the size */
     }
-    page->span_bytes = rounded;
+    SF_SET(page->span_bytes, rounded);
     return true;
 }

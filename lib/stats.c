@@ -26,7 +26,7 @@ static void live_blocks(uint64_t *blocks, uint64_t *bytes) {
             sf_page_t *page = &seg->pages[i];
             if (SF_GET(page->flags) & SF_PAGE_SPAN) {
                 *blocks += 1;
-                *bytes += page->span_bytes;
+                *bytes += SF_GET(page->span_bytes);
             } else if (SF_GET(page->in_use)) {
                 uint64_t used = SF_GET(page->used);
                 *blocks += used;

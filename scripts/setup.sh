@@ -23,13 +23,14 @@ export DEBIAN_FRONTEND=noninteractive
 #  - sanitizer runtimes for gcc's -fsanitize=undefined / -fsanitize=thread
 #    (libgcc-12-dev pulls them in already; named here so nobody removes them)
 #  - libraries the library and its tests use: check libmicrohttpd-dev libcjson-dev
-#  - tools: valgrind, time (/usr/bin/time -v), python3, perl, sqlite3
+#  - tools: valgrind, time (/usr/bin/time -v), python3, perl, sqlite3,
+#    prometheus (for its promtool, which checks /metrics in tests/introspect)
 #  - reference allocators for bench/: libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
 packages=(
     build-essential gcc g++ meson ninja-build pkg-config
     libubsan1 libtsan2
     check libmicrohttpd-dev libcjson-dev
-    valgrind time python3 perl sqlite3
+    valgrind time python3 perl sqlite3 prometheus
     libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
 )
 if [ "${SEFER_SETUP_CLANG:-0}" = 1 ]; then
@@ -55,6 +56,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -q
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
         --no-install-recommends "${missing[@]}" </dev/null
+    # Only promtool is wanted from prometheus: on a machine where installing
+    # started its server, stop it - it listens on 9090, sefer's default
+    # introspection port.
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
+        systemctl is-active --quiet prometheus 2>/dev/null; then
+        echo "setup: stopping and disabling the prometheus service (port 9090; only promtool is needed)"
+        $sudo systemctl disable --now prometheus || true
+    fi
 else
     echo "setup: all ${#packages[@]} packages present"
 fi

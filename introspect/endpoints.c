@@ -1,0 +1,435 @@
+/* endpoints.c - the JSON endpoints (schemas and examples in
+ * docs/introspection.md).
+ *
+ * Each endpoint takes its snapshot first (lib/snapshot.c: copies made under
+ * brief lock holds, or lock-free reads), then builds the cJSON tree from the
+ * copies with no allocator lock held.  Figures are named as in struct
+ * sefer_stats; a figure that cannot be had is null with a sibling
+ * "<name>_reason". */
+#include "introspect.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SEGMENTS_LIMIT_DEFAULT 1000
+#define SEGMENTS_LIMIT_MAX 1000000
+
+static const char *const kind_names[] = {
+    [SF_SEG_SMALL] = "small", [SF_SEG_MEDIUM] = "medium", [SF_SEG_LARGE] = "large", [SF_SEG_HUGE] = "huge"};
+
+static const char *heap_state_name(const sf_snap_heap_t *h) {
+    if (h->slot == SF_SNAP_FALLBACK) return "shared";
+    switch (h->state) {
+    case SF_HEAP_LIVE: return "live";
+    case SF_HEAP_ABANDONED:
+    case SF_HEAP_COLLECTING: return "abandoned"; /* collecting: abandoned, being tidied */
+    default: return "free";
+    }
+}
+
+static void reply_nomem(sf_reply_t *r) {
+    sf_reply_error(r, 503, "out of memory", "the snapshot buffers could not be allocated");
+}
+
+/* ---- /segments ------------------------------------------------------------------ */
+
+static cJSON *page_json(const sf_snap_page_t *p) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    bool span = (p->flags & SF_PAGE_SPAN) != 0;
+    sf_json_u64(o, "index", p->index);
+    if (span) sf_json_null(o, "class");
+    else sf_json_u64(o, "class", p->class_idx);
+    sf_json_u64(o, "block_size", span ? p->span_bytes : p->block_size);
+    sf_json_u64(o, "used", p->used);
+    sf_json_u64(o, "capacity", p->capacity);
+    sf_json_u64(o, "carved", p->carved);
+    sf_json_bool(o, "full", (p->flags & SF_PAGE_FULL) != 0);
+    return o;
+}
+
+static void add_owner(cJSON *o, int owner) {
+    if (owner == SF_SNAP_NO_OWNER) sf_json_null(o, "owner_heap");
+    else sf_json_u64(o, "owner_heap", (uint64_t)owner);
+}
+
+static cJSON *segment_json(const sf_snapshot_t *s, const sf_snap_segment_t *g) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    sf_json_u64(o, "id", g->id);
+    sf_json_hex(o, "base", g->base);
+    sf_json_str(o, "kind", g->kind < 4 ? kind_names[g->kind] : "unknown");
+    sf_json_u64(o, "size", g->size);
+    sf_json_u64(o, "committed", g->committed);
+    sf_json_u64(o, "used_bytes", g->used_bytes);
+    sf_json_u64(o, "blocks_used", g->blocks_used);
+    sf_json_u64(o, "blocks_total", g->blocks_total);
+    add_owner(o, g->owner);
+    sf_json_u64(o, "page_count", g->page_count);
+    sf_json_u64(o, "pages_in_use", g->pages);
+    cJSON *pages = cJSON_CreateArray();
+    for (uint32_t i = 0; i < g->pages; i++) sf_json_add(pages, NULL, page_json(&s->page[g->first_page + i]));
+    sf_json_add(o, "pages", pages);
+    return o;
+}
+
+static cJSON *snapshot_meta(const sf_snapshot_t *s) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL) return NULL;
+    sf_json_u64(o, "lock_holds", s->lock_holds);
+    sf_json_u64(o, "max_lock_hold_ns", s->max_hold_ns);
+    sf_json_u64(o, "list_lock_hold_ns", s->list_hold_ns);
+    sf_json_u64(o, "took_ns", s->total_ns);
+    sf_json_u64(o, "vanished", s->vanished);
+    return o;
+}
+
+void sf_ep_segments(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    uint64_t limit, offset;
+    bool pretty;
+    if (!sf_query_u64(q, "limit", SEGMENTS_LIMIT_DEFAULT, SEGMENTS_LIMIT_MAX, &limit, r) ||
+        !sf_query_u64(q, "offset", 0, UINT32_MAX, &offset, r) || !sf_query_pretty(q, r, &pretty))
+        return;
+    sf_snapshot_t s;
+    if (sf_snapshot_segments(&s, offset, limit) != 0) return reply_nomem(r);
+    cJSON *root = cJSON_CreateObject();
+    sf_json_u64(root, "total", s.total);
+    sf_json_u64(root, "offset", offset);
+    sf_json_u64(root, "limit", limit);
+    sf_json_u64(root, "returned", s.segs);
+    sf_json_add(root, "snapshot", snapshot_meta(&s));
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; i < s.segs; i++) sf_json_add(list, NULL, segment_json(&s, &s.seg[i]));
+    sf_json_add(root, "segments", list);
+    sf_snapshot_release(&s);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* ---- /heaps ------------------------------------------------------------------------ */
+
+struct class_use {
+    uint32_t pages;
+    uint64_t used, capacity;
+};
+
+struct heap_use {
+    uint64_t bytes, blocks, pages, segments;
+    struct class_use cls[CLASS_COUNT];
+};
+
+/* Sums the segment snapshot per owner heap; spans go to *spans. */
+static void heap_usage(const sf_snapshot_t *s, struct heap_use *use, struct heap_use *spans) {
+    for (size_t i = 0; i < s->segs; i++) {
+        const sf_snap_segment_t *g = &s->seg[i];
+        struct heap_use *h = g->owner == SF_SNAP_NO_OWNER ? spans : &use[g->owner];
+        h->segments++;
+        h->bytes += g->used_bytes;
+        h->blocks += g->blocks_used;
+        h->pages += g->pages;
+        for (uint32_t k = 0; k < g->pages; k++) {
+            const sf_snap_page_t *p = &s->page[g->first_page + k];
+            if (p->class_idx == 0 || p->class_idx >= CLASS_COUNT) continue;
+            h->cls[p->class_idx].pages++;
+            h->cls[p->class_idx].used += p->used;
+            h->cls[p->class_idx].capacity += p->capacity;
+        }
+    }
+}
+
+static cJSON *classes_json(const struct heap_use *u) {
+    cJSON *list = cJSON_CreateArray();
+    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+        const struct class_use *k = &u->cls[c];
+        if (k->pages == 0) continue;
+        cJSON *o = cJSON_CreateObject();
+        sf_json_u64(o, "class", c);
+        sf_json_u64(o, "block_size", sf_class_size[c]);
+        sf_json_u64(o, "pages", k->pages);
+        sf_json_u64(o, "blocks_used", k->used);
+        sf_json_u64(o, "blocks_capacity", k->capacity);
+        sf_json_u64(o, "bytes_in_blocks", k->used * sf_class_size[c]);
+        sf_json_add(list, NULL, o);
+    }
+    return list;
+}
+
+static cJSON *thread_json(int tid) {
+    if (tid <= 0) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    char name[64];
+    sf_json_u64(o, "tid", (uint64_t)tid);
+    if (sf_snapshot_thread_name(tid, name, sizeof name)) sf_json_str(o, "name", name);
+    else sf_json_null(o, "name");
+    return o;
+}
+
+static cJSON *heap_json(const sf_snap_heap_t *h, const struct heap_use *u) {
+    cJSON *o = cJSON_CreateObject();
+    sf_json_u64(o, "slot", h->slot);
+    sf_json_str(o, "state", heap_state_name(h));
+    sf_json_bool(o, "ever_used", h->ever_used);
+    sf_json_add(o, "thread", thread_json(h->tid));
+    sf_json_u64(o, "bytes_in_blocks", u->bytes);
+    sf_json_u64(o, "blocks", u->blocks);
+    sf_json_u64(o, "pages", u->pages);
+    sf_json_u64(o, "segments", u->segments);
+    sf_json_u64(o, "allocs", h->allocs);
+    /* as process-wide: frees are not counted, every block handed out is
+     * live or was freed and taken back */
+    sf_json_u64(o, "frees", h->allocs > u->blocks ? h->allocs - u->blocks : 0);
+    sf_json_u64(o, "remote_frees", h->remote_frees);
+    sf_json_add(o, "classes", classes_json(u));
+    return o;
+}
+
+void sf_ep_heaps(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty;
+    if (!sf_query_pretty(q, r, &pretty)) return;
+    sf_snap_heap_t *heaps = malloc(SF_SNAP_HEAPS * sizeof *heaps);
+    struct heap_use *use = calloc(SF_SNAP_HEAPS + 1, sizeof *use);
+    sf_snapshot_t s;
+    if (heaps == NULL || use == NULL || sf_snapshot_segments(&s, 0, UINT64_MAX) != 0) {
+        free(heaps);
+        free(use);
+        return reply_nomem(r);
+    }
+    sf_snapshot_heaps(heaps);
+    heap_usage(&s, use, &use[SF_SNAP_HEAPS]);
+    cJSON *root = cJSON_CreateObject();
+    sf_json_u64(root, "registry_slots", SF_REGISTRY_SLOTS);
+    sf_json_u64(root, "fallback_slot", SF_SNAP_FALLBACK);
+    unsigned live = 0, abandoned = 0;
+    cJSON *list = cJSON_CreateArray();
+    for (unsigned i = 0; i < SF_SNAP_HEAPS; i++) {
+        live += heaps[i].slot != SF_SNAP_FALLBACK && heaps[i].state == SF_HEAP_LIVE;
+        abandoned += heaps[i].state == SF_HEAP_ABANDONED || heaps[i].state == SF_HEAP_COLLECTING;
+        sf_json_add(list, NULL, heap_json(&heaps[i], &use[i]));
+    }
+    sf_json_u64(root, "live", live);
+    sf_json_u64(root, "abandoned", abandoned);
+    cJSON *spans = cJSON_CreateObject();
+    sf_json_u64(spans, "segments", use[SF_SNAP_HEAPS].segments);
+    sf_json_u64(spans, "bytes_in_blocks", use[SF_SNAP_HEAPS].bytes);
+    sf_json_add(root, "spans", spans);
+    sf_json_add(root, "snapshot", snapshot_meta(&s));
+    sf_json_add(root, "heaps", list);
+    sf_snapshot_release(&s);
+    free(heaps);
+    free(use);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* ---- /rings ------------------------------------------------------------------------ */
+
+void sf_ep_rings(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty;
+    if (!sf_query_pretty(q, r, &pretty)) return;
+    sf_snap_heap_t *heaps = malloc(SF_SNAP_HEAPS * sizeof *heaps);
+    if (heaps == NULL) return reply_nomem(r);
+    sf_snapshot_heaps(heaps);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *list = cJSON_CreateArray();
+    uint64_t pending = 0, overflowed = 0;
+    for (unsigned i = 0; i < SF_SNAP_HEAPS; i++) {
+        const sf_snap_heap_t *h = &heaps[i];
+        if (!h->has_ring) continue;
+        cJSON *o = cJSON_CreateObject();
+        sf_json_u64(o, "slot", h->slot);
+        sf_json_str(o, "state", heap_state_name(h));
+        sf_json_u64(o, "capacity", h->ring_capacity);
+        sf_json_u64(o, "pending", h->ring_pushed - h->ring_drained);
+        sf_json_u64(o, "pushed", h->ring_pushed);
+        sf_json_u64(o, "drained", h->ring_drained);
+        sf_json_u64(o, "overflowed", h->ring_overflowed);
+        sf_json_bool(o, "overflow_waiting", h->overflow_waiting);
+        sf_json_add(list, NULL, o);
+        pending += h->ring_pushed - h->ring_drained;
+        overflowed += h->ring_overflowed;
+    }
+    free(heaps);
+    sf_json_u64(root, "pending", pending);
+    sf_json_u64(root, "overflowed", overflowed);
+    sf_json_add(root, "rings", list);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* ---- /stats ------------------------------------------------------------------------ */
+
+void sf_ep_stats(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty;
+    if (!sf_query_pretty(q, r, &pretty)) return;
+    struct sefer_stats st = {.size = sizeof st};
+    sefer_stats_get(&st, sizeof st);
+    cJSON *root = cJSON_CreateObject();
+#define SF_STAT_JSON_(name, doc) sf_json_u64(root, #name, st.name);
+    SEFER_STATS_FIELDS(SF_STAT_JSON_)
+#undef SF_STAT_JSON_
+    sf_json_null(root, "bytes_requested");
+    sf_json_str(root, "bytes_requested_reason",
+                "sefer does not record requested sizes (a block has its size class's size)");
+    uint64_t rss = 0;
+    char why[160];
+    if (sf_snapshot_rss(&rss, why, sizeof why)) {
+        sf_json_u64(root, "rss_bytes", rss);
+    } else {
+        sf_json_null(root, "rss_bytes");
+        sf_json_str(root, "rss_bytes_reason", why);
+    }
+    uint64_t lookups = st.large_cache_hits + st.large_cache_misses;
+    if (lookups) {
+        sf_json_double(root, "large_cache_hit_rate", (double)st.large_cache_hits / (double)lookups);
+    } else {
+        sf_json_null(root, "large_cache_hit_rate");
+        sf_json_str(root, "large_cache_hit_rate_reason", "no large or segment request yet");
+    }
+    cJSON *srv = cJSON_CreateObject();
+    sf_introspect_counters_t *c = &sf_introspect_counters;
+    sf_json_u64(srv, "requests", atomic_load(&c->requests));
+    sf_json_u64(srv, "auth_failures", atomic_load(&c->auth_failures));
+    sf_json_u64(srv, "connections_open", atomic_load(&c->connections_open));
+    sf_json_add(root, "introspect", srv);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* ---- /config ------------------------------------------------------------------------- */
+
+static const char *const type_names[] = {[SF_KNOB_UINT] = "uint",  [SF_KNOB_SIZE] = "size",
+                                         [SF_KNOB_MS] = "duration", [SF_KNOB_BOOL] = "bool",
+                                         [SF_KNOB_ENUM] = "enum",  [SF_KNOB_STRING] = "string"};
+
+/* A knob value as JSON: numbers as integers (durations in ms), booleans,
+ * enum choices and strings as strings. */
+static cJSON *knob_value(const struct sf_knob_def *d, uint64_t v, const char *text) {
+    switch (d->type) {
+    case SF_KNOB_BOOL: return cJSON_CreateBool(v != 0);
+    case SF_KNOB_ENUM: return cJSON_CreateString(d->choices[v]);
+    case SF_KNOB_STRING: return cJSON_CreateString(text);
+    default: return sf_json_u64_item(v);
+    }
+}
+
+static cJSON *knob_json(int i) {
+    const struct sf_knob_def *d = &sf_knob_defs[i];
+    char text[SF_KNOB_STR_MAX + 8] = "", env[64];
+    sefer_config_get(d->name, text, sizeof text);
+    const char *source = sefer_config_source(d->name);
+    cJSON *o = cJSON_CreateObject();
+    sf_json_str(o, "name", d->name);
+    if (i == SF_KNOB_INTROSPECT_TOKEN) { /* never shown */
+        sf_json_null(o, "value");
+        sf_json_bool(o, "redacted", true);
+        sf_json_bool(o, "set", text[0] != '\0');
+    } else {
+        sf_json_add(o, "value", knob_value(d, sf_knob((enum sf_knob_id)i), text));
+    }
+    sf_json_add(o, "default", knob_value(d, d->def, sf_knob_default_string(i)));
+    sf_json_str(o, "type", type_names[d->type]);
+    if (d->type == SF_KNOB_SIZE) sf_json_str(o, "unit", "bytes");
+    else if (d->type == SF_KNOB_MS) sf_json_str(o, "unit", "milliseconds");
+    else sf_json_null(o, "unit");
+    if (d->type == SF_KNOB_UINT || d->type == SF_KNOB_SIZE || d->type == SF_KNOB_MS) {
+        sf_json_u64(o, "min", d->min);
+        sf_json_u64(o, "max", d->max);
+    }
+    if (d->type == SF_KNOB_ENUM) {
+        cJSON *ch = cJSON_CreateArray();
+        for (const char *const *c = d->choices; *c; c++) sf_json_add(ch, NULL, cJSON_CreateString(*c));
+        sf_json_add(o, "choices", ch);
+    }
+    sf_json_str(o, "source", source ? source : "unknown");
+    sf_json_bool(o, "runtime", d->runtime != 0);
+    sf_knob_env_name(i, env, sizeof env);
+    sf_json_str(o, "env", env);
+    sf_json_str(o, "meaning", d->meaning);
+    return o;
+}
+
+void sf_ep_config(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty;
+    if (!sf_query_pretty(q, r, &pretty)) return;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < SF_KNOB_COUNT; i++) sf_json_add(list, NULL, knob_json(i));
+    sf_json_add(root, "knobs", list);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* POST /config {"name": "guard.on_error", "value": "report"} */
+static bool value_text(const cJSON *v, char *buf, size_t len) {
+    if (cJSON_IsString(v)) return snprintf(buf, len, "%s", v->valuestring) < (int)len;
+    if (cJSON_IsBool(v)) return snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false") > 0;
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0 &&
+        v->valuedouble == (double)(uint64_t)v->valuedouble)
+        return snprintf(buf, len, "%" PRIu64, (uint64_t)v->valuedouble) > 0;
+    return false;
+}
+
+static const char *errno_name(int e) {
+    return e == ENOENT ? "ENOENT" : e == EPERM ? "EPERM" : e == EINVAL ? "EINVAL" : "error";
+}
+
+void sf_ep_config_set(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)q;
+    cJSON *in = cJSON_ParseWithLength(body, len);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
+    const cJSON *value = cJSON_GetObjectItemCaseSensitive(in, "value");
+    char text[SF_KNOB_STR_MAX + 8];
+    if (!cJSON_IsObject(in) || !cJSON_IsString(name) || value == NULL ||
+        !value_text(value, text, sizeof text)) {
+        cJSON_Delete(in);
+        return sf_reply_error(r, 400, "bad request",
+                              "expected a JSON object {\"name\": KNOB, \"value\": TEXT, NUMBER or BOOL}");
+    }
+    if (sefer_config_set(name->valuestring, text) != 0) {
+        int e = errno;
+        cJSON *root = cJSON_CreateObject();
+        sf_json_str(root, "error", "refused");
+        sf_json_str(root, "reason", sefer_config_error());
+        sf_json_str(root, "errno", errno_name(e));
+        sf_json_u64(root, "status", e == ENOENT ? 404 : 400);
+        cJSON_Delete(in);
+        return sf_reply_json(r, e == ENOENT ? 404 : 400, root, true);
+    }
+    int i = sf_knob_lookup(name->valuestring, strlen(name->valuestring));
+    cJSON_Delete(in);
+    cJSON *root = knob_json(i);
+    sf_reply_json(r, 200, root, true);
+}
+
+/* POST /trim */
+void sf_ep_trim(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)q, (void)body, (void)len;
+    size_t released = sefer_trim();
+    cJSON *root = cJSON_CreateObject();
+    sf_json_u64(root, "bytes_released", released);
+    sf_reply_json(r, 200, root, true);
+}
+
+/* ---- /healthz and / ------------------------------------------------------------------- */
+
+void sf_ep_healthz(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)q, (void)body, (void)len;
+    cJSON *root = cJSON_CreateObject();
+    sf_json_str(root, "status", "ok");
+    sf_reply_json(r, 200, root, false);
+}
+
+void sf_ep_index(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)q, (void)body, (void)len;
+    sf_text_t t = {0};
+    sf_text_add(&t, "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>sefer</title></head>\n"
+                    "<body><h1>sefer " SEFER_VERSION_STRING "</h1>\n"
+                    "<p>The dashboard will be served here. Endpoints:</p>\n<ul>\n");
+    static const char *const paths[] = {"/stats", "/segments", "/heaps", "/rings",
+                                        "/config", "/metrics", "/healthz"};
+    for (unsigned i = 0; i < sizeof paths / sizeof *paths; i++)
+        sf_text_addf(&t, "<li><a href=\"%s\">%s</a></li>\n", paths[i], paths[i]);
+    sf_text_add(&t, "</ul></body></html>\n");
+    sf_reply_text(r, 200, "text/html; charset=utf-8", &t);
+}

@@ -1,0 +1,123 @@
+/* introspect.h - the introspection server's internal interface.
+ *
+ * The server (docs/introspection.md) is split by concern:
+ *
+ *   mhd.c        loads libmicrohttpd with dlopen when a server starts
+ *   listen.c     the introspect.listen syntax, loopback test, the socket
+ *   server.c     the daemon: limits, routing, methods, authentication
+ *   endpoints.c  the JSON endpoints, built from snapshots (lib/snapshot.c)
+ *   metrics.c    /metrics in the Prometheus text format
+ *   json.c       cJSON helpers (exact 64-bit integers) and a text buffer
+ *   autostart.c  start from a constructor, forget after fork, stop at exit
+ *
+ * Endpoints know nothing of HTTP: they read a parsed query (and body) and
+ * fill an sf_reply_t; server.c is the only user of libmicrohttpd. */
+#ifndef SEFER_INTROSPECT_H
+#define SEFER_INTROSPECT_H
+
+#include "snapshot.h"
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+/* ---- mhd.c ---------------------------------------------------------------- */
+/* The libmicrohttpd functions the server calls, resolved with dlsym.
+ * libmicrohttpd brings GnuTLS and eight more libraries with it; loading it
+ * only when a server starts keeps a preloaded libsefer.so light. */
+typedef struct {
+    __typeof__(MHD_start_daemon) *start_daemon;
+    __typeof__(MHD_stop_daemon) *stop_daemon;
+    __typeof__(MHD_create_response_from_buffer_with_free_callback) *response_from_buffer;
+    __typeof__(MHD_add_response_header) *add_header;
+    __typeof__(MHD_queue_response) *queue_response;
+    __typeof__(MHD_destroy_response) *destroy_response;
+    __typeof__(MHD_lookup_connection_value) *lookup_value;
+    __typeof__(MHD_get_connection_values) *get_values;
+    __typeof__(MHD_get_connection_info) *connection_info;
+} sf_mhd_t;
+/* NULL (with the reason in why) if the library cannot be loaded. */
+SF_HIDDEN const sf_mhd_t *sf_mhd_load(char *why, size_t whylen);
+
+/* ---- listen.c ------------------------------------------------------------- */
+#define SF_LISTEN_DEFAULT "127.0.0.1:9090"
+#define SF_LISTEN_TRIES 64 /* ports tried by "HOST:PORT+" */
+typedef struct {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    int port;       /* asked for (0: any); after sf_listen_open: bound */
+    bool next_free; /* "HOST:PORT+": PORT or the next free port after it */
+    bool any_port;  /* PORT 0: the kernel picks */
+    bool loopback;  /* the address is 127.0.0.0/8 or ::1 */
+    char host[64];  /* as written (IPv6 without brackets) */
+} sf_listen_t;
+SF_HIDDEN bool sf_listen_parse(const char *text, sf_listen_t *out, char *why, size_t whylen);
+/* A listening socket (non-blocking, close-on-exec) or -1 (reason in why,
+ * errno EADDRINUSE when the port, or every port tried, is taken). */
+SF_HIDDEN int sf_listen_open(sf_listen_t *l, char *why, size_t whylen);
+SF_HIDDEN bool sf_addr_is_loopback(const struct sockaddr *sa);
+/* "http://127.0.0.1:9090/" or "http://[::1]:9090/" */
+SF_HIDDEN void sf_listen_url(const sf_listen_t *l, char *buf, size_t len);
+
+/* ---- json.c ----------------------------------------------------------------- */
+/* cJSON keeps numbers as doubles, exact only up to 2^53: 64-bit counts are
+ * added as raw decimal text.  Keys must be string literals (not copied). */
+SF_HIDDEN void sf_json_u64(cJSON *obj, const char *key, uint64_t v);
+SF_HIDDEN cJSON *sf_json_u64_item(uint64_t v);
+SF_HIDDEN void sf_json_i64(cJSON *obj, const char *key, int64_t v);
+SF_HIDDEN void sf_json_str(cJSON *obj, const char *key, const char *s);
+SF_HIDDEN void sf_json_bool(cJSON *obj, const char *key, bool v);
+SF_HIDDEN void sf_json_null(cJSON *obj, const char *key);
+SF_HIDDEN void sf_json_hex(cJSON *obj, const char *key, uintptr_t v);
+SF_HIDDEN void sf_json_double(cJSON *obj, const char *key, double v);
+SF_HIDDEN void sf_json_add(cJSON *obj, const char *key, cJSON *item);
+
+/* A growing text buffer (malloc); on allocation failure it stops growing and
+ * remembers it (failed), so callers check once at the end. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} sf_text_t;
+SF_HIDDEN void sf_text_add(sf_text_t *t, const char *s);
+SF_HIDDEN void sf_text_addf(sf_text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- endpoints.c / metrics.c ---------------------------------------------- */
+#define SF_QUERY_MAX 8
+typedef struct {
+    const char *key[SF_QUERY_MAX], *value[SF_QUERY_MAX]; /* value NULL: "?key" */
+    unsigned count;
+    bool too_many;
+} sf_query_t;
+
+typedef struct {
+    unsigned status;
+    const char *type; /* Content-Type */
+    char *body;       /* malloc; NULL: out of memory (the server answers 503) */
+    size_t len;
+} sf_reply_t;
+
+typedef void sf_endpoint_fn(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r);
+SF_HIDDEN sf_endpoint_fn sf_ep_segments, sf_ep_heaps, sf_ep_rings, sf_ep_stats, sf_ep_config,
+    sf_ep_healthz, sf_ep_index, sf_ep_metrics, sf_ep_config_set, sf_ep_trim;
+
+/* Replies: JSON (takes and deletes root), an error object, plain text. */
+SF_HIDDEN void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty);
+SF_HIDDEN void sf_reply_error(sf_reply_t *r, unsigned status, const char *error, const char *reason);
+SF_HIDDEN void sf_reply_text(sf_reply_t *r, unsigned status, const char *type, sf_text_t *t);
+/* Query parameters: false after filling r with a 400 reply. */
+SF_HIDDEN bool sf_query_u64(const sf_query_t *q, const char *key, uint64_t dflt, uint64_t max,
+                            uint64_t *out, sf_reply_t *r);
+SF_HIDDEN bool sf_query_pretty(const sf_query_t *q, sf_reply_t *r, bool *pretty);
+
+/* ---- server.c: figures about the server itself ---------------------------- */
+typedef struct {
+    _Atomic uint64_t requests, auth_failures, rejected, connections_open;
+} sf_introspect_counters_t;
+SF_HIDDEN extern sf_introspect_counters_t sf_introspect_counters;
+SF_HIDDEN void sf_introspect_after_fork_child(void);
+/* Start with stderr reports (autostart); the public start reports nothing. */
+SF_HIDDEN int sf_introspect_start_reporting(const char *listen);
+
+#endif /* SEFER_INTROSPECT_H */

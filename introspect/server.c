@@ -1,0 +1,428 @@
+/* server.c - the introspection HTTP server: a guest in someone else's
+ * process (docs/introspection.md).
+ *
+ * One libmicrohttpd daemon with its own polling thread answers every
+ * request; the thread blocks all asynchronous signals (the host's signal
+ * handling must not change because we are here) and allocates through sefer
+ * like any other thread.  Limits: MAX_CONNECTIONS at once (more are closed at
+ * accept), CONNECTION_TIMEOUT_S of silence closes a connection,
+ * CONNECTION_MEMORY bytes per connection for the request line and headers
+ * (libmicrohttpd answers 414 or 431 past it), BODY_MAX bytes of POST body
+ * (413 past it).  Methods: GET and HEAD on the read endpoints, POST on the
+ * write endpoints, 405 otherwise; unknown paths 404; unknown or malformed
+ * query parameters 400.
+ *
+ * Security: read-only unless introspect.token is set.  The write endpoints
+ * (POST /config, POST /trim) answer 403 without a configured token and 401
+ * (counted) without the right "Authorization: Bearer TOKEN"; tokens are
+ * compared in constant time.  A non-loopback listen address needs a token,
+ * and on such a listener every request from a non-loopback peer needs it
+ * too, except /healthz. */
+#include "introspect.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define MAX_CONNECTIONS 64
+#define CONNECTION_TIMEOUT_S 5
+#define CONNECTION_MEMORY (32u << 10)
+#define BODY_MAX 4096
+
+sf_introspect_counters_t sf_introspect_counters;
+
+static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct MHD_Daemon *srv_daemon;
+static const sf_mhd_t *mhd;
+static int listen_fd = -1;
+static _Atomic int bound_port;
+static bool listen_loopback;
+static char token[SF_KNOB_STR_MAX];
+static size_t token_len;
+static bool forked_with_server; /* this process is a fork() child of a serving one */
+static __thread char last_error[320];
+
+struct route {
+    const char *path, *method;
+    sf_endpoint_fn *fn;
+    const char *params; /* query parameters it takes, space-separated */
+    bool write;
+};
+
+static const struct route routes[] = {
+    {"/", "GET", sf_ep_index, "", false},
+    {"/healthz", "GET", sf_ep_healthz, "", false},
+    {"/stats", "GET", sf_ep_stats, "pretty", false},
+    {"/segments", "GET", sf_ep_segments, "limit offset pretty", false},
+    {"/heaps", "GET", sf_ep_heaps, "pretty", false},
+    {"/rings", "GET", sf_ep_rings, "pretty", false},
+    {"/config", "GET", sf_ep_config, "pretty", false},
+    {"/config", "POST", sf_ep_config_set, "", true},
+    {"/metrics", "GET", sf_ep_metrics, "", false},
+    {"/trim", "POST", sf_ep_trim, "", true},
+};
+#define ROUTES (sizeof routes / sizeof *routes)
+
+/* The body of a POST, gathered across calls of the access handler. */
+struct post {
+    const struct route *route;
+    size_t len;
+    bool too_big;
+    char body[BODY_MAX + 1];
+};
+
+/* ---- replies ---------------------------------------------------------------------- */
+
+static enum MHD_Result send_reply(struct MHD_Connection *c, sf_reply_t *r, const char *allow,
+                                  bool challenge) {
+    static char oom[] = "{\"error\": \"out of memory\", \"status\": 503}\n";
+    struct MHD_Response *resp;
+    if (r->body == NULL) {
+        r->status = 503;
+        r->type = "application/json";
+        resp = mhd->response_from_buffer(sizeof oom - 1, oom, NULL);
+    } else {
+        resp = mhd->response_from_buffer(r->len, r->body, free);
+        if (resp == NULL) free(r->body);
+    }
+    if (resp == NULL) return MHD_NO;
+    mhd->add_header(resp, "Content-Type", r->type);
+    mhd->add_header(resp, "Cache-Control", "no-store");
+    mhd->add_header(resp, "X-Content-Type-Options", "nosniff");
+    if (allow != NULL) mhd->add_header(resp, "Allow", allow);
+    if (challenge) mhd->add_header(resp, "WWW-Authenticate", "Bearer realm=\"sefer\"");
+    enum MHD_Result ret = mhd->queue_response(c, r->status, resp);
+    mhd->destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *error,
+                                  const char *reason, const char *allow, bool challenge) {
+    sf_reply_t r;
+    sf_reply_error(&r, status, error, reason);
+    return send_reply(c, &r, allow, challenge);
+}
+
+/* ---- authentication ------------------------------------------------------------- */
+
+/* Equal in time that depends only on the configured token's length. */
+static bool same_token(const char *given, size_t given_len) {
+    unsigned char diff = given_len != token_len;
+    for (size_t i = 0; i < token_len; i++)
+        diff |= (unsigned char)((i < given_len ? given[i] : 0) ^ token[i]);
+    return diff == 0;
+}
+
+static bool bearer_ok(struct MHD_Connection *c) {
+    const char *h = mhd->lookup_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return token_len > 0 && same_token(h, strlen(h));
+}
+
+static bool peer_is_loopback(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = mhd->connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return info != NULL && info->client_addr != NULL && sf_addr_is_loopback(info->client_addr);
+}
+
+static enum MHD_Result refuse_auth(struct MHD_Connection *c, const char *reason) {
+    atomic_fetch_add(&sf_introspect_counters.auth_failures, 1);
+    return send_error(c, 401, "unauthorized", reason, NULL, true);
+}
+
+/* NULL if the request may go on, else the reply already queued. */
+static bool authorize(struct MHD_Connection *c, const struct route *rt, enum MHD_Result *ret) {
+    if (rt->write && token_len == 0) {
+        *ret = send_error(c, 403, "forbidden",
+                          "writes are disabled: introspect.token is not set in this process", NULL, false);
+        return false;
+    }
+    bool need = rt->write || (!listen_loopback && rt->fn != sf_ep_healthz && !peer_is_loopback(c));
+    if (need && !bearer_ok(c)) {
+        *ret = refuse_auth(c, "this request needs \"Authorization: Bearer TOKEN\" with introspect.token");
+        return false;
+    }
+    return true;
+}
+
+/* ---- routing ----------------------------------------------------------------------- */
+
+static bool has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ' ');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && memcmp(p, word, n) == 0) return true;
+        p += len + (end != NULL);
+    }
+    return false;
+}
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    sf_query_t *q = cls;
+    if (q->count == SF_QUERY_MAX) {
+        q->too_many = true;
+        return MHD_NO;
+    }
+    q->key[q->count] = key;
+    q->value[q->count++] = value;
+    return MHD_YES;
+}
+
+/* Collects and checks the query; false after queueing a 400. */
+static bool read_query(struct MHD_Connection *c, const struct route *rt, sf_query_t *q,
+                       enum MHD_Result *ret) {
+    memset(q, 0, sizeof *q);
+    mhd->get_values(c, MHD_GET_ARGUMENT_KIND, collect_arg, q);
+    char why[200];
+    if (q->too_many) {
+        snprintf(why, sizeof why, "more than %d query parameters", SF_QUERY_MAX);
+    } else {
+        unsigned i = 0;
+        while (i < q->count && has_word(rt->params, q->key[i])) i++;
+        if (i == q->count) return true;
+        snprintf(why, sizeof why, "unknown query parameter \"%.40s\" (%s takes: %s)", q->key[i], rt->path,
+                 *rt->params ? rt->params : "none");
+    }
+    *ret = send_error(c, 400, "bad request", why, NULL, false);
+    return false;
+}
+
+/* The route for path and method; NULL with *path_known telling 404 from 405. */
+static const struct route *find_route(const char *path, const char *method, bool *path_known, char *allow,
+                                      size_t allow_len) {
+    const struct route *found = NULL;
+    bool head = strcmp(method, "HEAD") == 0;
+    *path_known = false;
+    allow[0] = '\0';
+    for (size_t i = 0; i < ROUTES; i++) {
+        if (strcmp(routes[i].path, path) != 0) continue;
+        *path_known = true;
+        bool get = strcmp(routes[i].method, "GET") == 0;
+        size_t n = strlen(allow);
+        snprintf(allow + n, allow_len - n, "%s%s", n ? ", " : "", get ? "GET, HEAD" : routes[i].method);
+        if (strcmp(routes[i].method, method) == 0 || (head && get)) found = &routes[i];
+    }
+    return found;
+}
+
+static enum MHD_Result run(struct MHD_Connection *c, const struct route *rt, const sf_query_t *q,
+                           const char *body, size_t len) {
+    sf_reply_t r = {0};
+    rt->fn(q, body, len, &r);
+    return send_reply(c, &r, NULL, false);
+}
+
+/* First call for a request: everything but a POST body is known. */
+static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const char *method, void **req_cls) {
+    atomic_fetch_add(&sf_introspect_counters.requests, 1);
+    bool known;
+    char allow[64];
+    const struct route *rt = find_route(url, method, &known, allow, sizeof allow);
+    if (rt == NULL && !known) return send_error(c, 404, "not found", "no such endpoint", NULL, false);
+    if (rt == NULL) {
+        char why[96];
+        snprintf(why, sizeof why, "%s takes %s", url, allow);
+        return send_error(c, 405, "method not allowed", why, allow, false);
+    }
+    enum MHD_Result ret;
+    sf_query_t q;
+    if (!authorize(c, rt, &ret) || !read_query(c, rt, &q, &ret)) return ret;
+    if (!rt->write) return run(c, rt, &q, NULL, 0);
+    const char *cl = mhd->lookup_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl != NULL && (strlen(cl) > 9 || strtoul(cl, NULL, 10) > BODY_MAX))
+        return send_error(c, 413, "content too large", "request bodies are limited to 4096 bytes", NULL, false);
+    struct post *p = calloc(1, sizeof *p);
+    if (p == NULL) return MHD_NO;
+    p->route = rt;
+    *req_cls = p;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size,
+                                  void **req_cls) {
+    (void)cls, (void)version;
+    struct post *p = *req_cls;
+    if (p == NULL) return begin(c, url, method, req_cls);
+    if (*upload_size > 0) { /* more of the body */
+        if (p->len + *upload_size > BODY_MAX) p->too_big = true;
+        else memcpy(p->body + p->len, upload, *upload_size);
+        if (!p->too_big) p->len += *upload_size;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (p->too_big)
+        return send_error(c, 413, "content too large", "request bodies are limited to 4096 bytes", NULL, false);
+    sf_query_t q = {0};
+    return run(c, p->route, &q, p->body, p->len);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    free(*req_cls);
+    *req_cls = NULL;
+}
+
+/* The sockets of open connections, so that a fork() child can close its
+ * copies: otherwise a child that does not exec keeps every connection open
+ * at the moment of the fork from closing (the peer waits for the child). */
+static _Atomic int conn_fd[MAX_CONNECTIONS + 8] = {[0 ... MAX_CONNECTIONS + 7] = -1};
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&sf_introspect_counters.connections_open, 1);
+        const union MHD_ConnectionInfo *info = mhd->connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        for (unsigned i = 0; info != NULL && i < MAX_CONNECTIONS + 8; i++) {
+            int expected = -1;
+            if (atomic_compare_exchange_strong(&conn_fd[i], &expected, info->connect_fd)) {
+                *socket_ctx = &conn_fd[i];
+                break;
+            }
+        }
+    } else {
+        atomic_fetch_sub(&sf_introspect_counters.connections_open, 1);
+        /* called before libmicrohttpd closes the socket */
+        if (*socket_ctx != NULL) atomic_store((_Atomic int *)*socket_ctx, -1);
+        *socket_ctx = NULL;
+    }
+}
+
+/* ---- start and stop ------------------------------------------------------------------ */
+
+static int fail(int err, char *why, const char *msg) {
+    snprintf(why, sizeof last_error, "%s", msg);
+    errno = err;
+    return -1;
+}
+
+/* The daemon on socket fd; its thread is created with every asynchronous
+ * signal blocked, so the host's signals keep going to the host's threads. */
+static struct MHD_Daemon *start_daemon(int fd) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    struct MHD_Daemon *d = mhd->start_daemon(
+        MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, NULL,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_END);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return d;
+}
+
+/* Starts the server; fills l with where it listens.  Holds srv_lock. */
+static int start_locked(const char *listen, sf_listen_t *l, char *why) {
+    if (srv_daemon != NULL) {
+        snprintf(why, sizeof last_error, "already serving on port %d", atomic_load(&bound_port));
+        errno = EALREADY;
+        return -1;
+    }
+    if (forked_with_server)
+        return fail(EPERM, why, "this process is a fork() child of a process whose server was running: "
+                                "it has no server (exec a program to get one)");
+    char listen_knob[SF_KNOB_STR_MAX];
+    if (listen == NULL && sefer_config_get("introspect.listen", listen_knob, sizeof listen_knob) == 0)
+        listen = listen_knob;
+    if (!sf_listen_parse(listen, l, why, sizeof last_error)) return -1;
+    if (sefer_config_get("introspect.token", token, sizeof token) != 0) token[0] = '\0';
+    token_len = strlen(token);
+    if (!l->loopback && token_len == 0) {
+        snprintf(why, sizeof last_error,
+                 "refusing to listen on %s: not a loopback address, and introspect.token is not set "
+                 "(a non-loopback listener needs a token)", l->host);
+        errno = EACCES;
+        return -1;
+    }
+    if ((mhd = sf_mhd_load(why, sizeof last_error)) == NULL) {
+        errno = ENOSYS;
+        return -1;
+    }
+    int fd = sf_listen_open(l, why, sizeof last_error);
+    if (fd < 0) return -1;
+    listen_loopback = l->loopback;
+    struct MHD_Daemon *d = start_daemon(fd);
+    if (d == NULL) {
+        close(fd);
+        return fail(EAGAIN, why, "libmicrohttpd could not start its thread");
+    }
+    srv_daemon = d;
+    listen_fd = fd;
+    atomic_store(&bound_port, l->port);
+    return l->port;
+}
+
+static int start(const char *listen, bool report) {
+    sf_ensure_init();
+    sf_listen_t l;
+    sf_lock(&srv_lock);
+    int port = start_locked(listen, &l, last_error);
+    int e = errno;
+    sf_unlock(&srv_lock);
+    if (!report) {
+        errno = e;
+        return port;
+    }
+    char line[sizeof last_error + 64];
+    if (port < 0) {
+        snprintf(line, sizeof line, "sefer: introspection: %s: no server in this process\n", last_error);
+        sf_write_stderr(line);
+    } else if (l.next_free || l.any_port) { /* the port was not fixed: say which one */
+        char url[96];
+        sf_listen_url(&l, url, sizeof url);
+        snprintf(line, sizeof line, "sefer: introspection: %s (pid %d)\n", url, (int)getpid());
+        sf_write_stderr(line);
+    }
+    errno = e;
+    return port;
+}
+
+int sf_introspect_start_reporting(const char *listen) { return start(listen, true); }
+
+SEFER_EXPORT int sefer_introspect_start(const char *listen) {
+    last_error[0] = '\0';
+    return start(listen, false);
+}
+
+SEFER_EXPORT void sefer_introspect_stop(void) {
+    sf_lock(&srv_lock);
+    struct MHD_Daemon *d = srv_daemon;
+    srv_daemon = NULL;
+    listen_fd = -1;
+    atomic_store(&bound_port, 0);
+    if (d != NULL) mhd->stop_daemon(d); /* joins the thread, closes the sockets */
+    sf_unlock(&srv_lock);
+}
+
+SEFER_EXPORT int sefer_introspect_port(void) { return atomic_load(&bound_port); }
+
+SEFER_EXPORT const char *sefer_introspect_error(void) { return last_error; }
+
+/* In the child after fork(): only the forking thread exists, so the
+ * server's thread is gone and libmicrohttpd's state may be mid-change.
+ * Forget the daemon without touching it; close our copies of the listening
+ * socket (the parent alone owns the port) and of the open connections (so
+ * that they end when the parent closes them). */
+void sf_introspect_after_fork_child(void) {
+    pthread_mutex_init(&srv_lock, NULL);
+    if (srv_daemon != NULL) {
+        forked_with_server = true;
+        srv_daemon = NULL;
+        if (listen_fd >= 0) close(listen_fd);
+        listen_fd = -1;
+        for (unsigned i = 0; i < MAX_CONNECTIONS + 8; i++) {
+            int fd = atomic_exchange(&conn_fd[i], -1);
+            if (fd >= 0) close(fd);
+        }
+        atomic_store(&bound_port, 0);
+        atomic_store(&sf_introspect_counters.connections_open, 0);
+    }
+}

@@ -1,0 +1,353 @@
+/* itest.h - helpers of the introspection tests (tests/introspect/): a raw
+ * HTTP/1.1 client over loopback sockets, JSON reading with cJSON, and child
+ * processes with piped stdin/stdout/stderr.  Everything talks to a real
+ * server; nothing is mocked. */
+#ifndef SEFER_ITEST_H
+#define SEFER_ITEST_H
+
+#include "../sefer_test.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+static inline int it_tid(void) { return (int)syscall(SYS_gettid); }
+
+static inline uint64_t it_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- the server under test (in this process) ---------------------------- */
+
+static inline int it_start(void)
+{
+    int port = sefer_introspect_start("127.0.0.1:0");
+    ck_assert_msg(port > 0, "sefer_introspect_start: %s (%s)", sefer_introspect_error(),
+                  strerror(errno));
+    ck_assert_int_eq(sefer_introspect_port(), port);
+    return port;
+}
+
+/* ---- sockets ------------------------------------------------------------ */
+
+/* A blocking socket connected to 127.0.0.1:port (-1 if refused); reads and
+ * writes time out after timeout_ms. */
+static inline int it_connect_t(int port, int timeout_ms)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static inline int it_connect(int port) { return it_connect_t(port, 10000); }
+
+static inline bool it_send(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+typedef struct {
+    int status;        /* -1: closed or reset without a response */
+    char head[8192];   /* status line and headers */
+    char *body;        /* malloc, NUL-terminated (also when status is -1) */
+    size_t len;
+} it_resp_t;
+
+static inline void it_free(it_resp_t *r)
+{
+    free(r->body);
+    r->body = NULL;
+}
+
+/* Reads a response into buf (malloc, cap bytes; grown as needed) until
+ * the server closes the connection. */
+static inline void it_read_response_into(int fd, it_resp_t *r, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ck_assert_ptr_nonnull(buf);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            ck_assert_ptr_nonnull(buf);
+        }
+        ssize_t got = recv(fd, buf + n, cap - 1 - n, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    r->status = -1;
+    r->head[0] = '\0';
+    char *split = strstr(buf, "\r\n\r\n");
+    int st;
+    if (split != NULL && sscanf(buf, "HTTP/1.%*d %d", &st) == 1) {
+        size_t h = (size_t)(split - buf);
+        if (h >= sizeof r->head)
+            h = sizeof r->head - 1;
+        memcpy(r->head, buf, h);
+        r->head[h] = '\0';
+        r->status = st;
+        size_t off = (size_t)(split + 4 - buf);
+        memmove(buf, split + 4, n - off + 1);
+        n -= off;
+    }
+    r->body = buf;
+    r->len = n;
+}
+
+static inline void it_read_response(int fd, it_resp_t *r)
+{
+    it_read_response_into(fd, r, malloc(1 << 16), 1 << 16);
+}
+
+/* Sends raw bytes, reads the response. */
+static inline void it_raw(int port, const char *req, size_t len, it_resp_t *r)
+{
+    int fd = it_connect(port);
+    ck_assert_msg(fd >= 0, "connect to port %d: %s", port, strerror(errno));
+    /* allocated before the request is sent, so that a snapshot of this
+     * thread's heap sees it whenever the server takes it */
+    char *buf = malloc(1 << 16);
+    it_send(fd, req, len);
+    it_read_response_into(fd, r, buf, 1 << 16);
+    close(fd);
+}
+
+static inline void it_request(int port, const char *method, const char *path, const char *auth,
+                              const char *body, it_resp_t *r)
+{
+    size_t blen = body ? strlen(body) : 0;
+    size_t cap = strlen(path) + blen + 512;
+    char *req = malloc(cap);
+    ck_assert_ptr_nonnull(req);
+    int n = snprintf(req, cap,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     method, path, auth ? "Authorization: " : "", auth ? auth : "",
+                     auth ? "\r\n" : "", blen, body ? body : "");
+    it_raw(port, req, (size_t)n, r);
+    free(req);
+}
+
+static inline void it_get(int port, const char *path, it_resp_t *r)
+{
+    it_request(port, "GET", path, NULL, NULL, r);
+}
+
+/* The value of a response header (case-insensitive name), copied into a
+ * static buffer; NULL if absent. */
+static inline const char *it_header(const it_resp_t *r, const char *name)
+{
+    static char value[512];
+    size_t n = strlen(name);
+    for (const char *line = strstr(r->head, "\r\n"); line != NULL; line = strstr(line + 2, "\r\n")) {
+        const char *h = line + 2;
+        if (strncasecmp(h, name, n) == 0 && h[n] == ':') {
+            h += n + 1;
+            while (*h == ' ')
+                h++;
+            size_t len = strcspn(h, "\r\n");
+            if (len >= sizeof value)
+                len = sizeof value - 1;
+            memcpy(value, h, len);
+            value[len] = '\0';
+            return value;
+        }
+    }
+    return NULL;
+}
+
+/* GET path: expects status, application/json, a parseable body. */
+static inline cJSON *it_json_status(int port, const char *path, int status)
+{
+    it_resp_t r;
+    it_get(port, path, &r);
+    ck_assert_msg(r.status == status, "GET %s: status %d, expected %d: %.300s", path, r.status,
+                  status, r.body);
+    const char *ct = it_header(&r, "Content-Type");
+    ck_assert_msg(ct && strcmp(ct, "application/json") == 0, "GET %s: Content-Type %s", path,
+                  ct ? ct : "(none)");
+    cJSON *j = cJSON_ParseWithLength(r.body, r.len);
+    ck_assert_msg(j != NULL, "GET %s: not JSON: %.300s", path, r.body);
+    it_free(&r);
+    return j;
+}
+
+static inline cJSON *it_json(int port, const char *path) { return it_json_status(port, path, 200); }
+
+static inline const cJSON *it_item(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    ck_assert_msg(v != NULL, "no field \"%s\" in %.200s", key, o && o->child ? o->child->string : "?");
+    return v;
+}
+
+/* An exact count (below 2^53, where a double is exact). */
+static inline uint64_t it_u64(const cJSON *o, const char *key)
+{
+    const cJSON *v = it_item(o, key);
+    ck_assert_msg(cJSON_IsNumber(v) && v->valuedouble >= 0, "field %s is not a count", key);
+    return (uint64_t)v->valuedouble;
+}
+
+static inline const char *it_str(const cJSON *o, const char *key)
+{
+    const cJSON *v = it_item(o, key);
+    ck_assert_msg(cJSON_IsString(v), "field %s is not a string", key);
+    return v->valuestring;
+}
+
+/* The /heaps entry of thread tid, or NULL. */
+static inline const cJSON *it_heap_of(const cJSON *heaps, int tid)
+{
+    const cJSON *list = it_item(heaps, "heaps");
+    for (const cJSON *h = list->child; h; h = h->next) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "thread");
+        if (cJSON_IsObject(t) && (int)it_u64(t, "tid") == tid)
+            return h;
+    }
+    return NULL;
+}
+
+/* ---- child processes ---------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    int in, out, err; /* our ends of its stdin, stdout, stderr */
+    char errbuf[8192];
+    size_t errlen;
+} it_proc_t;
+
+/* Starts argv with env changes ("NAME=value" sets, "NAME" unsets). */
+static inline void it_spawn(it_proc_t *p, char *const argv[], const char *const env[])
+{
+    int in[2], out[2], err[2];
+    ck_assert(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    memset(p, 0, sizeof *p);
+    p->pid = fork();
+    ck_assert_msg(p->pid >= 0, "fork: %s", strerror(errno));
+    if (p->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        for (int i = 0; env && env[i]; i++) {
+            const char *eq = strchr(env[i], '=');
+            if (eq == NULL) {
+                unsetenv(env[i]);
+            } else {
+                char name[128];
+                snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
+                setenv(name, eq + 1, 1);
+            }
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    p->in = in[1];
+    p->out = out[0];
+    p->err = err[0];
+}
+
+/* Reads fd into buf (appending at *len) until needle appears, EOF, or
+ * timeout_ms; true if the needle was seen. */
+static inline bool it_read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle,
+                                 int timeout_ms)
+{
+    uint64_t end = it_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        buf[*len] = '\0';
+        if (needle && strstr(buf, needle))
+            return true;
+        uint64_t now = it_now_ms();
+        if (now >= end || *len + 1 >= cap)
+            return false;
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, (int)(end - now)) <= 0)
+            return false;
+        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        *len += (size_t)n;
+    }
+}
+
+/* Waits for the child's stderr line announcing its server; returns the port. */
+static inline int it_wait_url(it_proc_t *p)
+{
+    ck_assert_msg(it_read_until(p->err, p->errbuf, sizeof p->errbuf, &p->errlen, "/ (pid", 10000),
+                  "no introspection URL on the child's stderr: %s", p->errbuf);
+    const char *u = strstr(p->errbuf, "http://127.0.0.1:");
+    ck_assert_ptr_nonnull(u);
+    return atoi(u + strlen("http://127.0.0.1:"));
+}
+
+/* Closes its stdin (hosts exit on EOF), collects its stderr, waits (at most
+ * timeout_s, then SIGKILL).  Returns the wait status. */
+static inline int it_finish(it_proc_t *p, int timeout_s)
+{
+    close(p->in);
+    it_read_until(p->err, p->errbuf, sizeof p->errbuf, &p->errlen, NULL, timeout_s * 1000);
+    int status = 0;
+    uint64_t end = it_now_ms() + (uint64_t)timeout_s * 1000;
+    while (waitpid(p->pid, &status, WNOHANG) == 0) {
+        if (it_now_ms() > end) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &status, 0);
+            break;
+        }
+        usleep(10000);
+    }
+    close(p->out);
+    close(p->err);
+    return status;
+}
+
+/* Occurrences of needle in hay. */
+static inline int it_count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+#endif /* SEFER_ITEST_H */

@@ -1,0 +1,541 @@
+/* test_endpoints.c - every endpoint of the introspection server, over real
+ * HTTP, against a server started in this process (sefer_introspect_start):
+ * JSON parsed with cJSON and checked field by field, and figures checked
+ * against allocations the test makes (this thread's heap is its own, so its
+ * figures move by exactly what the test allocates).  Also: the public
+ * start/stop API, methods, unknown paths, query validation, /metrics
+ * parsed (and checked by promtool when installed). */
+#include "itest.h"
+
+#include <malloc.h>
+#include <sys/prctl.h>
+
+#define N_BLOCKS 1000
+#define BLOCK 96 /* a size class of its own: no request buffer has it */
+
+static const cJSON *class_entry(const cJSON *heap, uint64_t block_size)
+{
+    for (const cJSON *c = it_item(heap, "classes")->child; c; c = c->next)
+        if (it_u64(c, "block_size") == block_size)
+            return c;
+    return NULL;
+}
+
+/* Figures of this thread's heap: bytes in blocks, and blocks of BLOCK. */
+static void my_heap(int port, uint64_t *bytes, uint64_t *class_blocks)
+{
+    /* take in blocks of this heap that other threads freed (libmicrohttpd
+     * frees some of what its start-up allocated here): the ring's blocks
+     * still count as used until the owner drains it */
+    sefer_trim();
+    cJSON *h = it_json(port, "/heaps");
+    const cJSON *me = it_heap_of(h, it_tid());
+    ck_assert_msg(me != NULL, "no heap of thread %d in /heaps", it_tid());
+    ck_assert_str_eq(it_str(me, "state"), "live");
+    *bytes = it_u64(me, "bytes_in_blocks");
+    const cJSON *c = class_entry(me, BLOCK);
+    *class_blocks = c ? it_u64(c, "blocks_used") : 0;
+    cJSON_Delete(h);
+}
+
+START_TEST(test_heaps_follow_allocations)
+{
+    prctl(PR_SET_NAME, "it-main");
+    void *warm = malloc(BLOCK); /* claims this thread's heap */
+    int port = it_start();
+    uint64_t b0, c0, b1, c1, b2, c2;
+    my_heap(port, &b0, &c0); /* the first request settles the server's start-up */
+    my_heap(port, &b0, &c0);
+    void **p = malloc(N_BLOCKS * sizeof *p);
+    for (int i = 0; i < N_BLOCKS; i++)
+        p[i] = malloc(BLOCK);
+    my_heap(port, &b1, &c1);
+    ck_assert_uint_eq(c1 - c0, N_BLOCKS);
+    /* the pointer array is one block too: its class's size */
+    size_t arr = malloc_usable_size(p);
+    ck_assert_uint_eq(b1 - b0, (uint64_t)N_BLOCKS * BLOCK + arr);
+    for (int i = 0; i < N_BLOCKS; i++)
+        free(p[i]);
+    free(p);
+    my_heap(port, &b2, &c2);
+    ck_assert_uint_eq(c2, c0);
+    ck_assert_uint_eq(b2, b0);
+
+    cJSON *h = it_json(port, "/heaps");
+    const cJSON *me = it_heap_of(h, it_tid());
+    const cJSON *t = it_item(me, "thread");
+    ck_assert_str_eq(it_str(t, "name"), "it-main");
+    ck_assert_uint_eq(it_u64(h, "registry_slots"), 256);
+    int n = cJSON_GetArraySize(it_item(h, "heaps")), live = 0;
+    ck_assert_int_eq(n, 257); /* every slot and the fallback heap */
+    for (const cJSON *e = it_item(h, "heaps")->child; e; e = e->next) {
+        const char *st = it_str(e, "state");
+        ck_assert(strcmp(st, "live") == 0 || strcmp(st, "abandoned") == 0 ||
+                  strcmp(st, "free") == 0 || strcmp(st, "shared") == 0);
+        live += strcmp(st, "live") == 0;
+        it_u64(e, "allocs");
+        it_u64(e, "frees");
+        it_u64(e, "remote_frees");
+        ck_assert(cJSON_IsArray(it_item(e, "classes")));
+    }
+    ck_assert_int_ge(live, 2); /* this thread and the server's */
+    ck_assert_uint_eq(it_u64(h, "live"), (uint64_t)live);
+    ck_assert_str_eq(it_str(cJSON_GetArrayItem(it_item(h, "heaps"), 256), "state"), "shared");
+    cJSON_Delete(h);
+    free(warm);
+    sefer_introspect_stop();
+}
+END_TEST
+
+START_TEST(test_stats_fields_and_figures)
+{
+    int port = it_start();
+    cJSON *s0 = it_json(port, "/stats");
+    static const char *const fields[] = {
+        "bytes_in_blocks", "bytes_committed", "bytes_reserved", "bytes_metadata",
+        "bytes_decommitted_total", "segments", "segments_peak", "large_cache_bytes",
+        "large_cache_spans", "large_cache_hits", "large_cache_misses", "os_maps", "allocs", "frees",
+        "remote_frees", "ring_pushes", "ring_overflows", "enomem", "heaps_live", "heaps_abandoned",
+        "fallback_allocs", "guard_invalid_free", "guard_interior_free", "guard_double_free",
+        "guard_overflow", "guard_use_after_free", "rss_bytes"};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        it_u64(s0, fields[i]);
+    ck_assert(cJSON_IsNull(it_item(s0, "bytes_requested")));
+    ck_assert(strlen(it_str(s0, "bytes_requested_reason")) > 10);
+    const cJSON *rate = it_item(s0, "large_cache_hit_rate");
+    if (cJSON_IsNull(rate))
+        it_str(s0, "large_cache_hit_rate_reason");
+    else
+        ck_assert(cJSON_IsNumber(rate) && rate->valuedouble >= 0 && rate->valuedouble <= 1);
+    ck_assert_uint_gt(it_u64(s0, "rss_bytes"), it_u64(s0, "bytes_in_blocks") / 2);
+    const cJSON *srv = it_item(s0, "introspect");
+    ck_assert_uint_ge(it_u64(srv, "requests"), 1);
+    it_u64(srv, "auth_failures");
+
+    /* 4 MiB in 256 KiB blocks: bytes_in_blocks grows by that (give or
+     * take what the server thread holds at each moment) */
+    enum { N = 16, S = 256 << 10 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = malloc(S);
+        memset(p[i], 1, 4096);
+    }
+    cJSON *s1 = it_json(port, "/stats");
+    int64_t grew = (int64_t)(it_u64(s1, "bytes_in_blocks") - it_u64(s0, "bytes_in_blocks"));
+    ck_assert_msg(grew >= (int64_t)N * S - 65536 && grew <= (int64_t)N * S + 262144,
+                  "bytes_in_blocks grew by %lld for %d bytes", (long long)grew, N * S);
+    ck_assert_uint_ge(it_u64(s1, "allocs"), it_u64(s0, "allocs") + N);
+    ck_assert_uint_ge(it_u64(s1, "bytes_committed"), it_u64(s1, "bytes_in_blocks"));
+    ck_assert_uint_ge(it_u64(s1, "bytes_reserved"), it_u64(s1, "bytes_committed"));
+    for (int i = 0; i < N; i++)
+        free(p[i]);
+    cJSON_Delete(s0);
+    cJSON_Delete(s1);
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* Every segment of the list, in pages of `limit`. */
+static cJSON *all_segments(int port, uint64_t *total)
+{
+    cJSON *all = cJSON_CreateArray();
+    uint64_t offset = 0, last_id = 0;
+    for (;;) {
+        char path[96];
+        snprintf(path, sizeof path, "/segments?limit=7&offset=%" PRIu64, offset);
+        cJSON *page = it_json(port, path);
+        *total = it_u64(page, "total");
+        ck_assert_uint_eq(it_u64(page, "offset"), offset);
+        ck_assert_uint_eq(it_u64(page, "limit"), 7);
+        uint64_t returned = it_u64(page, "returned");
+        ck_assert_uint_le(returned, 7);
+        cJSON *list = cJSON_DetachItemFromObjectCaseSensitive(page, "segments");
+        ck_assert_int_eq(cJSON_GetArraySize(list), (int)returned);
+        while (list->child) {
+            cJSON *seg = cJSON_DetachItemViaPointer(list, list->child);
+            ck_assert_uint_gt(it_u64(seg, "id"), last_id); /* ascending ids */
+            last_id = it_u64(seg, "id");
+            cJSON_AddItemToArray(all, seg);
+        }
+        cJSON_Delete(list);
+        cJSON_Delete(page);
+        offset += 7;
+        if (returned == 0 || offset >= *total)
+            break;
+    }
+    return all;
+}
+
+START_TEST(test_segments_schema_and_paging)
+{
+    void *small = malloc(48);
+    void *large = malloc(3 << 20);
+    memset(large, 7, 4096);
+    int port = it_start();
+    uint64_t total = 0;
+    cJSON *all = all_segments(port, &total);
+    ck_assert_uint_ge(total, 2);
+    uintptr_t small_base = (uintptr_t)small & ~(uintptr_t)(SEFER_SEGMENT_SIZE - 1);
+    uintptr_t large_base = (uintptr_t)large & ~(uintptr_t)(SEFER_SEGMENT_SIZE - 1);
+    bool saw_small = false, saw_large = false;
+    for (const cJSON *seg = all->child; seg; seg = seg->next) {
+        const char *kind = it_str(seg, "kind");
+        ck_assert(strcmp(kind, "small") == 0 || strcmp(kind, "medium") == 0 ||
+                  strcmp(kind, "large") == 0 || strcmp(kind, "huge") == 0);
+        uintptr_t base = (uintptr_t)strtoull(it_str(seg, "base"), NULL, 16);
+        ck_assert_uint_eq(base % SEFER_SEGMENT_SIZE, 0);
+        ck_assert_uint_ge(it_u64(seg, "size"), SEFER_SEGMENT_SIZE);
+        ck_assert_uint_le(it_u64(seg, "committed"), it_u64(seg, "size"));
+        ck_assert_uint_le(it_u64(seg, "blocks_used"), it_u64(seg, "blocks_total"));
+        const cJSON *pages = it_item(seg, "pages");
+        ck_assert_int_eq(cJSON_GetArraySize(pages), (int)it_u64(seg, "pages_in_use"));
+        uint64_t used_bytes = 0;
+        for (const cJSON *pg = pages->child; pg; pg = pg->next) {
+            ck_assert_uint_le(it_u64(pg, "used"), it_u64(pg, "capacity"));
+            ck_assert_uint_le(it_u64(pg, "carved"), it_u64(pg, "capacity"));
+            used_bytes += it_u64(pg, "used") * it_u64(pg, "block_size");
+        }
+        ck_assert_uint_eq(used_bytes, it_u64(seg, "used_bytes"));
+        if (base == small_base) {
+            saw_small = true;
+            ck_assert_str_eq(kind, "small");
+            ck_assert_uint_eq(it_u64(seg, "page_count"), 63);
+            ck_assert(cJSON_IsNumber(it_item(seg, "owner_heap")));
+        }
+        if (base == large_base) {
+            saw_large = true;
+            ck_assert_str_eq(kind, "large");
+            ck_assert(cJSON_IsNull(it_item(seg, "owner_heap")));
+            const cJSON *pg = cJSON_GetArrayItem(pages, 0);
+            ck_assert_uint_ge(it_u64(pg, "block_size"), 3 << 20);
+            ck_assert(cJSON_IsNull(it_item(pg, "class")));
+            ck_assert_uint_eq(it_u64(pg, "used"), 1);
+        }
+    }
+    ck_assert(saw_small && saw_large);
+    cJSON_Delete(all);
+
+    cJSON *none = it_json(port, "/segments?limit=0");
+    ck_assert_uint_eq(it_u64(none, "returned"), 0);
+    ck_assert_uint_ge(it_u64(none, "total"), 2);
+    const cJSON *snap = it_item(none, "snapshot");
+    ck_assert_uint_ge(it_u64(snap, "lock_holds"), 1);
+    it_u64(snap, "max_lock_hold_ns");
+    cJSON_Delete(none);
+    cJSON *past = it_json(port, "/segments?offset=4000000000");
+    ck_assert_uint_eq(it_u64(past, "returned"), 0);
+    cJSON_Delete(past);
+    free(small);
+    free(large);
+    sefer_introspect_stop();
+}
+END_TEST
+
+START_TEST(test_query_validation)
+{
+    int port = it_start();
+    static const char *const bad[] = {
+        "/segments?limit=abc", "/segments?limit=-1", "/segments?limit=", "/segments?limit",
+        "/segments?offset=1e3", "/segments?limit=99999999999999999999999", "/segments?limit=1000001",
+        "/segments?colour=red", "/stats?limit=1", "/heaps?pretty=2",
+        "/segments?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *e = it_json_status(port, bad[i], 400);
+        ck_assert_str_eq(it_str(e, "error"), "bad request");
+        ck_assert(strlen(it_str(e, "reason")) > 5);
+        cJSON_Delete(e);
+    }
+    cJSON *ok = it_json(port, "/segments?limit=3&offset=0&pretty=0");
+    cJSON_Delete(ok);
+    sefer_introspect_stop();
+}
+END_TEST
+
+enum { REMOTE_N = 200 };
+static void *remote_blocks[REMOTE_N];
+
+static void *free_remote(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < REMOTE_N; i++)
+        free(remote_blocks[i]);
+    return NULL;
+}
+
+/* pushed and overflowed of the ring of heap `slot` */
+static void ring_of(int port, uint64_t slot, uint64_t *pushed, uint64_t *overflowed)
+{
+    cJSON *j = it_json(port, "/rings");
+    *pushed = *overflowed = UINT64_MAX;
+    for (const cJSON *r = it_item(j, "rings")->child; r; r = r->next) {
+        it_u64(r, "capacity");
+        ck_assert_uint_eq(it_u64(r, "pending"), it_u64(r, "pushed") - it_u64(r, "drained"));
+        if (it_u64(r, "slot") == slot) {
+            *pushed = it_u64(r, "pushed");
+            *overflowed = it_u64(r, "overflowed");
+        }
+    }
+    it_u64(j, "pending");
+    cJSON_Delete(j);
+}
+
+START_TEST(test_rings_count_remote_frees)
+{
+    for (int i = 0; i < REMOTE_N; i++)
+        remote_blocks[i] = malloc(64);
+    int port = it_start();
+    cJSON *h = it_json(port, "/heaps");
+    uint64_t slot = it_u64(it_heap_of(h, it_tid()), "slot");
+    cJSON_Delete(h);
+    uint64_t pushed0, over0, pushed1, over1;
+    ring_of(port, slot, &pushed0, &over0);
+    ck_assert_uint_ne(pushed0, UINT64_MAX);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, free_remote, NULL), 0);
+    pthread_join(t, NULL);
+    ring_of(port, slot, &pushed1, &over1);
+    ck_assert_uint_eq(pushed1 - pushed0 + (over1 - over0), REMOTE_N);
+    sefer_introspect_stop();
+}
+END_TEST
+
+START_TEST(test_config_lists_every_knob)
+{
+    ST_KNOB_SET("large_cache.slots", "7");
+    int port = it_start();
+    cJSON *c = it_json(port, "/config");
+    const cJSON *knobs = it_item(c, "knobs");
+    int n = 0;
+    bool saw_slots = false, saw_token = false, saw_policy = false, saw_ttl = false;
+    for (const cJSON *k = knobs->child; k; k = k->next, n++) {
+        const char *name = it_str(k, "name");
+        char text[256];
+        ck_assert_msg(sefer_config_get(name, text, sizeof text) == 0, "%s is not a knob", name);
+        it_item(k, "value");
+        it_item(k, "default");
+        const char *type = it_str(k, "type");
+        it_item(k, "unit");
+        ck_assert_str_eq(it_str(k, "source"), sefer_config_source(name));
+        ck_assert(cJSON_IsBool(it_item(k, "runtime")));
+        ck_assert(strncmp(it_str(k, "env"), "SEFER_", 6) == 0);
+        ck_assert(strlen(it_str(k, "meaning")) > 5);
+        if (strcmp(type, "uint") == 0 || strcmp(type, "size") == 0 || strcmp(type, "duration") == 0) {
+            ck_assert_uint_le(it_u64(k, "min"), it_u64(k, "max"));
+            ck_assert_uint_eq(it_u64(k, "value"), strtoull(text, NULL, 10));
+        }
+        if (strcmp(name, "large_cache.slots") == 0) {
+            saw_slots = true;
+            ck_assert_uint_eq(it_u64(k, "value"), 7);
+            ck_assert_uint_eq(it_u64(k, "default"), 32);
+            ck_assert_str_eq(it_str(k, "source"), "runtime");
+            ck_assert(cJSON_IsTrue(it_item(k, "runtime")));
+        }
+        if (strcmp(name, "decommit.policy") == 0) {
+            saw_policy = true;
+            ck_assert_str_eq(type, "enum");
+            ck_assert_int_eq(cJSON_GetArraySize(it_item(k, "choices")), 3);
+            ck_assert_str_eq(it_str(k, "value"), text);
+        }
+        if (strcmp(name, "large_cache.ttl") == 0) {
+            saw_ttl = true;
+            ck_assert_str_eq(it_str(k, "unit"), "milliseconds");
+        }
+        if (strcmp(name, "introspect.token") == 0) {
+            saw_token = true;
+            ck_assert(cJSON_IsNull(it_item(k, "value")));
+            ck_assert(cJSON_IsTrue(it_item(k, "redacted")));
+        }
+    }
+    ck_assert(saw_slots && saw_token && saw_policy && saw_ttl);
+    ck_assert_int_ge(n, 13);
+    cJSON_Delete(c);
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* Checks the Prometheus text: every sample belongs to a family announced
+ * by HELP and TYPE, values are numbers, counters end in _total. */
+static void check_exposition(const char *text)
+{
+    char family[128] = "", type[16] = "";
+    bool help = false;
+    char *copy = strdup(text), *save = NULL;
+    int samples = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "# HELP ", 7) == 0) {
+            ck_assert(sscanf(line + 7, "%127s", family) == 1);
+            help = true;
+        } else if (strncmp(line, "# TYPE ", 7) == 0) {
+            char name[128];
+            ck_assert(sscanf(line + 7, "%127s %15s", name, type) == 2);
+            ck_assert_str_eq(name, family);
+            ck_assert(help);
+            if (strcmp(type, "counter") == 0)
+                ck_assert_msg(strstr(family, "_total") != NULL, "counter %s", family);
+        } else if (line[0] != '#') {
+            ck_assert_msg(strncmp(line, family, strlen(family)) == 0, "sample %s outside its family",
+                          line);
+            ck_assert(strncmp(line, "sefer_", 6) == 0);
+            char *value = strrchr(line, ' ');
+            ck_assert_ptr_nonnull(value);
+            char *end;
+            strtod(value + 1, &end);
+            ck_assert_msg(*end == '\0', "value of %s", line);
+            samples++;
+        }
+    }
+    ck_assert_int_ge(samples, 30);
+    free(copy);
+}
+
+START_TEST(test_metrics_exposition)
+{
+    int port = it_start();
+    it_resp_t r;
+    it_get(port, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(it_header(&r, "Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    check_exposition(r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_block_bytes "));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_guard_detections_total{kind=\"double_free\"} "));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_introspect_auth_failures_total "));
+    if (system("command -v promtool >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "SKIP promtool check: promtool not installed (Debian package prometheus)\n");
+    } else {
+        char path[] = "/tmp/sefer-metrics-XXXXXX";
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert(write(fd, r.body, r.len) == (ssize_t)r.len);
+        close(fd);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "promtool check metrics < %s >&2", path);
+        int rc = system(cmd);
+        unlink(path);
+        ck_assert_msg(rc == 0, "promtool check metrics failed: %s", r.body);
+    }
+    it_free(&r);
+    sefer_introspect_stop();
+}
+END_TEST
+
+START_TEST(test_methods_paths_and_small_endpoints)
+{
+    int port = it_start();
+    it_resp_t r;
+    cJSON *ok = it_json(port, "/healthz");
+    ck_assert_str_eq(it_str(ok, "status"), "ok");
+    cJSON_Delete(ok);
+
+    it_get(port, "/", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(it_header(&r, "Content-Type"), "text/html; charset=utf-8");
+    ck_assert_ptr_nonnull(strstr(r.body, "/segments"));
+    it_free(&r);
+
+    cJSON *nf = it_json_status(port, "/no/such/thing", 404);
+    ck_assert_str_eq(it_str(nf, "error"), "not found");
+    cJSON_Delete(nf);
+
+    static const char *const wrong[][2] = {{"POST", "/stats"}, {"PUT", "/segments"},
+                                           {"DELETE", "/heaps"}, {"GET", "/trim"},
+                                           {"PATCH", "/config"}, {"OPTIONS", "/metrics"}};
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+        it_request(port, wrong[i][0], wrong[i][1], NULL, NULL, &r);
+        ck_assert_msg(r.status == 405, "%s %s: %d", wrong[i][0], wrong[i][1], r.status);
+        ck_assert_ptr_nonnull(it_header(&r, "Allow"));
+        it_free(&r);
+    }
+    it_request(port, "GET", "/trim", NULL, NULL, &r);
+    ck_assert_str_eq(it_header(&r, "Allow"), "POST");
+    it_free(&r);
+
+    it_request(port, "HEAD", "/stats", NULL, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 0);
+    ck_assert_uint_gt(strtoull(it_header(&r, "Content-Length"), NULL, 10), 100);
+    it_free(&r);
+
+    /* writes without a configured token: disabled */
+    it_request(port, "POST", "/trim", NULL, "", &r);
+    ck_assert_int_eq(r.status, 403);
+    it_free(&r);
+    it_request(port, "POST", "/config", "Bearer x", "{\"name\":\"guard.on_error\",\"value\":\"report\"}", &r);
+    ck_assert_int_eq(r.status, 403);
+    it_free(&r);
+    ck_assert_str_eq(st_knob_get("guard.on_error"), "abort");
+    sefer_introspect_stop();
+}
+END_TEST
+
+START_TEST(test_start_stop_api)
+{
+    int port = it_start();
+    ck_assert_int_eq(sefer_introspect_start("127.0.0.1:0"), -1);
+    ck_assert_int_eq(errno, EALREADY);
+    sefer_introspect_stop();
+    ck_assert_int_eq(sefer_introspect_port(), 0);
+    ck_assert_int_eq(it_connect(port), -1); /* the socket is closed */
+    sefer_introspect_stop();                /* harmless twice */
+
+    static const char *const malformed[] = {"", "nonsense", "127.0.0.1:", "127.0.0.1:65536",
+                                            "127.0.0.1:-1", "::1:9090", "[::1]9090",
+                                            "example.com:9090", "127.0.0.1:90x"};
+    for (size_t i = 1; i < sizeof malformed / sizeof *malformed; i++) {
+        ck_assert_msg(sefer_introspect_start(malformed[i]) == -1 && errno == EINVAL,
+                      "\"%s\" accepted", malformed[i]);
+        ck_assert_ptr_nonnull(strstr(sefer_introspect_error(), "introspect.listen"));
+    }
+    /* non-loopback without a token: refused, no server */
+    ck_assert_int_eq(sefer_introspect_start("0.0.0.0:0"), -1);
+    ck_assert_int_eq(errno, EACCES);
+    ck_assert_ptr_nonnull(strstr(sefer_introspect_error(), "introspect.token"));
+    ck_assert_int_eq(sefer_introspect_port(), 0);
+
+    /* a taken port, then "+" */
+    int again = sefer_introspect_start("127.0.0.1:0");
+    ck_assert_int_gt(again, 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", again);
+    sefer_introspect_stop();
+    int blocker = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)again)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(blocker, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(blocker, 1), 0);
+    ck_assert_int_eq(sefer_introspect_start(addr), -1);
+    ck_assert_int_eq(errno, EADDRINUSE);
+    strcat(addr, "+");
+    int next = sefer_introspect_start(addr);
+    ck_assert_int_gt(next, again);
+    ck_assert_int_le(next, again + 63);
+    cJSON *ok = it_json(next, "/healthz");
+    cJSON_Delete(ok);
+    sefer_introspect_stop();
+    close(blocker);
+
+    /* IPv6 loopback, where the machine has it */
+    int v6 = sefer_introspect_start("[::1]:0");
+    if (v6 > 0)
+        sefer_introspect_stop();
+    else
+        fprintf(stderr, "note: no IPv6 loopback here: %s\n", sefer_introspect_error());
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("introspect");
+    TCase *tc = tcase_create("endpoints");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_heaps_follow_allocations);
+    tcase_add_test(tc, test_stats_fields_and_figures);
+    tcase_add_test(tc, test_segments_schema_and_paging);
+    tcase_add_test(tc, test_query_validation);
+    tcase_add_test(tc, test_rings_count_remote_frees);
+    tcase_add_test(tc, test_config_lists_every_knob);
+    tcase_add_test(tc, test_metrics_exposition);
+    tcase_add_test(tc, test_methods_paths_and_small_endpoints);
+    tcase_add_test(tc, test_start_stop_api);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}

@@ -1,0 +1,69 @@
+/* test_json.c - integers in the introspection JSON stay exact above 2^53.
+ * cJSON keeps numbers as doubles; introspect/json.c writes 64-bit counts as
+ * raw decimal text.  This links introspect/json.c itself and checks the
+ * printed text of values a double cannot hold. */
+#include "../sefer_test.h"
+
+#include "introspect.h"
+
+START_TEST(test_u64_exact)
+{
+    static const uint64_t values[] = {0, 1, 9007199254740992ull /* 2^53 */, 9007199254740993ull,
+                                      18446744073709551557ull, UINT64_MAX};
+    static const char *const texts[] = {"0", "1", "9007199254740992", "9007199254740993",
+                                        "18446744073709551557", "18446744073709551615"};
+    for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+        cJSON *o = cJSON_CreateObject();
+        sf_json_u64(o, "bytes", values[i]);
+        char *text = cJSON_PrintUnformatted(o);
+        char want[64];
+        snprintf(want, sizeof want, "{\"bytes\":%s}", texts[i]);
+        ck_assert_str_eq(text, want);
+        /* and it is valid JSON */
+        cJSON *back = cJSON_Parse(text);
+        ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(back, "bytes")));
+        cJSON_Delete(back);
+        free(text);
+        cJSON_Delete(o);
+    }
+    /* the trap this avoids: a double rounds 2^53 + 1 */
+    cJSON *d = cJSON_CreateNumber((double)9007199254740993ull);
+    char *t = cJSON_PrintUnformatted(d);
+    ck_assert_str_ne(t, "9007199254740993");
+    free(t);
+    cJSON_Delete(d);
+}
+END_TEST
+
+START_TEST(test_other_helpers)
+{
+    cJSON *o = cJSON_CreateObject();
+    sf_json_i64(o, "neg", INT64_MIN);
+    sf_json_hex(o, "base", (uintptr_t)0x7f0012400000ull);
+    sf_json_double(o, "rate", 0.25);
+    sf_json_null(o, "rss");
+    sf_json_str(o, "s", "a\"b\n");
+    char *text = cJSON_PrintUnformatted(o);
+    ck_assert_str_eq(text, "{\"neg\":-9223372036854775808,\"base\":\"0x7f0012400000\",\"rate\":0.25,"
+                           "\"rss\":null,\"s\":\"a\\\"b\\n\"}");
+    free(text);
+    cJSON_Delete(o);
+    sf_text_t t = {0};
+    for (int i = 0; i < 10000; i++)
+        sf_text_addf(&t, "%d,", i);
+    ck_assert(!t.failed);
+    ck_assert_uint_eq(t.len, strlen(t.buf));
+    ck_assert(strncmp(t.buf + t.len - 5, "9999,", 5) == 0);
+    free(t.buf);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("introspect-json");
+    TCase *tc = tcase_create("json");
+    tcase_add_test(tc, test_u64_exact);
+    tcase_add_test(tc, test_other_helpers);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}

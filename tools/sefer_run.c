@@ -1,0 +1,98 @@
+/* sefer_run.c - `sefer run`: execute a program with libsefer.so preloaded
+ * and the introspection server enabled.
+ *
+ * The library is looked for relative to this executable, so that the build
+ * tree and an installed tree both work: DIR/lib/libsefer.so (build/sefer
+ * next to build/lib/), DIR/../lib/libsefer.so, DIR/../lib/<multiarch>/ and
+ * the configured libdir; SEFER_LIB overrides all of them. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sefer_cli.h"
+
+#ifndef SEFER_CLI_LIBDIR
+#define SEFER_CLI_LIBDIR "/usr/local/lib"
+#endif
+
+static bool find_library(char *out, size_t len) {
+    const char *forced = getenv("SEFER_LIB");
+    if (forced != NULL && *forced) {
+        snprintf(out, len, "%s", forced);
+        return access(out, R_OK) == 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return false;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    const char *rel[] = {"/lib/libsefer.so", "/../lib/libsefer.so", "/../lib/x86_64-linux-gnu/libsefer.so",
+                         "/../lib/aarch64-linux-gnu/libsefer.so", "/../lib64/libsefer.so"};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s%s", exe, rel[i]);
+        if (access(path, R_OK) == 0 && realpath(path, out) != NULL) return true;
+    }
+    snprintf(out, len, "%s/libsefer.so", SEFER_CLI_LIBDIR);
+    return access(out, R_OK) == 0;
+}
+
+static int run_usage(void) {
+    fprintf(stderr, "usage: sefer run [--config FILE] [--listen ADDR] [--] PROGRAM [ARGS...]\n");
+    return 2;
+}
+
+/* The URL the program will serve at, as far as we can tell before it runs. */
+static void announce(const char *program, const char *lib, const char *listen, const char *config) {
+    fprintf(stderr, "sefer run: %s with %s\n", program, lib);
+    if (listen == NULL) {
+        fprintf(stderr, "sefer run: introspection at " SEFER_CLI_DEFAULT_URL "%s%s%s\n",
+                config ? " (unless " : "", config ? config : "", config ? " sets introspect.listen)" : "");
+        return;
+    }
+    size_t n = strlen(listen);
+    bool any = n >= 2 && strcmp(listen + n - 2, ":0") == 0;
+    if (any || (n && listen[n - 1] == '+')) {
+        fprintf(stderr, "sefer run: introspection on %s: the program prints its URL on stderr\n", listen);
+        return;
+    }
+    const char *colon = strrchr(listen, ':');
+    if (colon == NULL) fprintf(stderr, "sefer run: introspection at http://127.0.0.1:%s/\n", listen);
+    else fprintf(stderr, "sefer run: introspection at http://%s/\n", listen);
+}
+
+int cli_run(int argc, char **argv) {
+    const char *config = NULL, *listen = NULL;
+    int i = 1;
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) config = argv[++i];
+        else if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) listen = argv[++i];
+        else if (argv[i][0] == '-') return run_usage();
+        else break;
+    }
+    if (i >= argc) return run_usage();
+    char lib[PATH_MAX];
+    if (!find_library(lib, sizeof lib)) {
+        fprintf(stderr, "sefer run: libsefer.so not found next to this program (set SEFER_LIB)\n");
+        return 127;
+    }
+    const char *old = getenv("LD_PRELOAD");
+    char *preload = NULL;
+    if (asprintf(&preload, "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "") < 0) return 127;
+    setenv("LD_PRELOAD", preload, 1);
+    setenv("SEFER_INTROSPECT_ENABLED", "1", 1);
+    if (config) setenv("SEFER_CONFIG", config, 1);
+    if (listen) setenv("SEFER_INTROSPECT_LISTEN", listen, 1);
+    announce(argv[i], lib, listen, config);
+    execvp(argv[i], argv + i);
+    fprintf(stderr, "sefer run: %s: %s\n", argv[i], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,137 @@
+/* sefer_stat.c - `sefer stat [URL]`: one screen about a running process,
+ * from its /stats, /heaps and /rings endpoints. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sefer_cli.h"
+
+static cJSON *fetch(const char *url, const char *path, const char *token) {
+    char *body = NULL, err[256];
+    size_t len = 0;
+    int status = cli_http_get(url, path, token, &body, &len, err, sizeof err);
+    if (status < 0) {
+        fprintf(stderr, "sefer stat: %s\n", err);
+        return NULL;
+    }
+    cJSON *j = status == 200 ? cJSON_ParseWithLength(body, len) : NULL;
+    if (status != 200) fprintf(stderr, "sefer stat: %s: HTTP %d: %.200s\n", path, status, body);
+    else if (j == NULL) fprintf(stderr, "sefer stat: %s: the reply is not JSON\n", path);
+    free(body);
+    return j;
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* "12.3 MiB" (or "n/a" for a missing figure) */
+static const char *human(double v, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    if (v < 0) return "n/a";
+    unsigned u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
+static void bytes_line(const cJSON *st, const char *label, const char *key) {
+    char h[32];
+    double v = num(st, key);
+    printf("  %-22s %12s", label, human(v, h, sizeof h));
+    if (v >= 0) printf("  (%.0f)", v);
+    printf("\n");
+}
+
+static void print_stats(const cJSON *st) {
+    printf("memory\n");
+    bytes_line(st, "bytes in blocks", "bytes_in_blocks");
+    bytes_line(st, "committed", "bytes_committed");
+    bytes_line(st, "reserved", "bytes_reserved");
+    bytes_line(st, "metadata", "bytes_metadata");
+    bytes_line(st, "RSS (whole process)", "rss_bytes");
+    bytes_line(st, "decommitted (total)", "bytes_decommitted_total");
+    char h[32];
+    double rate = num(st, "large_cache_hit_rate");
+    printf("segments   %.0f now, %.0f peak; large cache %.0f spans, %s", num(st, "segments"),
+           num(st, "segments_peak"), num(st, "large_cache_spans"),
+           human(num(st, "large_cache_bytes"), h, sizeof h));
+    if (rate >= 0) printf(", hit rate %.1f %%\n", rate * 100);
+    else printf(", no lookups yet\n");
+    printf("operations allocs %.0f, frees %.0f, remote frees %.0f, ring pushes %.0f, overflows %.0f, "
+           "ENOMEM %.0f\n",
+           num(st, "allocs"), num(st, "frees"), num(st, "remote_frees"), num(st, "ring_pushes"),
+           num(st, "ring_overflows"), num(st, "enomem"));
+    printf("guard      invalid %.0f, interior %.0f, double %.0f, overflow %.0f, use after free %.0f\n",
+           num(st, "guard_invalid_free"), num(st, "guard_interior_free"), num(st, "guard_double_free"),
+           num(st, "guard_overflow"), num(st, "guard_use_after_free"));
+    const cJSON *srv = cJSON_GetObjectItemCaseSensitive(st, "introspect");
+    printf("server     %.0f requests, %.0f auth failures, %.0f connections open\n", num(srv, "requests"),
+           num(srv, "auth_failures"), num(srv, "connections_open"));
+}
+
+static int by_bytes(const void *a, const void *b) {
+    double x = num(*(cJSON *const *)a, "bytes_in_blocks"), y = num(*(cJSON *const *)b, "bytes_in_blocks");
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The heaps holding the most, at most 8 lines. */
+static void print_heaps(const cJSON *heaps) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(heaps, "heaps");
+    int n = cJSON_GetArraySize(list), used = 0;
+    cJSON **sorted = calloc((size_t)n + 1, sizeof *sorted);
+    if (sorted == NULL) return;
+    for (cJSON *h = list ? list->child : NULL; h; h = h->next)
+        if (num(h, "bytes_in_blocks") > 0 || num(h, "allocs") > 0) sorted[used++] = h;
+    qsort(sorted, (size_t)used, sizeof *sorted, by_bytes);
+    printf("heaps      %.0f live, %.0f abandoned (of %.0f slots + fallback)\n", num(heaps, "live"),
+           num(heaps, "abandoned"), num(heaps, "registry_slots"));
+    for (int i = 0; i < used && i < 8; i++) {
+        const cJSON *h = sorted[i], *t = cJSON_GetObjectItemCaseSensitive(h, "thread");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(h, "state");
+        char b[32], tid[24] = "-";
+        if (cJSON_IsObject(t)) snprintf(tid, sizeof tid, "%.0f", num(t, "tid"));
+        printf("  slot %3.0f %-9s tid %-7s %-16s %10s in blocks, %.0f allocs\n", num(h, "slot"),
+               cJSON_IsString(state) ? state->valuestring : "?", tid,
+               cJSON_IsString(name) ? name->valuestring : "", human(num(h, "bytes_in_blocks"), b, sizeof b),
+               num(h, "allocs"));
+    }
+    free(sorted);
+}
+
+static void print_rings(const cJSON *rings) {
+    printf("rings      %.0f pending, %.0f overflowed in all", num(rings, "pending"), num(rings, "overflowed"));
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(rings, "rings");
+    double worst = 0, cap = 0, slot = -1;
+    for (cJSON *r = list ? list->child : NULL; r; r = r->next)
+        if (num(r, "pending") > worst) worst = num(r, "pending"), cap = num(r, "capacity"), slot = num(r, "slot");
+    if (slot >= 0) printf("; fullest: slot %.0f, %.0f of %.0f", slot, worst, cap);
+    printf("\n");
+}
+
+int cli_stat(int argc, char **argv) {
+    const char *url = SEFER_CLI_DEFAULT_URL, *token = getenv("SEFER_INTROSPECT_TOKEN");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) token = argv[++i];
+        else if (argv[i][0] != '-') url = argv[i];
+        else {
+            fprintf(stderr, "usage: sefer stat [URL] [--token TOKEN]\n");
+            return 2;
+        }
+    }
+    if (token != NULL && *token == '\0') token = NULL;
+    cJSON *st = fetch(url, "/stats?pretty=0", token);
+    if (st == NULL) return 1;
+    cJSON *heaps = fetch(url, "/heaps?pretty=0", token), *rings = fetch(url, "/rings?pretty=0", token);
+    printf("sefer at %s\n", url);
+    print_stats(st);
+    if (heaps) print_heaps(heaps);
+    if (rings) print_rings(rings);
+    cJSON_Delete(st);
+    cJSON_Delete(heaps);
+    cJSON_Delete(rings);
+    return heaps && rings ? 0 : 1;
+}
