@@ -110,6 +110,33 @@ SEFER_EXPORT const char *sefer_config_error(void);
  * "runtime"; NULL (errno ENOENT) for an unknown name. */
 SEFER_EXPORT const char *sefer_config_source(const char *name);
 
+/* ---- reliability: consistency check and test hooks (docs/reliability.md) ---- */
+
+/* Walks sefer's structures (every segment and page, the segment map, the
+ * lists and free lists of the calling thread's heap, of abandoned heaps and
+ * of the fallback heap) and checks that they agree.  Returns 0 if they do;
+ * otherwise the number of problems found, after one line on stderr naming
+ * the first few.  Safe while other threads allocate; what it cannot check
+ * in that case is listed in docs/reliability.md.  Slow: for tests and
+ * debugging, not for production paths. */
+SEFER_EXPORT int sefer_check(void);
+
+#ifdef SEFER_FAULT_INJECTION
+/* Only in a library built with fault injection (meson option
+ * fault_injection): make the OS layer's system calls fail on purpose.
+ * After sefer_test_fail_os(ops, nth, count), the nth call from now (1: the
+ * next) of any operation in `ops`, and the count - 1 such calls after it,
+ * fail as if the kernel had refused; count 0 disarms. */
+#define SEFER_OS_MMAP 1u
+#define SEFER_OS_MUNMAP 2u
+#define SEFER_OS_MADVISE 4u
+#define SEFER_OS_MPROTECT 8u
+#define SEFER_OS_ALL 15u
+SEFER_EXPORT void sefer_test_fail_os(unsigned ops, unsigned long nth, unsigned long count);
+/* Calls of the operations in `ops` made to fail so far (cumulative). */
+SEFER_EXPORT unsigned long sefer_test_os_failures(unsigned ops);
+#endif
+
 /* ---- introspection server (docs/introspection.md) ---- */
 
 /* The HTTP server behind /segments, /heaps, /rings, /stats, /config,

@@ -551,4 +551,11 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 SF_INLINE void sf_lock(pthread_mutex_t *m) { pthread_mutex_lock(m); }
 SF_INLINE void sf_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
 
+/* ---- check.c: the internal consistency checker (sefer_check) ------------- */
+/* Checks that sefer's structures agree (docs/reliability.md says what, and
+ * for which heaps).  Returns the number of problems; why (if len > 0) gets
+ * the first few, NUL-terminated.  Takes sf_fallback_lock, sf_cache_lock and
+ * sf_seg_lock: never call it with one of them held. */
+SF_HIDDEN size_t sf_check_heap_consistency(char *why, size_t len);
+
 #endif /* SEFER_INTERNAL_H */

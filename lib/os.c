@@ -3,14 +3,97 @@
  * Reservations are plain private anonymous mappings: Linux commits a page on
  * first touch, so "commit" costs nothing here and "decommit" is
  * madvise(MADV_DONTNEED), which drops the pages at once (RSS falls) and makes
- * them read back as zero. */
+ * them read back as zero.
+ *
+ * What callers may rely on, even when a system call fails:
+ *
+ *   map       NULL if the kernel refused (the caller fails with ENOMEM);
+ *   decommit  the range reads back as zero afterwards.  The large cache and
+ *             segment reuse skip clearing memory they know was decommitted,
+ *             and calloc of a reused span skips its memset, so this is a
+ *             promise, not a hint.  madvise can fail (EINVAL on pages locked
+ *             by mlockall, for one): the range is then replaced by a fresh
+ *             mapping, and if even that fails it is cleared by hand;
+ *   unmap     the range is never used again.  If munmap fails the address
+ *             space stays mapped (leaked, said once on stderr) but its pages
+ *             are dropped, so RSS does not keep them;
+ *   protect   making a guard page accessible again falls back to a fresh
+ *             mapping, so a reused span never meets a stale guard page.
+ *
+ * Fault injection (built with -DSEFER_FAULT_INJECTION: meson option
+ * fault_injection, and always in the library variant tests/reliability links):
+ * sefer_test_fail_os(ops, nth, count) makes the nth call from now of any of
+ * the selected operations fail, and the count - 1 such calls after it; see
+ * docs/reliability.md. */
 #include "internal.h"
 
 #include <sys/mman.h>
 #include <time.h>
 
+/* ---- fault injection ------------------------------------------------------ */
+
+#ifdef SEFER_FAULT_INJECTION
+static _Atomic unsigned fail_ops;
+static _Atomic unsigned long fail_skip;    /* selected calls that still succeed first */
+static _Atomic unsigned long fail_left;    /* failures still to inject after those */
+static _Atomic unsigned long fail_done[4]; /* failures injected so far, per operation */
+
+SEFER_EXPORT void sefer_test_fail_os(unsigned ops, unsigned long nth, unsigned long count) {
+    atomic_store(&fail_ops, 0u); /* disarmed while the plan changes */
+    atomic_store(&fail_skip, nth > 0 ? nth - 1 : 0);
+    atomic_store(&fail_left, count);
+    if (count > 0) atomic_store(&fail_ops, ops);
+}
+
+SEFER_EXPORT unsigned long sefer_test_os_failures(unsigned ops) {
+    unsigned long n = 0;
+    for (unsigned i = 0; i < 4; i++)
+        if (ops & (1u << i)) n += atomic_load(&fail_done[i]);
+    return n;
+}
+
+/* Whether this call of operation `op` is one the plan says must fail (with
+ * errno set to err). */
+static bool injected(unsigned op, int err) {
+    if (!(atomic_load_explicit(&fail_ops, memory_order_relaxed) & op)) return false;
+    unsigned long n = atomic_load(&fail_skip);
+    while (n > 0)
+        if (atomic_compare_exchange_weak(&fail_skip, &n, n - 1)) return false;
+    n = atomic_load(&fail_left);
+    while (n > 0)
+        if (atomic_compare_exchange_weak(&fail_left, &n, n - 1)) {
+            atomic_fetch_add(&fail_done[__builtin_ctz(op)], 1);
+            errno = err;
+            return true;
+        }
+    return false;
+}
+#else
+#define injected(op, err) false
+#endif
+
+/* The four system calls, each a point where a fault can be injected. */
+static void *os_mmap(void *hint, size_t size, int flags) {
+    if (injected(SEFER_OS_MMAP, ENOMEM)) return MAP_FAILED;
+    return mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+}
+
+static int os_munmap(void *p, size_t size) {
+    return injected(SEFER_OS_MUNMAP, ENOMEM) ? -1 : munmap(p, size);
+}
+
+static int os_madvise(void *p, size_t size, int advice) {
+    return injected(SEFER_OS_MADVISE, EINVAL) ? -1 : madvise(p, size, advice);
+}
+
+static int os_mprotect(void *p, size_t size, int prot) {
+    return injected(SEFER_OS_MPROTECT, ENOMEM) ? -1 : mprotect(p, size, prot);
+}
+
+/* ---- mapping ----------------------------------------------------------------- */
+
 static void *map_raw(size_t size) {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = os_mmap(NULL, size, 0);
     if (p == MAP_FAILED) return NULL;
     sf_stat_add(&sf_gstats.os_maps, 1);
     return p;
@@ -24,29 +107,52 @@ void *sf_os_map_aligned(size_t size, size_t align) {
     void *p = map_raw(size);
     if (p == NULL) return NULL;
     if (((uintptr_t)p & (align - 1)) == 0) return p;
-    munmap(p, size);
+    sf_os_unmap(p, size);
     if (size + align < size) return NULL;
     uint8_t *raw = map_raw(size + align);
     if (raw == NULL) return NULL;
     uint8_t *aligned = (uint8_t *)sf_align_up((uintptr_t)raw, align);
     size_t head = (size_t)(aligned - raw), tail = align - head;
-    if (head) munmap(raw, head);
-    if (tail) munmap(aligned + size, tail);
+    if (head) sf_os_unmap(raw, head);
+    if (tail) sf_os_unmap(aligned + size, tail);
     return aligned;
 }
 
-void *sf_os_map_plain(size_t size) { return map_raw(sf_align_up(size, OS_PAGE)); }
+void *sf_os_map_plain(size_t size) {
+    return map_raw(sf_align_up(size, OS_PAGE));
+}
 
-void sf_os_unmap(void *p, size_t size) { munmap(p, size); }
+/* Makes [p, p + size) read as zero by replacing it with a fresh mapping;
+ * false if the kernel refused. */
+static bool remap_fresh(void *p, size_t size) {
+    return os_mmap(p, size, MAP_FIXED) == p;
+}
+
+static _Atomic bool unmap_failure_reported;
+
+void sf_os_unmap(void *p, size_t size) {
+    if (os_munmap(p, size) == 0) return;
+    /* still mapped: at least give the pages back */
+    if (!atomic_exchange(&unmap_failure_reported, true))
+        sf_write_stderr("sefer: munmap failed: address space leaked, its pages dropped "
+                        "(reported once)\n");
+    sf_os_decommit(p, size);
+}
 
 void sf_os_decommit(void *p, size_t size) {
     if (size == 0) return;
-    madvise(p, size, MADV_DONTNEED);
+    if (os_madvise(p, size, MADV_DONTNEED) == 0) return;
+    if (remap_fresh(p, size)) return;
+    memset(p, 0, size); /* the promise "reads as zero" must hold */
 }
 
-/* Guard pages (guard level >= 2): no access, or back to read-write. */
+/* Guard pages (guard level >= 2): no access, or back to read-write.  A
+ * guard page that cannot be set up is simply missing; one that cannot be
+ * made accessible again is replaced (its contents do not matter). */
 void sf_os_protect(void *p, size_t size, bool accessible) {
-    mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+    if (os_mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 || !accessible)
+        return;
+    remap_fresh(p, size);
 }
 
 uint64_t sf_now_ms(void) {

@@ -1,0 +1,658 @@
+/* check.c - the internal consistency checker behind sefer_check().
+ *
+ * Walks what sefer knows about its memory and checks that the pieces agree:
+ *
+ *   every live segment (the process-wide list, under sf_seg_lock): its
+ *     address, magic, kind, geometry and owner, its links in the list, and
+ *     its bytes in the segment map; the list (plus the large cache) against
+ *     the count segments.max is enforced on;
+ *   the segment map the other way round: every non-zero byte belongs to a
+ *     listed segment.  Only the map's resident pages are read (mincore), so
+ *     the check never faults in the 32 MiB table;
+ *   spans: one block, inside its mapping;
+ *   the pages and lists of every heap the checker can read without racing
+ *     its owner: the calling thread's own heap, abandoned heaps (claimed for
+ *     the duration exactly as a thread collecting one claims it, so nobody
+ *     adopts or collects them meanwhile) and the fallback heap (under its
+ *     lock).  For those: each segment's free-page mask against its pages'
+ *     in_use, page geometry, both free lists of every page (links decoded
+ *     with sf_link_decode, every block a carved block start carrying the
+ *     free mark, none twice, so a cycle ends the walk), used + free <=
+ *     carved, the class queues and the full list, direct[], the segment
+ *     free lists, pages_in_use, the purge queue, the remote-free ring and
+ *     overflow list, and the level-3 quarantine.
+ *
+ * The pages of a heap whose thread is running are that thread's alone: for
+ * them only the segment header and the segment map are checked (a running
+ * owner changes its pages without telling anyone).  A segment another
+ * thread is creating or releasing this instant may have only part of its
+ * segment-map bytes.  Such a finding is not reported at once: the check
+ * runs again (up to 8 passes, 1 ms, 2 ms, ... 64 ms apart) and it is
+ * reported only if the same address is found in every pass.
+ *
+ * Nothing here calls malloc (the checker holds locks malloc takes): scratch
+ * memory comes from the OS layer and messages are built in a fixed buffer. */
+#include "internal.h"
+
+#include <limits.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define HEAP_SLOTS (SF_REGISTRY_SLOTS + 1) /* the registry, then the fallback heap */
+#define FALLBACK_IDX SF_REGISTRY_SLOTS
+#define MAX_PASSES 8
+#define PENDING_MAX 16 /* findings that may be another thread mid-change */
+#define PAGE_BLOCKS_MAX ((1u << SMALL_PAGE_SHIFT) / 16) /* most blocks a page can hold */
+
+struct heap_tally {
+    uint32_t pages;        /* its pages in use, found in its segments */
+    uint32_t page_slots;   /* page descriptors in its segments */
+    uint32_t free_segs[2]; /* its small / medium segments with a free page */
+    uint64_t carved;       /* blocks carved in its pages */
+};
+
+/* One check at a time (check_lock): the state is static. */
+static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    sf_str_t out;
+    size_t problems;
+    /* findings that may be a moment in another thread's work: this pass's,
+     * and those seen in every pass so far */
+    struct pending {
+        const char *what;
+        const void *at;
+    } pend[PENDING_MAX], kept[PENDING_MAX];
+    size_t npend, nkept;
+    bool overflowed;       /* more than PENDING_MAX of them */
+    int mine;              /* the calling thread's heap index, or -1 */
+    bool full[HEAP_SLOTS]; /* heaps whose pages and lists are checked */
+    struct heap_tally tally[HEAP_SLOTS];
+    size_t listed;         /* segments in the list */
+    uint64_t listed_units; /* 4 MiB units they span */
+    uint64_t *set;         /* chunk + 1 of each listed segment (open addressing) */
+    size_t set_cap, set_bytes;
+    uint64_t seen[PAGE_BLOCKS_MAX / 64]; /* blocks of one page met on its free lists */
+} ck;
+
+/* ---- reporting ------------------------------------------------------------- */
+
+static void add_hex(sf_str_t *s, uintptr_t v) {
+    char digits[16];
+    int n = 0;
+    do {
+        digits[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    sf_str_add(s, "0x");
+    while (n)
+        sf_str_addn(s, &digits[--n], 1);
+}
+
+/* Counts a problem and describes it as "what at 0x..." (the first few fit). */
+static void report(const char *what, const void *at) {
+    ck.problems++;
+    if (ck.problems > 1) sf_str_add(&ck.out, "; ");
+    sf_str_add(&ck.out, what);
+    sf_str_add(&ck.out, " at ");
+    add_hex(&ck.out, (uintptr_t)at);
+}
+
+/* A finding that may be another thread mid-change: kept for this pass. */
+static void report_maybe(const char *what, const void *at) {
+    if (ck.npend < PENDING_MAX)
+        ck.pend[ck.npend++] = (struct pending){what, at};
+    else
+        ck.overflowed = true;
+}
+
+/* Keeps the findings seen in this pass and in every one before it (all of
+ * this pass's on the first); returns how many remain. */
+static size_t keep_persistent(int pass) {
+    size_t n = 0;
+    for (size_t i = 0; i < ck.npend; i++) {
+        bool before = pass == 1;
+        for (size_t j = 0; j < ck.nkept && !before; j++)
+            before = ck.kept[j].at == ck.pend[i].at;
+        if (before) ck.kept[n++] = ck.pend[i];
+    }
+    ck.nkept = n;
+    return n;
+}
+
+/* ---- heaps ------------------------------------------------------------------- */
+
+static int heap_index(const sf_heap_t *heap) {
+    if (heap == &sf_heap_fallback) return FALLBACK_IDX;
+    uintptr_t off = (uintptr_t)heap - (uintptr_t)sf_registry;
+    if ((uintptr_t)heap < (uintptr_t)sf_registry || off >= sizeof sf_registry ||
+        off % sizeof(sf_heap_t) != 0)
+        return -1;
+    return (int)(off / sizeof(sf_heap_t));
+}
+
+static sf_heap_t *heap_at(int i) {
+    return i == FALLBACK_IDX ? &sf_heap_fallback : &sf_registry[i];
+}
+
+/* Abandoned heaps are claimed (ABANDONED -> COLLECTING) so that nobody
+ * adopts or collects them while their pages are read. */
+static void claim_heaps(void) {
+    sf_heap_t *me = sf_tls_heap;
+    ck.mine = me->kind == SF_HEAP_REAL ? heap_index(me) : -1;
+    if (ck.mine == FALLBACK_IDX) ck.mine = -1;
+    for (int i = 0; i < SF_REGISTRY_SLOTS; i++) {
+        int expected = SF_HEAP_ABANDONED;
+        ck.full[i] = i == ck.mine || atomic_compare_exchange_strong(&sf_registry[i].state,
+                                                                    &expected, SF_HEAP_COLLECTING);
+    }
+    ck.full[FALLBACK_IDX] = true; /* under sf_fallback_lock */
+}
+
+static void release_heaps(void) {
+    for (int i = 0; i < SF_REGISTRY_SLOTS; i++)
+        if (ck.full[i] && i != ck.mine) atomic_store(&sf_registry[i].state, SF_HEAP_ABANDONED);
+}
+
+/* ---- the set of listed segments -------------------------------------------- */
+
+static size_t set_slot(uint64_t key) {
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & (ck.set_cap - 1);
+}
+
+static bool set_init(size_t count) {
+    size_t cap = 64;
+    while (cap < 2 * count + 16)
+        cap <<= 1;
+    ck.set_bytes = sf_align_up(cap * sizeof *ck.set, OS_PAGE);
+    ck.set = sf_os_map_plain(ck.set_bytes); /* fresh: all zero */
+    ck.set_cap = cap;
+    return ck.set != NULL;
+}
+
+static void set_add(uintptr_t chunk) {
+    size_t i = set_slot(chunk + 1);
+    while (ck.set[i] != 0 && ck.set[i] != chunk + 1)
+        i = (i + 1) & (ck.set_cap - 1);
+    ck.set[i] = chunk + 1;
+}
+
+static bool set_has(uintptr_t chunk) {
+    for (size_t i = set_slot(chunk + 1); ck.set[i] != 0; i = (i + 1) & (ck.set_cap - 1))
+        if (ck.set[i] == chunk + 1) return true;
+    return false;
+}
+
+static void set_free(void) {
+    if (ck.set) sf_os_unmap(ck.set, ck.set_bytes);
+    ck.set = NULL;
+}
+
+/* The listed small or medium segment holding p, or NULL: never reads p. */
+static sf_segment_t *listed_owner_seg(const void *p) {
+    uintptr_t chunk = (uintptr_t)p >> SEG_SHIFT;
+    if (!set_has(chunk)) return NULL;
+    sf_segment_t *seg = (sf_segment_t *)(chunk << SEG_SHIFT);
+    return seg->kind <= SF_SEG_MEDIUM ? seg : NULL;
+}
+
+/* Whether page is a page descriptor of a listed small or medium segment. */
+static bool valid_page(const sf_page_t *page) {
+    sf_segment_t *seg = listed_owner_seg(page);
+    if (seg == NULL || (uintptr_t)page < (uintptr_t)seg->pages) return false;
+    uintptr_t off = (uintptr_t)page - (uintptr_t)seg->pages;
+    return off % sizeof(sf_page_t) == 0 && off / sizeof(sf_page_t) < seg->page_count;
+}
+
+/* Whether p is a block start in an in-use page of one of heap's segments
+ * (ring, overflow list and quarantine entries). */
+static bool owned_block(const sf_heap_t *heap, const void *p) {
+    sf_segment_t *seg = listed_owner_seg(p);
+    if (seg == NULL || seg->heap != heap) return false;
+    if ((((uintptr_t)p - (uintptr_t)seg) >> seg->page_shift) < seg->page_bias) return false;
+    const sf_page_t *page = sf_page_of(seg, p);
+    return page->in_use && !(page->flags & SF_PAGE_SPAN) && sf_page_is_block_start(page, p);
+}
+
+/* ---- pages of a checked heap ----------------------------------------------- */
+
+/* Walks one free list; returns its length.  Ends at the first bad link or
+ * at a block met twice (a cycle, or a block on both lists). */
+static size_t walk_free_list(const sf_page_t *page, const sf_block_t *b) {
+    size_t n = 0;
+    while (b != NULL) {
+        uintptr_t off = (uintptr_t)b - (uintptr_t)page->block_start;
+        if ((uintptr_t)b < (uintptr_t)page->block_start || off >= page->carved_bytes ||
+            off % page->block_size != 0) {
+            report("free list leaves its page's carved blocks", b);
+            return n;
+        }
+        size_t idx = off / page->block_size;
+        if (ck.seen[idx / 64] >> (idx % 64) & 1) {
+            report("block met twice on its page's free lists (cycle or double free)", b);
+            return n;
+        }
+        ck.seen[idx / 64] |= (uint64_t)1 << (idx % 64);
+        if (b->cookie != sf_page_cookie(page))
+            report("block on a free list without the free mark", b);
+        n++;
+        b = sf_link_decode(page, b);
+    }
+    return n;
+}
+
+static void check_page_owner(const sf_page_t *page, const sf_heap_t *heap) {
+    uintptr_t fast = (uintptr_t)page->fast_heap;
+    uint8_t flags = page->flags;
+    if (flags & ~(SF_PAGE_FULL | SF_PAGE_GUARDED))
+        report("small/medium page with span flags", page);
+    if (!(flags & SF_PAGE_GUARDED) != (sf_guard_level < 2))
+        report("page's guarded flag disagrees with guard.level", page);
+    if ((sf_guard_level < 2) != (page->secret == 0))
+        report("page's free-list secret disagrees with guard.level", page);
+    /* flags 0: the owner; full: none; guarded: none, or (level 2's fast
+     * path) the owner tagged with bit 0 */
+    uintptr_t owner = fast & ~(uintptr_t)1;
+    bool ok = flags == 0               ? fast == (uintptr_t)heap
+              : (flags & SF_PAGE_FULL) ? fast == 0
+                                       : owner == 0 || owner == (uintptr_t)heap;
+    if (!ok) report("page's fast-path owner disagrees with its flags", page);
+}
+
+static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_heap_t *heap) {
+    unsigned c = page->class_idx;
+    if (c < 1 || c >= CLASS_COUNT || page->block_size != sf_class_size[c]) {
+        report("page in use without a valid size class", page);
+        return;
+    }
+    if ((seg->kind == SF_SEG_SMALL) != (c <= SMALL_CLASS_MAX))
+        report("size class in the wrong kind of segment", page);
+    uint32_t bs = page->block_size;
+    if (page->divmagic != UINT64_MAX / bs + 1) report("page's block-start constant is wrong", page);
+    uint8_t *end = page->page_start + page->page_bytes;
+    if (page->block_start < page->page_start || page->reserved > PAGE_BLOCKS_MAX ||
+        page->block_start + (size_t)page->reserved * bs > end || page->capacity > page->reserved) {
+        report("page's blocks do not fit in it", page);
+        return;
+    }
+    if (page->carved_bytes != page->capacity * bs)
+        report("page's carved bytes disagree with its blocks", page);
+    if (page->used > page->capacity) report("page has more blocks in use than carved", page);
+    if (page->purge_at != 0) report("page in use is queued for decommit", page);
+    check_page_owner(page, heap);
+    memset(ck.seen, 0, sizeof ck.seen);
+    size_t nfree = walk_free_list(page, page->free);
+    nfree += walk_free_list(page, page->local_free);
+    if ((size_t)page->used + nfree > page->capacity)
+        report("page's blocks in use plus free exceed its blocks carved", page);
+}
+
+static void check_segment_pages(const sf_segment_t *seg, int hi) {
+    sf_heap_t *heap = heap_at(hi);
+    unsigned in_use = 0;
+    if (seg->page_count < 64 && (seg->free_mask >> seg->page_count) != 0)
+        report("segment's free-page mask names pages past its end", seg);
+    for (unsigned i = 0; i < seg->page_count; i++) {
+        const sf_page_t *page = &seg->pages[i];
+        bool marked_free = (seg->free_mask >> i) & 1;
+        size_t start = (size_t)(i + seg->page_bias) << seg->page_shift;
+        if (page->page_start !=
+            (const uint8_t *)seg + (start < SEG_META_SIZE ? SEG_META_SIZE : start))
+            report("page descriptor's start is not its page", page);
+        if (page->in_use) {
+            in_use++;
+            ck.tally[hi].carved += page->capacity;
+            if (marked_free) report("page in use but free in its segment's mask", page);
+            check_page(seg, page, heap);
+        } else {
+            if (!marked_free) report("unused page missing from its segment's free mask", page);
+            if (page->fast_heap != NULL || page->free != NULL || page->local_free != NULL ||
+                page->used != 0)
+                report("unused page still has an owner or blocks", page);
+        }
+    }
+    if (in_use != seg->used_pages)
+        report("segment's used_pages differs from its pages in use", seg);
+    ck.tally[hi].pages += in_use;
+    ck.tally[hi].page_slots += seg->page_count;
+    if (seg->free_mask != 0) ck.tally[hi].free_segs[seg->kind]++;
+}
+
+/* ---- segments ---------------------------------------------------------------- */
+
+/* One segment-map byte.  For a segment whose creation or release may be
+ * under way in another thread (settled: false), 0 is only a finding to
+ * look at again on the next pass. */
+static void check_map_byte(uintptr_t chunk, uint8_t want, bool settled, const void *seg) {
+    uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_acquire);
+    if (v == want) return;
+    if (v == SF_SEGMAP_NONE && !settled)
+        report_maybe("segment missing from the segment map", seg);
+    else
+        report("segment map disagrees with the segment", seg);
+}
+
+static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
+    bool small = seg->kind == SF_SEG_SMALL;
+    unsigned shift = small ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT, bias = small ? 1 : 0;
+    if (seg->page_shift != shift || seg->page_bias != bias ||
+        seg->page_count != (SEG_SIZE >> shift) - bias || seg->span_size != SEG_SIZE) {
+        report("segment's geometry is wrong for its kind", seg);
+        return;
+    }
+    int hi = heap_index(seg->heap);
+    if (hi < 0) {
+        report("segment's owner is not a heap", seg);
+        return;
+    }
+    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD, ck.full[hi], seg);
+    ck.listed_units++;
+    if (ck.full[hi]) check_segment_pages(seg, hi);
+}
+
+static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
+    const sf_page_t *page = &seg->pages[0];
+    size_t units = seg->span_size >> SEG_SHIFT;
+    const uint8_t *lo = (const uint8_t *)seg, *hi = lo + seg->span_size;
+    if (seg->heap != NULL || seg->page_count != 1 || units == 0 || (seg->span_size & SEG_MASK) ||
+        chunk + units > SEGMAP_CHUNKS || (seg->kind == SF_SEG_LARGE) != (units <= LARGE_MAX_SEGS)) {
+        report("span's header is wrong", seg);
+        return;
+    }
+    ck.listed_units += units;
+    if (!(SF_GET(page->flags) & SF_PAGE_SPAN) || !SF_GET(page->in_use) ||
+        page->block_start < lo + OS_PAGE || ((uintptr_t)page->block_start & (OS_PAGE - 1)) ||
+        page->page_bytes > (size_t)(hi - page->block_start) ||
+        SF_GET(page->span_bytes) > page->page_bytes)
+        report("span's block does not fit its mapping", seg);
+    for (size_t i = 0; i < units; i++)
+        check_map_byte(chunk + i,
+                       i == 0 ? SF_SEGMAP_OTHER_HEAD : (uint8_t)(i + 2 > 255 ? 255 : i + 2), false,
+                       seg);
+}
+
+static void check_segment(const sf_segment_t *seg, const sf_segment_t *prev) {
+    uintptr_t chunk = (uintptr_t)seg >> SEG_SHIFT;
+    if (((uintptr_t)seg & SEG_MASK) != 0 || chunk >= SEGMAP_CHUNKS) {
+        report("listed segment not aligned to 4 MiB", seg);
+        return;
+    }
+    if (seg->magic != (SF_SEG_MAGIC ^ (uintptr_t)seg)) report("segment's magic is wrong", seg);
+    if (seg->all_prev != prev) report("segment list's back link is wrong", seg);
+    if (ck.set) set_add(chunk);
+    if (seg->kind <= SF_SEG_MEDIUM)
+        check_small_medium(seg, chunk);
+    else if (seg->kind <= SF_SEG_HUGE)
+        check_span(seg, chunk);
+    else
+        report("segment of no known kind", seg);
+}
+
+/* Length of the segment list, walking at most `bound` entries. */
+static size_t list_length(size_t bound) {
+    size_t n = 0;
+    for (const sf_segment_t *seg = sf_all_segments; seg != NULL && n <= bound; seg = seg->all_next)
+        n++;
+    return n;
+}
+
+static void check_segments(void) {
+    size_t counted = (size_t)atomic_load(&sf_gstats.segments);
+    size_t n = list_length(counted);
+    if (n > counted) {
+        report("segment list is longer than the segments counted (a cycle?)", sf_all_segments);
+        n = counted;
+    }
+    ck.listed = n;
+    set_init(n);
+    const sf_segment_t *prev = NULL, *seg = sf_all_segments;
+    for (size_t i = 0; i < n && seg != NULL; i++, prev = seg, seg = seg->all_next)
+        check_segment(seg, prev);
+    uint64_t cached = atomic_load(&sf_gstats.cache_bytes) >> SEG_SHIFT;
+    if (ck.listed_units + cached > atomic_load(&sf_gstats.segments))
+        report("more segments mapped than counted against segments.max", sf_all_segments);
+}
+
+/* ---- the segment map, the other way round ----------------------------------- */
+
+static void check_map_entry(uintptr_t chunk, uint8_t v) {
+    uintptr_t head = chunk;
+    for (unsigned steps = 0; v >= SF_SEGMAP_BACK0; steps++) {
+        if (head < (uintptr_t)(v - 2) || steps > 64) {
+            report("segment map's back-distance leads nowhere", (void *)(chunk << SEG_SHIFT));
+            return;
+        }
+        head -= (uintptr_t)(v - 2);
+        v = atomic_load_explicit(&sf_segmap[head], memory_order_acquire);
+    }
+    void *at = (void *)(chunk << SEG_SHIFT);
+    if (v == SF_SEGMAP_NONE) { /* a span's head cleared first on release */
+        report_maybe("segment map's back-distance leads to no segment", at);
+        return;
+    }
+    if (!set_has(head)) {
+        report("segment map names a segment that is not listed", at);
+        return;
+    }
+    const sf_segment_t *seg = (const sf_segment_t *)(head << SEG_SHIFT);
+    bool small = seg->kind == SF_SEG_SMALL, span = seg->kind >= SF_SEG_LARGE;
+    if ((v == SF_SEGMAP_SMALL_HEAD) != small ||
+        (head != chunk && (!span || chunk - head >= (seg->span_size >> SEG_SHIFT))))
+        report("segment map disagrees with the segment", at);
+}
+
+static void scan_map_range(size_t from, size_t to) {
+    for (size_t c = from; c < to; c++) {
+        uint8_t v = atomic_load_explicit(&sf_segmap[c], memory_order_relaxed);
+        if (v != SF_SEGMAP_NONE) check_map_entry(c, v);
+    }
+}
+
+/* Reads only the resident pages of the map: the others hold only zeros. */
+static void scan_map(void) {
+    uintptr_t base = (uintptr_t)sf_segmap, end = base + SEGMAP_CHUNKS;
+    uintptr_t p = base & ~(uintptr_t)(OS_PAGE - 1);
+    unsigned char vec[256];
+    while (p < end) {
+        size_t len = sizeof vec * OS_PAGE;
+        if (len > sf_align_up(end - p, OS_PAGE)) len = sf_align_up(end - p, OS_PAGE);
+        if (mincore((void *)p, len, vec) != 0) memset(vec, 1, sizeof vec); /* unknown: read */
+        for (size_t i = 0; i < len / OS_PAGE; i++) {
+            if (!(vec[i] & 1)) continue;
+            uintptr_t lo = p + i * OS_PAGE, hi = lo + OS_PAGE;
+            scan_map_range((lo < base ? base : lo) - base, (hi > end ? end : hi) - base);
+        }
+        p += len;
+    }
+}
+
+/* ---- lists of a checked heap ------------------------------------------------ */
+
+static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsigned c,
+                         size_t bound) {
+    size_t n = 0;
+    const sf_page_t *prev = NULL;
+    for (const sf_page_t *page = q->first; page != NULL; prev = page, page = page->next) {
+        if (n++ >= bound) {
+            report("page queue longer than the heap's pages (a cycle?)", heap);
+            return n;
+        }
+        if (!valid_page(page)) {
+            report("page queue names no page of a live segment", page);
+            return n;
+        }
+        bool full = page->flags & SF_PAGE_FULL;
+        if (sf_segment_of(page)->heap != heap || !page->in_use || (c == 0) != full ||
+            (c != 0 && page->class_idx != c))
+            report("page in the wrong queue", page);
+        if (page->prev != prev) report("page queue's back link is wrong", page);
+    }
+    if (q->last != prev) report("page queue's last page is wrong", heap);
+    return n;
+}
+
+static void check_direct(const sf_heap_t *heap) {
+    if (sf_empty_page.free != NULL || sf_empty_page.local_free != NULL)
+        report("the empty page has blocks", &sf_empty_page);
+    for (unsigned i = 0; i < DIRECT_COUNT; i++) {
+        unsigned c = i == 0 ? 1 : sf_class_of((size_t)i * 16);
+        const sf_page_t *d = heap->direct[i];
+        if (d != &sf_empty_page && d != heap->queues[c].first)
+            report("direct[] names a page that does not head its class queue", &heap->direct[i]);
+    }
+}
+
+static void check_free_segs(const sf_heap_t *heap, const struct heap_tally *t) {
+    for (unsigned k = 0; k < 2; k++) {
+        size_t n = 0;
+        const sf_segment_t *prev = NULL;
+        for (const sf_segment_t *seg = heap->free_segs[k]; seg != NULL;
+             prev = seg, seg = seg->heap_next) {
+            if (n++ > ck.listed || listed_owner_seg(seg) != seg) {
+                report("heap's segment list names no live segment (or loops)", seg);
+                return;
+            }
+            if (seg->heap != heap || seg->kind != k || seg->free_mask == 0 ||
+                seg->heap_prev != prev)
+                report("heap's list of segments with free pages holds a wrong segment", seg);
+        }
+        if (n != t->free_segs[k])
+            report("heap's list of segments with free pages misses some", heap);
+    }
+}
+
+static void check_purge_queue(const sf_heap_t *heap, const struct heap_tally *t) {
+    size_t n = 0;
+    const sf_page_t *prev = NULL;
+    for (const sf_page_t *page = heap->purge.first; page != NULL; prev = page, page = page->next) {
+        if (n++ > t->page_slots || !valid_page(page)) {
+            report("purge queue names no page of a live segment (or loops)", page);
+            return;
+        }
+        if (sf_segment_of(page)->heap != heap || page->in_use || page->purge_at == 0 ||
+            page->prev != prev)
+            report("purge queue holds a wrong page", page);
+    }
+    if (heap->purge.last != prev) report("purge queue's last page is wrong", heap);
+}
+
+/* Remote frees waiting for the owner: published ring cells and the overflow
+ * list (its links are plain pointers). */
+static void check_remote(const sf_heap_t *heap, const struct heap_tally *t) {
+    const sf_ring_t *ring = &heap->ring;
+    if (ring->cells != NULL) {
+        uint64_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
+        if (tail - head > ring->mask + 1)
+            report("remote-free ring holds more than its capacity", heap);
+        for (uint64_t pos = head; pos != tail && pos - head <= ring->mask; pos++) {
+            sf_ring_cell_t *cell = &ring->cells[pos & ring->mask];
+            if (atomic_load_explicit(&cell->seq, memory_order_acquire) != pos + 1) break;
+            void *p = atomic_load_explicit(&cell->ptr, memory_order_relaxed);
+            if (!owned_block(heap, p)) report("remote-free ring holds no block of its heap", p);
+        }
+    }
+    size_t n = 0;
+    for (const sf_block_t *b = atomic_load_explicit(&heap->overflow, memory_order_acquire);
+         b != NULL; b = b->next) {
+        if (n++ > t->carved || !owned_block(heap, b)) {
+            report("overflow list holds no block of its heap (or loops)", b);
+            return;
+        }
+    }
+}
+
+static void check_quarantine(const sf_heap_t *heap) {
+    size_t n = 0;
+    const sf_block_t *last = NULL;
+    for (const sf_block_t *b = heap->quarantine_head; b != NULL; last = b, b = b->next) {
+        if (n++ > heap->quarantine_count || !owned_block(heap, b)) {
+            report("quarantine holds no block of its heap (or loops)", b);
+            return;
+        }
+    }
+    if (n != heap->quarantine_count || heap->quarantine_tail != last)
+        report("quarantine's count or tail is wrong", heap);
+}
+
+static void check_heap(int hi) {
+    const sf_heap_t *heap = heap_at(hi);
+    const struct heap_tally *t = &ck.tally[hi];
+    size_t queued = 0;
+    for (unsigned c = 1; c < CLASS_COUNT; c++)
+        queued += walk_queue(heap, &heap->queues[c], c, t->pages);
+    queued += walk_queue(heap, &heap->full, 0, t->pages);
+    if (queued != t->pages || heap->pages_in_use != t->pages)
+        report("heap's queues or pages_in_use disagree with its pages in use", heap);
+    check_direct(heap);
+    check_free_segs(heap, t);
+    check_purge_queue(heap, t);
+    check_remote(heap, t);
+    check_quarantine(heap);
+}
+
+/* ---- one pass ------------------------------------------------------------- */
+
+static void check_pass(char *why, size_t len) {
+    static char scratch[8];
+    sf_str_init(&ck.out, why != NULL && len > 0 ? why : scratch,
+                why != NULL && len > 0 ? len : sizeof scratch);
+    ck.problems = ck.npend = 0;
+    ck.overflowed = false;
+    ck.listed = 0;
+    ck.listed_units = 0;
+    memset(ck.tally, 0, sizeof ck.tally);
+    claim_heaps();
+    sf_lock(&sf_fallback_lock);
+    sf_lock(&sf_cache_lock);
+    sf_lock(&sf_seg_lock);
+    check_segments();
+    if (ck.set != NULL) { /* without it pointers cannot be validated before use */
+        for (int i = 0; i < HEAP_SLOTS; i++)
+            if (ck.full[i] && (i == FALLBACK_IDX || sf_registry[i].kind == SF_HEAP_REAL))
+                check_heap(i);
+        scan_map();
+    }
+    sf_unlock(&sf_seg_lock);
+    sf_unlock(&sf_cache_lock);
+    sf_unlock(&sf_fallback_lock);
+    release_heaps();
+    set_free();
+}
+
+size_t sf_check_heap_consistency(char *why, size_t len) {
+    sf_ensure_init();
+    sf_lock(&check_lock);
+    ck.nkept = 0;
+    for (int pass = 1;; pass++) {
+        check_pass(why, len);
+        size_t maybe = keep_persistent(pass);
+        if (ck.problems > 0 || (maybe == 0 && !ck.overflowed)) break;
+        if (pass == MAX_PASSES) { /* still there after about 127 ms: real */
+            for (size_t i = 0; i < ck.nkept; i++)
+                report(ck.kept[i].what, ck.kept[i].at);
+            break;
+        }
+        struct timespec ts = {0, (1L << (pass - 1)) * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    size_t n = ck.problems;
+    sf_unlock(&check_lock);
+    return n;
+}
+
+SEFER_EXPORT int sefer_check(void) {
+    char why[1024], line[1200];
+    sf_track_quiet_begin(); /* under memcheck: reads freed blocks and hidden fields */
+    size_t n = sf_check_heap_consistency(why, sizeof why);
+    sf_track_quiet_end();
+    if (n == 0) return 0;
+    sf_str_t s;
+    sf_str_init(&s, line, sizeof line - 1);
+    sf_str_add(&s, "sefer: check: ");
+    sf_str_addu(&s, n);
+    sf_str_add(&s, n == 1 ? " problem: " : " problems: ");
+    sf_str_add(&s, why);
+    line[s.len] = '\n'; /* room was kept for it */
+    line[s.len + 1] = '\0';
+    sf_write_stderr(line);
+    return n > INT_MAX ? INT_MAX : (int)n;
+}

@@ -1,0 +1,419 @@
+/* test_many_threads.c - many threads, short-lived threads, and the segment
+ * cap under multi-threaded load.
+ *
+ *   more_threads_than_slots  300 threads alive at once (the registry has
+ *       256 slots: 45 of them share the locked fallback heap), all
+ *       allocating, checking and freeing each other's blocks; sefer_check()
+ *       while they all hold their blocks and after they exit.
+ *   thread_churn_rss  5000 threads created and destroyed (5 batches of 1000,
+ *       8 alive at a time), each leaving 20 blocks behind that the main
+ *       thread checks and frees one batch later (frees into the heaps of
+ *       exited threads).  RSS after the last batch must be within 1.15x +
+ *       8 MiB of RSS after batch 2, and segments within 1.10x + 2: what
+ *       exited threads leave is reused, not accumulated.
+ *   segment_cap_threads  segments.max set 24 segments above what is in use;
+ *       4 threads allocate small, medium and large blocks until each has
+ *       been refused 40 times: every refusal is NULL with ENOMEM, the count
+ *       never passes the cap, every block is intact and sefer_check() finds
+ *       nothing; after everything is freed (across threads) the same load
+ *       fits again (a little less while the threads live: each heap keeps
+ *       the last page of each class it used), once the threads have exited
+ *       the whole cap is free again, and more fits once the cap is raised.
+ *
+ * Uses the standard names (the interposed malloc family). */
+#include "rel.h"
+
+#include <malloc.h>
+
+#define REGISTRY_SLOTS 256 /* SF_REGISTRY_SLOTS in lib/internal.h */
+
+/* ======================================================================
+ * 300 live threads
+ * ==================================================================== */
+
+#define MANY 300
+#define MANY_BLOCKS 64
+
+static struct many_slot {
+    unsigned char *p[MANY_BLOCKS];
+    size_t n[MANY_BLOCKS];
+} *many;
+static pthread_barrier_t many_barrier;
+
+static void many_alloc(size_t id, uint64_t *r)
+{
+    for (int k = 0; k < MANY_BLOCKS; k++) {
+        uint64_t x = st_rand(r);
+        size_t n = x % 16 == 0 ? 9000 + x % 50000 : 8 + x % 3000;
+        unsigned char *p = malloc(n);
+        if (p == NULL)
+            rel_fail("thread %zu: malloc(%zu) failed", id, n);
+        else
+            st_block_fill(p, n);
+        many[id].p[k] = p;
+        many[id].n[k] = n;
+    }
+}
+
+static void many_check(size_t id, const char *when)
+{
+    for (int k = 0; k < MANY_BLOCKS; k++)
+        if (many[id].p[k] && !st_block_ok(many[id].p[k], many[id].n[k]))
+            rel_fail("thread %zu's block %d (%p, %zu bytes) corrupted %s", id, k,
+                     (void *)many[id].p[k], many[id].n[k], when);
+}
+
+static void *many_thread(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp;
+    uint64_t r = 0x5A5A1234ULL + id * 7919;
+    many_alloc(id, &r);
+    pthread_barrier_wait(&many_barrier); /* all 300 alive, holding their blocks */
+    pthread_barrier_wait(&many_barrier); /* main has looked at the statistics */
+    many_check(id, "while all threads were alive");
+    pthread_barrier_wait(&many_barrier);
+    /* free another thread's blocks: registry heaps and the fallback heap free
+     * into each other */
+    size_t other = (id + 47) % MANY;
+    many_check(other, "before another thread freed them");
+    for (int k = 0; k < MANY_BLOCKS; k++)
+        free(many[other].p[k]);
+    pthread_barrier_wait(&many_barrier);
+    /* then local churn with reallocs */
+    unsigned char *p = NULL;
+    size_t n = 0;
+    for (int k = 0; k < 300; k++) {
+        size_t nn = 1 + st_rand(&r) % 5000;
+        unsigned char *q = realloc(p, nn);
+        if (q == NULL) {
+            rel_fail("thread %zu: realloc(%zu) failed", id, nn);
+            break;
+        }
+        if (p && st_pat_check_range(q, 0, n < nn ? n : nn, (uint64_t)k) != SIZE_MAX)
+            rel_fail("thread %zu: realloc lost bytes", id);
+        st_pat_fill(q, nn, (uint64_t)k + 1);
+        p = q;
+        n = nn;
+    }
+    free(p);
+    return NULL;
+}
+
+START_TEST(test_more_threads_than_slots)
+{
+    many = st_map(MANY * sizeof *many);
+    pthread_t *t = st_map(MANY * sizeof *t);
+    pthread_barrier_init(&many_barrier, NULL, MANY + 1);
+    free(malloc(1)); /* main's own heap */
+    struct sefer_stats s0 = st_stats();
+    for (size_t i = 0; i < MANY; i++)
+        t[i] = rel_spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
+    pthread_barrier_wait(&many_barrier);
+    struct sefer_stats s1 = st_stats();
+    int problems_alive = sefer_check();
+    pthread_barrier_wait(&many_barrier);
+    pthread_barrier_wait(&many_barrier);
+    pthread_barrier_wait(&many_barrier);
+    for (size_t i = 0; i < MANY; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&many_barrier);
+    sefer_trim();
+    struct sefer_stats s2 = st_stats();
+
+    REL_ASSERT_NO_FAILURES();
+    printf("300 threads: heaps_live %" PRIu64 " with all alive (before %" PRIu64
+           "), fallback allocations +%" PRId64 "\n",
+           s1.heaps_live, s0.heaps_live, ST_DELTA(s1, s0, fallback_allocs));
+    ck_assert_msg(s1.heaps_live == REGISTRY_SLOTS, "with 300 threads alive heaps_live is %" PRIu64, s1.heaps_live);
+    ck_assert_msg(ST_DELTA(s1, s0, fallback_allocs) >= (MANY - (REGISTRY_SLOTS - 1)) * MANY_BLOCKS,
+                  "threads beyond the registry made %" PRId64 " fallback allocations",
+                  ST_DELTA(s1, s0, fallback_allocs));
+    ck_assert_msg(problems_alive == 0, "sefer_check with 300 threads alive: %d problems",
+                  problems_alive);
+    ck_assert_uint_eq(s2.heaps_live, s0.heaps_live);
+    int64_t bytes = ST_DELTA(s2, s0, bytes_in_blocks);
+    ck_assert_msg(bytes > -(int64_t)ST_MIB && bytes < (int64_t)ST_MIB,
+                  "bytes_in_blocks moved by %" PRId64, bytes);
+    REL_ASSERT_CONSISTENT("after 300 threads exited");
+    st_unmap(t, MANY * sizeof *t);
+    st_unmap(many, MANY * sizeof *many);
+}
+END_TEST
+
+/* ======================================================================
+ * 5000 short-lived threads: RSS does not grow with churn
+ * ==================================================================== */
+
+#define CHURN_BATCHES 5
+#define CHURN_BATCH 1000
+#define CHURN_WAVE 8
+#define CHURN_KEEP 20 /* blocks each thread leaves behind */
+#define CHURN_RSS_FACTOR 1.15
+#define CHURN_RSS_SLACK (8 * ST_MIB)
+
+struct churn_slot {
+    unsigned char *p[CHURN_KEEP];
+    size_t n[CHURN_KEEP];
+};
+static struct churn_slot *churn; /* 2 * CHURN_BATCH: this batch's and the last one's */
+
+static void *churn_thread(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp, slot = id % (2 * CHURN_BATCH);
+    uint64_t r = 0xC0FFEEULL + id * 104729;
+    void *tmp[10];
+    for (int k = 0; k < 10; k++) /* garbage freed before exit */
+        tmp[k] = malloc(1 + st_rand(&r) % 4000);
+    for (int k = 0; k < CHURN_KEEP; k++) {
+        uint64_t x = st_rand(&r);
+        size_t n = k == 0 ? 10000 + x % 90000 : (k == 1 && x % 10 == 0) ? 200000 : 16 + x % 4000;
+        unsigned char *p = malloc(n);
+        if (p == NULL)
+            rel_fail("churn thread %zu: malloc(%zu) failed", id, n);
+        else
+            st_block_fill(p, n);
+        churn[slot].p[k] = p;
+        churn[slot].n[k] = n;
+    }
+    for (int k = 0; k < 10; k++)
+        free(tmp[k]);
+    return NULL;
+}
+
+static void churn_release(size_t batch)
+{
+    for (size_t id = batch * CHURN_BATCH; id < (batch + 1) * CHURN_BATCH; id++) {
+        struct churn_slot *c = &churn[id % (2 * CHURN_BATCH)];
+        for (int k = 0; k < CHURN_KEEP; k++) {
+            if (c->p[k] && !st_block_ok(c->p[k], c->n[k]))
+                rel_fail("block %d of exited thread %zu corrupted", k, id);
+            free(c->p[k]);
+            c->p[k] = NULL;
+        }
+    }
+}
+
+START_TEST(test_thread_churn_rss)
+{
+    churn = st_map(2 * CHURN_BATCH * sizeof *churn);
+    size_t rss[CHURN_BATCHES];
+    uint64_t segs[CHURN_BATCHES];
+    for (size_t b = 0; b < CHURN_BATCHES; b++) {
+        for (size_t w = 0; w < CHURN_BATCH; w += CHURN_WAVE) {
+            pthread_t t[CHURN_WAVE];
+            size_t wave = CHURN_BATCH - w < CHURN_WAVE ? CHURN_BATCH - w : CHURN_WAVE;
+            for (size_t i = 0; i < wave; i++)
+                t[i] = rel_spawn(churn_thread, (void *)(uintptr_t)(b * CHURN_BATCH + w + i),
+                                 64 * 1024);
+            for (size_t i = 0; i < wave; i++)
+                pthread_join(t[i], NULL);
+        }
+        if (b >= 1)
+            churn_release(b - 1); /* they outlived their threads by a batch */
+        rss[b] = st_rss();
+        segs[b] = st_stats().segments;
+    }
+    churn_release(CHURN_BATCHES - 1);
+    struct sefer_stats s = st_stats();
+    REL_ASSERT_NO_FAILURES();
+    printf("thread churn: RSS after batch 2 %.1f MiB, after batch %d %.1f MiB; segments %" PRIu64
+           " -> %" PRIu64 "; abandoned heaps at the end %" PRIu64 "\n",
+           (double)rss[1] / ST_MIB, CHURN_BATCHES, (double)rss[CHURN_BATCHES - 1] / ST_MIB,
+           segs[1], segs[CHURN_BATCHES - 1], s.heaps_abandoned);
+    double bound = (double)rss[1] * CHURN_RSS_FACTOR + (double)CHURN_RSS_SLACK;
+    ck_assert_msg((double)rss[CHURN_BATCHES - 1] <= bound,
+                  "RSS grew with thread churn: %zu bytes after batch 2, %zu after batch %d "
+                  "(bound %.0f)",
+                  rss[1], rss[CHURN_BATCHES - 1], CHURN_BATCHES, bound);
+    ck_assert_msg(segs[CHURN_BATCHES - 1] <= segs[1] + segs[1] / 10 + 2,
+                  "segments grew with thread churn: %" PRIu64 " after batch 2, %" PRIu64
+                  " at the end",
+                  segs[1], segs[CHURN_BATCHES - 1]);
+    ck_assert_msg(s.heaps_abandoned <= REGISTRY_SLOTS,
+                  "%" PRIu64 " abandoned heaps", s.heaps_abandoned);
+    REL_ASSERT_CONSISTENT("after 5000 short-lived threads");
+    st_unmap(churn, 2 * CHURN_BATCH * sizeof *churn);
+}
+END_TEST
+
+/* ======================================================================
+ * segments.max under multi-threaded load
+ * ==================================================================== */
+
+#define CAP_THREADS 4
+#define CAP_EXTRA 24     /* segments allowed above what is in use */
+#define CAP_REFUSALS 40  /* each thread stops after this many NULLs */
+#define CAP_MAX_BLOCKS (1 << 17)
+
+static struct cap_thread {
+    unsigned char **p;
+    size_t *n;
+    size_t count, refusals, bad_errno;
+    uint64_t max_segments;
+    int id;
+} cap[CAP_THREADS];
+static pthread_barrier_t cap_barrier;
+static unsigned long long cap_limit;
+
+static size_t cap_size(uint64_t x)
+{
+    switch (x % 3) {
+    case 0:
+        return 16 + x % 1000;
+    case 1:
+        return 2000 + x % 100000;
+    default:
+        return 200000 + x % 3000000;
+    }
+}
+
+/* Allocates until refused CAP_REFUSALS times; nothing here may assert. */
+static void cap_fill(struct cap_thread *c, uint64_t seed)
+{
+    uint64_t r = seed;
+    c->count = c->refusals = c->bad_errno = 0;
+    while (c->refusals < CAP_REFUSALS && c->count < CAP_MAX_BLOCKS) {
+        size_t n = cap_size(st_rand(&r));
+        errno = 0;
+        unsigned char *p = malloc(n);
+        if (p == NULL) {
+            c->refusals++;
+            c->bad_errno += errno != ENOMEM;
+            struct sefer_stats s = st_stats();
+            if (s.segments > c->max_segments)
+                c->max_segments = s.segments;
+            continue;
+        }
+        st_block_fill(p, n);
+        c->p[c->count] = p;
+        c->n[c->count++] = n;
+    }
+}
+
+static void cap_check(struct cap_thread *c, const char *when)
+{
+    for (size_t i = 0; i < c->count; i++)
+        if (!st_block_ok(c->p[i], c->n[i]))
+            rel_fail("thread %d's block %zu (%zu bytes) corrupted %s", c->id, i, c->n[i], when);
+}
+
+static void cap_free(struct cap_thread *c)
+{
+    for (size_t i = 0; i < c->count; i++)
+        free(c->p[i]);
+    c->count = 0;
+}
+
+static void *cap_thread(void *argp)
+{
+    struct cap_thread *c = argp;
+    for (int round = 0; round < 2; round++) {
+        cap_fill(c, 0xCAFE0000ULL + (uint64_t)c->id * 31 + (uint64_t)round);
+        pthread_barrier_wait(&cap_barrier); /* all full: main checks */
+        pthread_barrier_wait(&cap_barrier);
+        cap_check(c, "at the cap");
+        /* free the next thread's blocks (cross-thread) */
+        struct cap_thread *o = &cap[(c->id + 1) % CAP_THREADS];
+        pthread_barrier_wait(&cap_barrier);
+        cap_check(o, "before another thread freed them");
+        cap_free(o);
+        pthread_barrier_wait(&cap_barrier);
+    }
+    return NULL;
+}
+
+START_TEST(test_segment_cap_threads)
+{
+    for (int i = 0; i < CAP_THREADS; i++) {
+        cap[i].id = i;
+        cap[i].p = st_map(CAP_MAX_BLOCKS * sizeof *cap[i].p);
+        cap[i].n = st_map(CAP_MAX_BLOCKS * sizeof *cap[i].n);
+    }
+    struct sefer_stats s0 = st_stats();
+    cap_limit = s0.segments + CAP_EXTRA;
+    char v[32];
+    snprintf(v, sizeof v, "%llu", cap_limit);
+    ST_KNOB_SET("segments.max", v);
+    pthread_barrier_init(&cap_barrier, NULL, CAP_THREADS + 1);
+    pthread_t t[CAP_THREADS];
+    for (int i = 0; i < CAP_THREADS; i++)
+        t[i] = rel_spawn(cap_thread, &cap[i], 0);
+    size_t fitted[2] = {0, 0}, refused = 0, bad_errno = 0;
+    int problems[2];
+    uint64_t max_segments = 0;
+    for (int round = 0; round < 2; round++) {
+        pthread_barrier_wait(&cap_barrier);
+        for (int i = 0; i < CAP_THREADS; i++) {
+            fitted[round] += cap[i].count;
+            refused += cap[i].refusals;
+            bad_errno += cap[i].bad_errno;
+            if (cap[i].max_segments > max_segments)
+                max_segments = cap[i].max_segments;
+        }
+        problems[round] = sefer_check(); /* allocates nothing: fine at the cap */
+        pthread_barrier_wait(&cap_barrier);
+        pthread_barrier_wait(&cap_barrier);
+        pthread_barrier_wait(&cap_barrier);
+    }
+    for (int i = 0; i < CAP_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&cap_barrier);
+    struct sefer_stats s1 = st_stats();
+    /* the threads are gone, their heaps emptied: the whole cap is free again
+     * (a 3 MiB block takes one segment) */
+    void *whole[2 * CAP_EXTRA];
+    size_t segments_back = 0;
+    while (segments_back < 2 * CAP_EXTRA && (whole[segments_back] = malloc(3 * ST_MIB)) != NULL)
+        segments_back++;
+    for (size_t i = 0; i < segments_back; i++)
+        free(whole[i]);
+
+    /* assertions only now that memory is back */
+    REL_ASSERT_NO_FAILURES();
+    printf("segment cap %llu: %zu then %zu blocks fitted, %zu refusals, segments at most %" PRIu64
+           "; after the threads exited %zu 3 MiB blocks fit\n",
+           cap_limit, fitted[0], fitted[1], refused, max_segments, segments_back);
+    ck_assert_msg(bad_errno == 0, "%zu refusals came without ENOMEM", bad_errno);
+    ck_assert_uint_eq(refused, 2 * CAP_THREADS * CAP_REFUSALS);
+    ck_assert_msg(max_segments <= cap_limit, "segments reached %" PRIu64 ", cap %llu", max_segments,
+                  cap_limit);
+    ck_assert_msg(problems[0] == 0 && problems[1] == 0, "sefer_check at the cap: %d, %d problems",
+                  problems[0], problems[1]);
+    ck_assert_msg(ST_DELTA(s1, s0, enomem) >= (int64_t)refused, "stats.enomem grew by %" PRId64,
+                  ST_DELTA(s1, s0, enomem));
+    /* while the threads live, each heap keeps the last page of each size
+     * class it used (and so its segment): the second round has a little
+     * less room */
+    ck_assert_msg(fitted[1] + fitted[1] / 3 >= fitted[0],
+                  "after freeing everything only %zu blocks fitted (first time %zu)", fitted[1],
+                  fitted[0]);
+    ck_assert_msg(segments_back >= CAP_EXTRA - 4,
+                  "after the threads exited only %zu 3 MiB blocks fit under a cap %d segments "
+                  "above the start",
+                  segments_back, CAP_EXTRA);
+    REL_ASSERT_CONSISTENT("after the segment cap was hit and everything freed");
+
+    /* raising the cap: much more fits */
+    snprintf(v, sizeof v, "%llu", cap_limit + 64);
+    ST_KNOB_SET("segments.max", v);
+    void *big = malloc(128 * ST_MIB);
+    ck_assert_msg(big != NULL, "128 MiB with the cap raised by 64 segments: %s", strerror(errno));
+    free(big);
+    for (int i = 0; i < CAP_THREADS; i++) {
+        st_unmap(cap[i].p, CAP_MAX_BLOCKS * sizeof *cap[i].p);
+        st_unmap(cap[i].n, CAP_MAX_BLOCKS * sizeof *cap[i].n);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("many_threads");
+    TCase *tc = tcase_create("many_threads");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_more_threads_than_slots);
+    tcase_add_test(tc, test_thread_churn_rss);
+    tcase_add_test(tc, test_segment_cap_threads);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}

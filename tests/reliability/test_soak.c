@@ -1,0 +1,91 @@
+/* test_soak.c - the soak workload (tools/soak.c) as a CI test.
+ *
+ *   soak_rss      the workload in-process, 4 workers, 8 cycles of fixed work
+ *                 (grow, serve, burst, churn, shrink), every block
+ *                 checksummed, sefer_check() at every phase end, and RSS at
+ *                 the end of each repeated phase within 1.25x + 8 MiB of
+ *                 the same phase in the first cycle after a one-cycle
+ *                 warm-up.  decommit.policy = eager, so what RSS holds does
+ *                 not depend on how fast the machine is (with `delayed` it
+ *                 would include whatever freed in the last 100 ms).
+ *   soak_guarded  build/sefer-soak at guard levels 2 and 3 (a fresh process
+ *                 each: the level is fixed at start-up) with the default
+ *                 decommit policy: checksums and sefer_check only.
+ *
+ * SEFER_SOAK_SEED replays a seed. */
+#include "rel.h"
+
+#include "soak.h"
+
+START_TEST(test_soak_rss)
+{
+    uint64_t seed = rel_seed("SEFER_SOAK_SEED", 1);
+    char seed_text[32];
+    snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
+    ST_KNOB_SET("decommit.policy", "eager");
+    char *argv[] = {"sefer-soak",    "--threads",         "4",    "--cycles", "8",
+                    "--phase-ops",   "8000",              "--pool", "6000",   "--large-max-mib",
+                    "16",            "--large-budget-mib", "64",   "--warmup", "1",
+                    "--rss-bound",   "1.25,8",            "--check", "--seed", seed_text,
+                    NULL};
+    int rc = sefer_soak_main((int)(sizeof argv / sizeof argv[0]) - 1, argv);
+    ck_assert_msg(rc == 0, "sefer-soak ended with status %d (1: corruption or check problem, 3: RSS "
+                           "above the bound); seed %" PRIu64 ", output above",
+                  rc, seed);
+}
+END_TEST
+
+/* guard level = _i + 2 */
+START_TEST(test_soak_guarded)
+{
+    uint64_t seed = rel_seed("SEFER_SOAK_SEED", 1);
+    static char out[1 << 16];
+    char level[32], seed_text[32];
+    snprintf(level, sizeof level, "SEFER_GUARD_LEVEL=%d", _i + 2);
+    snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
+    char *args[] = {"--threads", "4",    "--cycles",       "3",         "--phase-ops",
+                    "6000",      "--pool", "4000",         "--large-max-mib", "8",
+                    "--no-rss-bound", "--check", "--seed", seed_text,    NULL};
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 1);
+        putenv(level);
+        char *argv[16] = {(char *)SEFER_SOAK_PATH};
+        for (int i = 0; args[i]; i++)
+            argv[i + 1] = args[i];
+        alarm(120);
+        execv(SEFER_SOAK_PATH, argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got + 1 < sizeof out && (n = read(fd[0], out + got, sizeof out - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = 0;
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    printf("%s", out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "sefer-soak at guard level %d: %s (seed %" PRIu64 "); output:\n%s", _i + 2,
+                  st_describe_status(status), seed, out);
+    ck_assert_msg(strstr(out, "sefer-soak: PASS") != NULL, "no PASS line:\n%s", out);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("soak");
+    TCase *tc = tcase_create("soak");
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_soak_rss);
+    tcase_add_loop_test(tc, test_soak_guarded, 0, 2);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}
