@@ -65,7 +65,36 @@ void sf_heap_drain_remote(sf_heap_t *heap) {
     }
 }
 
-static bool heap_has_pages(sf_heap_t *heap) { return heap->pages_in_use != 0; }
+/* Pages in use, or pages waiting for their delayed decommit: a heap that
+ * has either stays abandoned (adoptable, and purged by sf_heaps_purge_abandoned)
+ * rather than free. */
+static bool heap_has_pages(sf_heap_t *heap) {
+    return heap->pages_in_use != 0 || heap->purge.first != NULL;
+}
+
+/* Some abandoned heap may have pages waiting for their decommit deadline. */
+static _Atomic bool abandoned_purges;
+
+/* Decommits the pages of abandoned heaps whose deadline has passed (their
+ * owners are gone, so nobody else would).  Called now and then from page
+ * allocation; cheap when no abandoned heap waits. */
+void sf_heaps_purge_abandoned(void) {
+    if (!atomic_load_explicit(&abandoned_purges, memory_order_relaxed)) return;
+    atomic_store_explicit(&abandoned_purges, false, memory_order_relaxed);
+    bool pending = false;
+    uint64_t now = sf_now_ms();
+    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
+        sf_heap_t *heap = &sf_registry[i];
+        if (atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED) continue;
+        int expected = SF_HEAP_ABANDONED;
+        if (!atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING)) continue;
+        if (heap->purge.first != NULL && heap->purge.first->purge_at <= now)
+            sf_segment_collect_purges(heap, false);
+        pending |= heap->purge.first != NULL;
+        atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
+    }
+    if (pending) atomic_store_explicit(&abandoned_purges, true, memory_order_relaxed);
+}
 
 /* Collects an abandoned heap on behalf of its absent owner; gives the slot
  * back to the registry if nothing is left in it. */
@@ -160,9 +189,13 @@ void sf_heap_thread_done(void *value) {
     sf_tls_heap = &sf_heap_shared; /* later destructors use the fallback heap */
     if (heap == NULL || heap->kind != SF_HEAP_REAL) return;
     sf_track_quiet_begin(); /* under valgrind: sefer's own walk of freed blocks */
-    sf_heap_collect(heap, true);
+    /* every empty page goes back to its segment, but decommits keep their
+     * deadline: the next thread usually adopts this heap within it and
+     * reuses the pages without faulting them in again */
+    sf_heap_collect_ex(heap, true, false);
     sf_track_quiet_end();
     atomic_store_explicit(&heap->tid, 0, memory_order_relaxed);
+    if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
     atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
 }
 

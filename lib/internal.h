@@ -424,6 +424,7 @@ SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN size_t sf_heap_collect(sf_heap_t *heap, bool force);
+SF_HIDDEN size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now);
 
 /* ---- ring.c ----------------------------------------------------------------- */
 SF_HIDDEN bool sf_ring_init(sf_ring_t *ring, size_t capacity);
@@ -442,6 +443,7 @@ SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b);
 SF_HIDDEN void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
+SF_HIDDEN void sf_heaps_purge_abandoned(void);
 
 /* ---- alloc.c / free.c (fast paths: fastpath.h) ------------------------------ */
 SF_HIDDEN void *sf_malloc_generic(size_t n, sf_heap_t *heap);

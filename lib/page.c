@@ -230,7 +230,10 @@ void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
 /* Takes in remote frees and returns every page with no live block to its
  * segment (with `force`, also the last page of each class).  Returns the
  * number of pages released. */
-size_t sf_heap_collect(sf_heap_t *heap, bool force) {
+size_t sf_heap_collect(sf_heap_t *heap, bool force) { return sf_heap_collect_ex(heap, force, force); }
+
+/* sf_heap_collect, with forced page release and forced decommit apart. */
+size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
     if (force) sf_quarantine_flush(heap);
     sf_heap_drain_remote(heap);
     size_t released = 0;
@@ -245,6 +248,6 @@ size_t sf_heap_collect(sf_heap_t *heap, bool force) {
             page = next;
         }
     }
-    sf_segment_collect_purges(heap, force);
+    sf_segment_collect_purges(heap, purge_now);
     return released;
 }

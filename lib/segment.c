@@ -211,7 +211,10 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
 
 sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     unsigned kind = class_idx <= SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
-    if ((++heap->page_allocs & 15) == 0) sf_segment_collect_purges(heap, false);
+    if ((++heap->page_allocs & 15) == 0) {
+        sf_segment_collect_purges(heap, false);
+        sf_heaps_purge_abandoned();
+    }
     sf_segment_t *seg = heap->free_segs[kind];
     if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
     unsigned idx = (unsigned)__builtin_ctzll(seg->free_mask);
