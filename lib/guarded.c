@@ -155,6 +155,23 @@ static bool quarantined_block_ok(const sf_heap_t *heap, const sf_block_t *b) {
 static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_block_t *b = heap->quarantine_head;
     sf_block_t *next = b->next;
+    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+    if (b->cookie != sf_page_cookie(page)) {
+        /* its free mark was overwritten: a write after free.  The block
+         * leaves the queue but is never reused (it stays counted in use). */
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        heap->quarantine_head = next != NULL && quarantined_block_ok(heap, next) ? next : NULL;
+        if (heap->quarantine_head == NULL) {
+            heap->quarantine_tail = NULL;
+            heap->quarantine_bytes = 0;
+            heap->quarantine_count = 0;
+        } else {
+            heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
+                                                                                 : heap->quarantine_bytes;
+            heap->quarantine_count--;
+        }
+        return;
+    }
     if (next != NULL && !quarantined_block_ok(heap, next)) {
         /* the link of a quarantined block was overwritten: a write after
          * free.  Forget the rest of the queue (its blocks stay allocated)
@@ -167,7 +184,6 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     }
     heap->quarantine_head = next;
     if (next == NULL) heap->quarantine_tail = NULL;
-    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
                                                                          : heap->quarantine_bytes;
     heap->quarantine_count--;
@@ -177,6 +193,10 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     b->next = NULL;
     b->cookie = sf_page_cookie(page);
+    /* the newest block's link must still be NULL: a write after free into
+     * it would otherwise be overwritten unseen by the link set here */
+    if (heap->quarantine_tail != NULL && heap->quarantine_tail->next != NULL)
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, heap->quarantine_tail);
     if (heap->quarantine_tail) heap->quarantine_tail->next = b;
     else heap->quarantine_head = b;
     heap->quarantine_tail = b;

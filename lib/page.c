@@ -169,7 +169,8 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
         next = NULL;
     }
     page->free = next;
-    if (sf_guard_level >= 3 && !sf_junk_intact(page, b)) {
+    /* level 3: the whole freed block is checked, its free mark included */
+    if (sf_guard_level >= 3 && (b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b))) {
         sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
         return NULL;
     }

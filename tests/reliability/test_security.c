@@ -301,6 +301,13 @@ static void p_uaf_link(void)
     reuse_churn(100);
 }
 
+static void p_uaf_mark(void)
+{
+    char *p = freed_block_in_live_page(100);
+    memset(hide(p) + 8, 0x40, 8); /* its free mark (the page cookie) */
+    reuse_churn(100);
+}
+
 struct probe {
     const char *name, *what;
     unsigned kinds;  /* how it may be reported */
@@ -344,6 +351,8 @@ static const struct probe probes[] = {
      p_underflow},
     {"uaf", "write into a freed block, then reuse", K_UAF, 3, p_uaf_middle},
     {"uaf-link", "write over a freed block's link, then reuse", K_UAF, 2, p_uaf_link},
+    {"uaf-mark", "write over a freed block's free mark (bytes 8-15), then reuse", K_UAF, 3,
+     p_uaf_mark},
 };
 #define PROBES ((int)(sizeof probes / sizeof probes[0]))
 
@@ -570,12 +579,6 @@ static const struct {
     int level;
     enum outcome outcome;
 } known_gaps[] = {
-    /* level 3 junk-fills a freed block from byte 16 on and checks that part;
-     * the first 16 bytes hold the quarantine link and the free cookie.  A
-     * write there while the block is the newest in the quarantine is
-     * overwritten by the next free's link: level 2, which checks the
-     * encoded link when following it, catches what level 3 misses. */
-    {"uaf-link", 3, OUT_MISSED},
     {NULL, 0, OUT_ERROR},
 };
 
