@@ -10,7 +10,7 @@
  * any allocation is served, maybe inside the dynamic loader) applies, in
  * order: the defaults, the SEFER_CONFIG file, the SEFER_* variables.  A
  * runtime sefer_config_set comes last.  None of it calls malloc or stdio:
- * getenv, open, fstat, read, close, write and _exit only; the file goes into
+ * secure_getenv, open, fstat, read, close, write and _exit only; the file goes into
  * a static buffer.  Every bad input is reported once on stderr as
  *   FILE:LINE: KEY: what is wrong (default kept)
  *   SEFER_X=value: KEY: what is wrong (default kept)
@@ -196,7 +196,7 @@ static void check_unknown_env(void) {
 /* SEFER_CONFIG_STRICT takes what a boolean knob takes; anything else is
  * reported, and counts as strict (the safe reading). */
 static bool strict_mode(void) {
-    const char *v = getenv("SEFER_CONFIG_STRICT");
+    const char *v = secure_getenv("SEFER_CONFIG_STRICT");
     if (v == NULL || *v == '\0') return false;
     uint64_t on = 0;
     char why[96];
@@ -209,13 +209,13 @@ void sf_knobs_init(void) {
     startup_errors = 0;
     for (int i = 0; i < SF_KNOB_COUNT; i++) set_default(i);
 
-    const char *path = getenv("SEFER_CONFIG");
+    const char *path = secure_getenv("SEFER_CONFIG");
     if (path != NULL && *path != '\0') load_file(path);
 
     for (int i = 0; i < SF_KNOB_COUNT; i++) {
         char var[64], why[160];
         size_t var_len = sf_knob_env_name(i, var, sizeof var);
-        const char *value = getenv(var);
+        const char *value = secure_getenv(var);
         if (value == NULL) continue;
         uint64_t v = 0;
         if (sf_knob_from_text(i, value, &v, why, sizeof why))
@@ -228,7 +228,7 @@ void sf_knobs_init(void) {
 
     bool strict = strict_mode();
     if (strict && startup_errors) {
-        const char *v = getenv("SEFER_CONFIG_STRICT");
+        const char *v = secure_getenv("SEFER_CONFIG_STRICT");
         char buf[128];
         sf_str_t s;
         sf_str_init(&s, buf, sizeof buf);

@@ -8,7 +8,7 @@
 # is only reached from the API functions, after start-up).
 nm_prog=$1
 archive=$2
-allowed='_GLOBAL_OFFSET_TABLE_ __errno_location _exit close environ fstat fstat64 getenv
+allowed='_GLOBAL_OFFSET_TABLE_ __errno_location _exit close environ fstat fstat64 getenv secure_getenv
 memchr memcmp memcpy memmove memset open open64 pthread_mutex_lock pthread_mutex_unlock
 read strchr strcmp strlen strncmp __stack_chk_fail'
 bad=0
