@@ -68,7 +68,7 @@ static size_t expire_locked(uint64_t now, bool all) {
 
 /* Takes a cached span of size in [min_size, max_size]: the smallest fit.
  * *zero_out tells whether its memory is known to read as zero. */
-void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, bool *zero_out) {
+void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out) {
     sf_lock(&sf_cache_lock);
     expire_locked(sf_now_ms(), false);
     size_t best = SIZE_MAX;
@@ -85,7 +85,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, bool *ze
         sf_stat_sub(&sf_gstats.committed, e.committed);
         p = e.base;
         *size_out = e.size;
-        *zero_out = e.committed == 0;
+        *committed_out = e.committed; /* 0: all zero, as mapped or decommitted */
         sf_stat_add(&sf_gstats.cache_hits, 1);
     } else {
         sf_stat_add(&sf_gstats.cache_misses, 1);

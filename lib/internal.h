@@ -410,7 +410,9 @@ SF_HIDDEN void sf_release_segments(size_t count);
 
 /* ---- cache.c ---------------------------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
-SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, bool *zero_out);
+/* committed_out: bytes of the span that may still be resident, counted from
+ * its start (0: it reads as zero) */
+SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out);
 SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed);
 SF_HIDDEN size_t sf_cache_purge(bool all);
 SF_HIDDEN bool sf_cache_holds(const void *p);

@@ -64,16 +64,18 @@ static void *span_map(size_t size) {
 
 /* A span of at least *size bytes: from the cache (up to max_size, *size set
  * to what was taken) or a new mapping.  *zero: memory known to read zero. */
-static void *span_take(size_t *size, size_t max_size, bool cacheable, bool *zero) {
+/* *resident: how many bytes from the start may still hold old pages (a
+ * reused cached span; 0 for a fresh mapping, which reads as zero). */
+static void *span_take(size_t *size, size_t max_size, bool cacheable, size_t *resident) {
     if (cacheable) {
         size_t got = 0;
-        void *p = sf_cache_take(*size, max_size, &got, zero);
+        void *p = sf_cache_take(*size, max_size, &got, resident);
         if (p != NULL) {
             *size = got;
             return p;
         }
     }
-    *zero = true;
+    *resident = 0;
     return span_map(*size);
 }
 
@@ -133,10 +135,10 @@ static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
 }
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
-    bool zero = false;
-    size_t size = SEG_SIZE;
-    sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &zero);
+    size_t size = SEG_SIZE, resident = 0;
+    sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &resident);
     if (seg == NULL) return NULL;
+    bool zero = resident == 0;
     unsigned shift = kind == SF_SEG_SMALL ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT;
     unsigned bias = kind == SF_SEG_SMALL ? 1 : 0; /* small page 0 is the metadata */
     unsigned count = (unsigned)(SEG_SIZE >> shift) - bias;
@@ -285,13 +287,18 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     }
     size_t span = sf_align_up(rounded + lead + guard, SEG_SIZE);
     bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
-    bool zero = false;
-    sf_segment_t *seg = span_take(&span, span * 2, cacheable, &zero);
+    size_t resident = 0;
+    sf_segment_t *seg = span_take(&span, span * 2, cacheable, &resident);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
     }
+    bool zero = resident == 0;
     uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + OS_PAGE + guard, lead);
+    /* a bigger cached span: its old pages past the new block would stay
+     * resident without being counted anywhere */
+    size_t used = (size_t)(block - (uint8_t *)seg) + rounded;
+    if (resident > used) sf_os_decommit(block + rounded, sf_align_up(resident, OS_PAGE) - used);
     if (!zero) memset(seg, 0, header_bytes(1));
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = NULL;

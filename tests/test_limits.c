@@ -442,6 +442,36 @@ START_TEST(test_large_cache_hit_no_mapping)
 }
 END_TEST
 
+/* A cached span reused for a smaller block (up to half its size) must not
+ * keep its old pages past the new block resident and uncounted: RSS stays
+ * close to what sefer says is committed. */
+START_TEST(test_large_cache_reuse_smaller_releases_tail)
+{
+    void *v[16];
+    for (int i = 0; i < 16; i++) {
+        v[i] = sefer_malloc(7 * ST_MIB);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], 1, 7 * ST_MIB);
+    }
+    for (int i = 0; i < 16; i++)
+        sefer_free(v[i]);
+    size_t base = st_rss();
+    for (int i = 0; i < 16; i++) {
+        v[i] = sefer_malloc(3 * ST_MIB);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], 2, 3 * ST_MIB);
+    }
+    struct sefer_stats s = st_stats();
+    size_t rss = st_rss();
+    /* before the fix: RSS 113 MiB against 48 MiB committed */
+    ck_assert_msg(rss <= s.bytes_committed + 24 * ST_MIB,
+                  "RSS %zu MiB, committed %zu MiB (before the reuse: %zu MiB)", rss / ST_MIB,
+                  (size_t)(s.bytes_committed / ST_MIB), base / ST_MIB);
+    for (int i = 0; i < 16; i++)
+        sefer_free(v[i]);
+}
+END_TEST
+
 /* Allocates count blocks of size bytes, all live at once, then frees them:
  * count spans offered to the large cache together. */
 static void alloc_then_free_spans(int count, size_t size)
@@ -565,6 +595,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_large_cache_hit_no_mapping);
     tcase_add_test(tc, test_large_cache_knobs);
+    tcase_add_test(tc, test_large_cache_reuse_smaller_releases_tail);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }
