@@ -411,25 +411,11 @@ void sf_ep_trim(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r
     sf_reply_json(r, 200, root, true);
 }
 
-/* ---- /healthz and / ------------------------------------------------------------------- */
+/* ---- /healthz ------------------------------------------------------------------- */
 
 void sf_ep_healthz(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
     (void)q, (void)body, (void)len;
     cJSON *root = cJSON_CreateObject();
     sf_json_str(root, "status", "ok");
     sf_reply_json(r, 200, root, false);
-}
-
-void sf_ep_index(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
-    (void)q, (void)body, (void)len;
-    sf_text_t t = {0};
-    sf_text_add(&t, "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>sefer</title></head>\n"
-                    "<body><h1>sefer " SEFER_VERSION_STRING "</h1>\n"
-                    "<p>The dashboard will be served here. Endpoints:</p>\n<ul>\n");
-    static const char *const paths[] = {"/stats", "/segments", "/heaps", "/rings",
-                                        "/config", "/metrics", "/healthz"};
-    for (unsigned i = 0; i < sizeof paths / sizeof *paths; i++)
-        sf_text_addf(&t, "<li><a href=\"%s\">%s</a></li>\n", paths[i], paths[i]);
-    sf_text_add(&t, "</ul></body></html>\n");
-    sf_reply_text(r, 200, "text/html; charset=utf-8", &t);
 }

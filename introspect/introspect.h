@@ -7,6 +7,8 @@
  *   server.c     the daemon: limits, routing, methods, authentication
  *   endpoints.c  the JSON endpoints, built from snapshots (lib/snapshot.c)
  *   metrics.c    /metrics in the Prometheus text format
+ *   webui.c      the dashboard's files (/ and /ui/...), embedded at build
+ *                time by webui/embed.py (docs/dashboard.md)
  *   json.c       cJSON helpers (exact 64-bit integers) and a text buffer
  *   autostart.c  start from a constructor, forget after fork, stop at exit
  *
@@ -96,11 +98,16 @@ typedef struct {
     const char *type; /* Content-Type */
     char *body;       /* malloc; NULL: out of memory (the server answers 503) */
     size_t len;
+    /* set by webui.c only: */
+    bool static_body; /* body is constant data, never freed (len 0 and NULL: no body) */
+    const char *etag; /* ETag, or NULL */
+    bool page;        /* Cache-Control: no-cache and the page's security headers,
+                         not no-store */
 } sf_reply_t;
 
 typedef void sf_endpoint_fn(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r);
 SF_HIDDEN sf_endpoint_fn sf_ep_segments, sf_ep_heaps, sf_ep_rings, sf_ep_stats, sf_ep_config,
-    sf_ep_healthz, sf_ep_index, sf_ep_metrics, sf_ep_config_set, sf_ep_trim;
+    sf_ep_healthz, sf_ep_metrics, sf_ep_config_set, sf_ep_trim;
 
 /* Replies: JSON (takes and deletes root), an error object, plain text. */
 SF_HIDDEN void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty);
@@ -110,6 +117,21 @@ SF_HIDDEN void sf_reply_text(sf_reply_t *r, unsigned status, const char *type, s
 SF_HIDDEN bool sf_query_u64(const sf_query_t *q, const char *key, uint64_t dflt, uint64_t max,
                             uint64_t *out, sf_reply_t *r);
 SF_HIDDEN bool sf_query_pretty(const sf_query_t *q, sf_reply_t *r, bool *pretty);
+
+/* ---- webui.c and the generated webui_assets.c (webui/embed.py) ------------ */
+typedef struct {
+    const char *path; /* "/" or "/ui/NAME" */
+    const char *type; /* Content-Type */
+    const unsigned char *data;
+    size_t len;
+    const char *etag; /* quoted hash of the bytes */
+} sf_webui_file_t;
+SF_HIDDEN const sf_webui_file_t *sf_webui_find(const char *path);
+/* Whether path is the dashboard's: "/" or under "/ui/". */
+SF_HIDDEN bool sf_webui_path(const char *path);
+/* The file at path (GET or HEAD): 200, 304 when if_none_match names its
+ * ETag, or 404. */
+SF_HIDDEN void sf_webui_reply(const char *path, const char *if_none_match, sf_reply_t *r);
 
 /* ---- server.c: figures about the server itself ---------------------------- */
 typedef struct {

@@ -96,9 +96,13 @@ void sf_text_addf(sf_text_t *t, const char *fmt, ...) {
 
 /* ---- replies ------------------------------------------------------------------ */
 
+/* Every field of a reply: a malloc'ed body, no ETag, the endpoints' headers. */
+static void reply_start(sf_reply_t *r, unsigned status, const char *type) {
+    *r = (sf_reply_t){.status = status, .type = type};
+}
+
 void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty) {
-    r->status = status;
-    r->type = "application/json";
+    reply_start(r, status, "application/json");
     r->body = root ? (pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root)) : NULL;
     r->len = r->body ? strlen(r->body) : 0;
     cJSON_Delete(root);
@@ -123,8 +127,7 @@ void sf_reply_error(sf_reply_t *r, unsigned status, const char *error, const cha
 }
 
 void sf_reply_text(sf_reply_t *r, unsigned status, const char *type, sf_text_t *t) {
-    r->status = status;
-    r->type = type;
+    reply_start(r, status, type);
     if (t->failed || t->buf == NULL) {
         free(t->buf);
         r->body = NULL;

@@ -17,7 +17,8 @@
  * (counted) without the right "Authorization: Bearer TOKEN"; tokens are
  * compared in constant time.  A non-loopback listen address needs a token,
  * and on such a listener every request from a non-loopback peer needs it
- * too, except /healthz. */
+ * too, except /healthz and the dashboard's static files (/ and /ui/...,
+ * introspect/webui.c), which hold nothing about the process. */
 #include "introspect.h"
 
 #include <signal.h>
@@ -52,7 +53,6 @@ struct route {
 };
 
 static const struct route routes[] = {
-    {"/", "GET", sf_ep_index, "", false},
     {"/healthz", "GET", sf_ep_healthz, "", false},
     {"/stats", "GET", sf_ep_stats, "pretty", false},
     {"/segments", "GET", sf_ep_segments, "limit offset pretty", false},
@@ -75,22 +75,40 @@ struct post {
 
 /* ---- replies ---------------------------------------------------------------------- */
 
-static enum MHD_Result send_reply(struct MHD_Connection *c, sf_reply_t *r, const char *allow,
-                                  bool challenge) {
+/* Headers of the dashboard's files (introspect/webui.c): scripts, styles and
+ * fetches from this server only, no inline script or style, no framing. */
+#define PAGE_CSP                                                                                  \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " \
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+static struct MHD_Response *make_response(sf_reply_t *r) {
     static char oom[] = "{\"error\": \"out of memory\", \"status\": 503}\n";
-    struct MHD_Response *resp;
+    static char empty[] = "";
+    if (r->static_body) /* constant data: no free callback */
+        return mhd->response_from_buffer(r->len, r->body ? r->body : empty, NULL);
     if (r->body == NULL) {
         r->status = 503;
         r->type = "application/json";
-        resp = mhd->response_from_buffer(sizeof oom - 1, oom, NULL);
-    } else {
-        resp = mhd->response_from_buffer(r->len, r->body, free);
-        if (resp == NULL) free(r->body);
+        return mhd->response_from_buffer(sizeof oom - 1, oom, NULL);
     }
+    struct MHD_Response *resp = mhd->response_from_buffer(r->len, r->body, free);
+    if (resp == NULL) free(r->body);
+    return resp;
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *c, sf_reply_t *r, const char *allow,
+                                  bool challenge) {
+    struct MHD_Response *resp = make_response(r);
     if (resp == NULL) return MHD_NO;
     mhd->add_header(resp, "Content-Type", r->type);
-    mhd->add_header(resp, "Cache-Control", "no-store");
+    mhd->add_header(resp, "Cache-Control", r->page ? "no-cache" : "no-store");
     mhd->add_header(resp, "X-Content-Type-Options", "nosniff");
+    if (r->etag != NULL) mhd->add_header(resp, "ETag", r->etag);
+    if (r->page) {
+        mhd->add_header(resp, "Content-Security-Policy", PAGE_CSP);
+        mhd->add_header(resp, "Referrer-Policy", "no-referrer");
+        mhd->add_header(resp, "X-Frame-Options", "DENY");
+    }
     if (allow != NULL) mhd->add_header(resp, "Allow", allow);
     if (challenge) mhd->add_header(resp, "WWW-Authenticate", "Bearer realm=\"sefer\"");
     enum MHD_Result ret = mhd->queue_response(c, r->status, resp);
@@ -100,7 +118,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, sf_reply_t *r, const
 
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *error,
                                   const char *reason, const char *allow, bool challenge) {
-    sf_reply_t r;
+    sf_reply_t r = {0};
     sf_reply_error(&r, status, error, reason);
     return send_reply(c, &r, allow, challenge);
 }
@@ -218,8 +236,20 @@ static enum MHD_Result run(struct MHD_Connection *c, const struct route *rt, con
 }
 
 /* First call for a request: everything but a POST body is known. */
+/* GET or HEAD of the dashboard's files (introspect/webui.c): no token (they
+ * hold nothing about the process), the query string ignored. */
+static enum MHD_Result serve_file(struct MHD_Connection *c, const char *url, const char *method) {
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return send_error(c, 405, "method not allowed", "the dashboard's files take GET, HEAD", "GET, HEAD",
+                          false);
+    sf_reply_t r = {0};
+    sf_webui_reply(url, mhd->lookup_value(c, MHD_HEADER_KIND, "If-None-Match"), &r);
+    return send_reply(c, &r, NULL, false);
+}
+
 static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const char *method, void **req_cls) {
     atomic_fetch_add(&sf_introspect_counters.requests, 1);
+    if (sf_webui_path(url)) return serve_file(c, url, method);
     bool known;
     char allow[64];
     const struct route *rt = find_route(url, method, &known, allow, sizeof allow);

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# scripts/demo.sh - the main job, for now: set the machine up, build sefer,
-# and compare it with glibc and mimalloc on a larson-style server workload
-# (bench/compare-larson, interleaved runs, one table).
+# scripts/demo.sh - the main job: set the machine up (scripts/setup.sh),
+# build sefer, and run a soak test under it with the dashboard live:
+# `build/sefer soak` prints the dashboard's URL in a box; open it in a
+# browser on this machine while the soak runs (docs/dashboard.md).
 #
-# Usage: scripts/demo.sh [extra arguments for bench/compare-larson]
-#   With no arguments, compare-larson runs with --quick when it supports it.
-#   DEMO_FULL=1 runs it without --quick.
+# Usage: bash scripts/demo.sh [more `sefer soak` options, e.g. --threads 8]
+#
+# Runs without a terminal too (CI, a pipe): the soak ends by itself.
+#   SOAK_SECONDS=N   how long the soak runs (default 120); Ctrl-C stops it
+#                    earlier, cleanly
+#   SOAK_LISTEN=ADDR where the dashboard listens (default 127.0.0.1:9090+:
+#                    9090, or the next free port)
+#   SEFER_INTROSPECT_TOKEN=T  the token that lets the page change knobs; if
+#                    unset, a random one is made for this run and printed
+# The exit status is the soak's: 0 when every block checked out.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -14,26 +22,21 @@ cd "$root"
 
 bash scripts/setup.sh
 
-larson=bench/compare-larson
-echo
-if [ ! -f "$larson" ]; then
-    echo "demo: $larson is not in this tree yet (the larson comparison is still being written)."
-    if [ -f bench/realprogs ]; then
-        echo "demo: showing bench/realprogs instead: real programs under sefer and glibc, 3 rounds."
-        echo
-        exec python3 bench/realprogs --rounds 3
-    fi
-    echo "demo: nothing to show; the build above succeeded."
-    exit 0
+seconds=${SOAK_SECONDS:-120}
+listen=${SOAK_LISTEN:-127.0.0.1:9090+}
+if [ -z "${SEFER_INTROSPECT_TOKEN:-}" ]; then
+    SEFER_INTROSPECT_TOKEN=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+    export SEFER_INTROSPECT_TOKEN
+    made_token=1
 fi
 
-args=("$@")
-if [ ${#args[@]} -eq 0 ] && [ "${DEMO_FULL:-0}" != 1 ] && grep -q -- '--quick' "$larson"; then
-    args=(--quick)
-fi
-echo "demo: $larson ${args[*]}"
 echo
-if [ -x "$larson" ]; then
-    exec "$larson" "${args[@]}"
+echo "demo: a ${seconds} s soak under sefer (config/soak.toml: guard level 2, delayed decommit),"
+echo "demo: watched live in the dashboard: open the URL in the box below in a browser on this"
+echo "demo: machine (from another machine: ssh -L 9090:127.0.0.1:9090 THIS-HOST, then"
+echo "demo: http://127.0.0.1:9090/, with the port the box shows)."
+if [ "${made_token:-0}" = 1 ]; then
+    echo "demo: token for changing knobs from the page (this run only): $SEFER_INTROSPECT_TOKEN"
 fi
-exec python3 "$larson" "${args[@]}"
+echo
+exec build/sefer soak --seconds "$seconds" --listen "$listen" "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh - make this machine able to build and test sefer, then
-# build it (release) in build/.
+# build it (release) in build/: Debian packages, the npm packages of the
+# dashboard (webui/) and of its browser test (tests/browser/), the build.
 #
 # Idempotent: packages already installed are left alone, and `apt-get update`
 # only runs when something has to be installed.  Safe to run as often as you
@@ -26,12 +27,19 @@ export DEBIAN_FRONTEND=noninteractive
 #  - tools: valgrind, time (/usr/bin/time -v), python3, perl, sqlite3,
 #    prometheus (for its promtool, which checks /metrics in tests/introspect)
 #  - reference allocators for bench/: libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
+#  - the dashboard's browser test (tests/browser): chromium (Debian's; the
+#    test drives /usr/bin/chromium, no browser is downloaded)
+#  - node and npm, only if `node`/`npm` are not there already (a machine
+#    with NodeSource's nodejs has both; Debian's npm would conflict with it):
+#    npm installs uPlot, which the dashboard embeds (webui/), and
+#    playwright-core for the browser test (tests/browser/)
 packages=(
     build-essential gcc g++ meson ninja-build pkg-config
     libubsan1 libtsan2
     check libmicrohttpd-dev libcjson-dev
     valgrind time python3 perl sqlite3 prometheus
     libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
+    chromium
 )
 if [ "${SEFER_SETUP_CLANG:-0}" = 1 ]; then
     packages+=(clang)
@@ -45,6 +53,8 @@ for p in "${packages[@]}"; do
         *) missing+=("$p") ;;
     esac
 done
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing: ${missing[*]}"
@@ -67,6 +77,21 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
     echo "setup: all ${#packages[@]} packages present"
 fi
+
+# npm packages, pinned in package.json + package-lock.json: `npm ci` where
+# node_modules lacks the pinned version (webui: uPlot, embedded into
+# libsefer.so by the build; tests/browser: playwright-core).
+npm_ci_if_needed() {
+    local dir=$1 pkg=$2 want have
+    want=$(node -p "require('./$dir/package.json').dependencies['$pkg']")
+    have=$(node -p "try { require('./$dir/node_modules/$pkg/package.json').version } catch (e) { 'none' }")
+    if [ "$want" != "$have" ]; then
+        echo "setup: npm ci in $dir ($pkg $want; node_modules has $have)"
+        (cd "$dir" && npm ci --no-audit --no-fund)
+    fi
+}
+npm_ci_if_needed webui uplot
+npm_ci_if_needed tests/browser playwright-core
 
 if [ "${SEFER_SETUP_NO_BUILD:-0}" = 1 ]; then
     exit 0

@@ -15,7 +15,12 @@
 int cli_http_get(const char *url, const char *path, const char *token, char **body, size_t *len,
                  char *err, size_t errlen);
 
+/* sefer_run.c: libsefer.so next to this program (or SEFER_LIB), as an
+ * absolute path in out; false if not found. */
+bool cli_find_library(char *out, size_t len);
+
 int cli_run(int argc, char **argv);  /* sefer_run.c */
+int cli_soak(int argc, char **argv); /* sefer_soak.c */
 int cli_stat(int argc, char **argv); /* sefer_stat.c */
 
 #endif

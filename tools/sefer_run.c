@@ -4,7 +4,8 @@
  * The library is looked for relative to this executable, so that the build
  * tree and an installed tree both work: DIR/lib/libsefer.so (build/sefer
  * next to build/lib/), DIR/../lib/libsefer.so, DIR/../lib/<multiarch>/ and
- * the configured libdir; SEFER_LIB overrides all of them. */
+ * the configured libdir; SEFER_LIB overrides all of them (cli_find_library,
+ * also used by `sefer soak`). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 #define SEFER_CLI_LIBDIR "/usr/local/lib"
 #endif
 
-static bool find_library(char *out, size_t len) {
+bool cli_find_library(char *out, size_t len) {
     const char *forced = getenv("SEFER_LIB");
     if (forced != NULL && *forced) {
         snprintf(out, len, "%s", forced);
@@ -80,7 +81,7 @@ int cli_run(int argc, char **argv) {
     }
     if (i >= argc) return run_usage();
     char lib[PATH_MAX];
-    if (!find_library(lib, sizeof lib)) {
+    if (!cli_find_library(lib, sizeof lib)) {
         fprintf(stderr, "sefer run: libsefer.so not found next to this program (set SEFER_LIB)\n");
         return 127;
     }

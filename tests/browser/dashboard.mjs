@@ -1,0 +1,451 @@
+// dashboard.mjs - the dashboard in a real browser (meson test
+// 'browser-dashboard'; run by run.sh, which skips when node, chromium or
+// playwright-core is missing).
+//
+// Debian's /usr/bin/chromium, headless, driven by playwright-core (no
+// browser download).  Two real processes serve the page:
+//
+//   1. `sefer soak` (build/sefer soak --listen 127.0.0.1:0, with a token):
+//      the page goes live; the charts gain points; with polling paused, the
+//      segment map has exactly as many cells as the /segments reply the
+//      page drew (and the server's total), and the heap table lists exactly
+//      the non-free slots of the /heaps reply it drew, with their states;
+//      hovering a cell shows its segment; no script error and no
+//      Content-Security-Policy violation; a click pins a segment; no polls
+//      while the tab is hidden; a refused poll (a 503 put in by the test)
+//      is said with its reason, then live again; a wrong token is refused (the
+//      server's 401 shown), the right one changes decommit.delay from the
+//      page (then in /config, source "runtime"), a bad value shows the
+//      server's reason, and the change is marked on the charts and in the
+//      event log; killing the soak makes the page say the process is not
+//      answering, with the last good poll's time, greyed; `sefer soak`
+//      exits 137 and says why.
+//   2. segments_host under `sefer run`: 10,000 large spans, a static
+//      process: the map, read in pages of 1000, has exactly /segments'
+//      total of cells; hovering cell 5000 shows that segment; drawing the
+//      map after a sweep, and a hover frame, take (printed) milliseconds;
+//      the host's ENOMEM and two guard detections (guard.on_error =
+//      report) show as badges, tiles and banners.
+//
+// Screenshots go to $SEFER_TEST_OUT (the build dir): browser-dashboard.png
+// and browser-dashboard-full.png (live: the top, the whole page) and
+// browser-dashboard-gone.png (after the kill); their paths are printed.  Ends with "N passed, M failed"; exit 0 if none failed.
+
+import {spawn} from 'node:child_process';
+import {randomBytes} from 'node:crypto';
+import path from 'node:path';
+import {fileURLToPath} from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const CLI = process.env.SEFER_TEST_CLI;
+const HOST = process.env.SEFER_TEST_SEGMENTS_HOST;
+const OUT = process.env.SEFER_TEST_OUT || process.cwd();
+const CHROMIUM = process.env.SEFER_CHROMIUM || '/usr/bin/chromium';
+const TOKEN = 'bt-' + randomBytes(12).toString('hex');
+const DEADLINE_MS = 160000;
+
+let passed = 0;
+let failed = 0;
+const children = [];
+
+function log(...a) {
+  console.log(...a);
+}
+
+async function check(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    passed++;
+    log('ok - ' + name + ' (' + (Date.now() - t0) + ' ms)');
+  } catch (e) {
+    failed++;
+    log('not ok - ' + name + '\n    ' + String(e && e.stack ? e.stack : e).split('\n').join('\n    '));
+  }
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+// A child process whose output is kept; waitFor(regex) resolves to the match.
+function start(cmd, args, env = {}) {
+  const p = spawn(cmd, args, {env: {...process.env, ...env}, stdio: ['pipe', 'pipe', 'pipe']});
+  const c = {p, out: '', err: '', code: null, signal: null};
+  p.stdout.on('data', (d) => (c.out += d));
+  p.stderr.on('data', (d) => (c.err += d));
+  c.exited = new Promise((r) => p.on('exit', (code, signal) => {
+    c.code = code;
+    c.signal = signal;
+    r();
+  }));
+  c.waitFor = async (re, ms, where = 'err') => {
+    const end = Date.now() + ms;
+    for (;;) {
+      const m = re.exec(c[where]);
+      if (m) return m;
+      if (Date.now() > end || c.code !== null || c.signal !== null)
+        throw new Error('no ' + re + ' from ' + cmd + ' within ' + ms + ' ms; stderr:\n' + c.err.slice(-2000));
+      await sleep(50);
+    }
+  };
+  children.push(c);
+  return c;
+}
+
+async function getJSON(url, p) {
+  const r = await fetch(new URL(p, url));
+  assert(r.ok, 'GET ' + p + ': ' + r.status);
+  return r.json();
+}
+
+// Every /heaps and /segments reply the page receives, in order of arrival.
+function recordReplies(page) {
+  const rec = {heaps: [], segments: [], segmentRequests: 0, statsRequests: 0};
+  page.on('request', (r) => {
+    if (new URL(r.url()).pathname === '/stats') rec.statsRequests++;
+  });
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    const list = u.pathname === '/heaps' ? rec.heaps : u.pathname === '/segments' ? rec.segments : null;
+    if (!list || r.status() !== 200) return;
+    if (u.pathname === '/segments') rec.segmentRequests++;
+    const i = list.length;
+    list.push(null);
+    r.json().then((j) => (list[i] = j), () => {});
+  });
+  return rec;
+}
+
+const attr = (page, sel, name) => page.$eval(sel, (e, n) => e.dataset[n], name);
+const state = (page) => page.evaluate(() => document.body.dataset.state);
+
+async function waitState(page, want, ms) {
+  await page.waitForFunction((w) => document.body.dataset.state === w, want, {timeout: ms});
+}
+
+// ---- 1. a soak ---------------------------------------------------------------
+
+async function soakChecks(browser) {
+  const soak = start(CLI, ['soak', '--seconds', '150', '--threads', '2', '--listen', '127.0.0.1:0', '--',
+    '--large-max-mib', '8', '--large-budget-mib', '32', '--no-rss-bound'], {SEFER_INTROSPECT_TOKEN: TOKEN});
+  const url = (await soak.waitFor(/sefer soak dashboard:\s+(http:\/\/\S+)/, 20000))[1];
+  const pid = Number((await soak.waitFor(/soak:\s+pid (\d+)/, 5000))[1]);
+  log('# soak pid ' + pid + ' serving ' + url);
+
+  const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
+  const problems = [];
+  // Console errors, but not the browser's note on each refused request: this
+  // test provokes a 401 and a 400, and the kill provokes failed requests.
+  page.on('console', (m) => m.type() === 'error' && !m.text().startsWith('Failed to load resource') && problems.push(m.text()));
+  await page.addInitScript(() => document.addEventListener('securitypolicyviolation', (e) =>
+    console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI)));
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  const rec = recordReplies(page);
+
+  await check('the page loads from the process and goes live', async () => {
+    await page.goto(url);
+    await waitState(page, 'live', 15000);
+    const title = await page.title();
+    assert(title === 'sefer dashboard', 'title ' + title);
+  });
+
+  await check('the charts advance (points grow over a few seconds)', async () => {
+    const before = Number(await attr(page, '#chart-mem', 'points'));
+    await page.waitForFunction((b) => Number(document.getElementById('chart-mem').dataset.points) >= b + 3, before, {timeout: 10000});
+    const after = Number(await attr(page, '#chart-ops', 'points'));
+    assert(after >= before + 3, 'ops chart: ' + before + ' -> ' + after);
+    log('# chart points: ' + before + ' -> ' + after);
+  });
+
+  await page.waitForFunction(() => Number(document.getElementById('segmap').dataset.sweeps) >= 2, null, {timeout: 15000});
+  await page.click('#pause');
+  await waitState(page, 'paused', 5000);
+  await sleep(2500); // a poll or a sweep that was out is dropped or finished by now
+
+  await check('the segment map has as many cells as /segments reports', async () => {
+    const cells = Number(await attr(page, '#segmap', 'cells'));
+    const total = Number(await attr(page, '#segmap', 'total'));
+    const drawn = await page.evaluate(() => window.sefer.segmap.segments.length);
+    const replies = rec.segments.filter(Boolean).slice(-3);
+    assert(replies.length > 0, 'no /segments reply recorded');
+    assert(replies.every((r) => r.total < 1000), 'more than one page per sweep: this check wants one');
+    const match = replies.find((r) => r.segments.length === cells && r.total === total);
+    assert(cells > 0 && drawn === cells, 'cells ' + cells + ', drawn ' + drawn);
+    assert(match, 'map: ' + cells + ' cells, total ' + total + '; last replies: ' +
+        replies.map((r) => r.segments.length + '/' + r.total).join(' '));
+    const now = await getJSON(url, '/segments?limit=0');
+    log('# segment map: ' + cells + ' cells = /segments total ' + total + ' (a fresh /segments now: ' + now.total + ')');
+  });
+
+  await check('hovering a cell shows its segment and pages', async () => {
+    await page.locator('#segmap').scrollIntoViewIfNeeded();
+    const box = await page.$eval('#segmap', (c) => {
+      const r = c.getBoundingClientRect();
+      return {x: r.left, y: r.top};
+    });
+    await page.mouse.move(box.x + 4, box.y + 4);
+    const id = await page.evaluate(() => window.sefer.segmap.segments[0].id);
+    await page.waitForFunction((i) => document.querySelector('#seg-detail h3')?.textContent.startsWith('Segment ' + i + ' '), id, {timeout: 3000});
+    const rows = await page.$$eval('#seg-detail table.pages tbody tr', (t) => t.length);
+    log('# hovered segment ' + id + ': ' + rows + ' page rows');
+  });
+
+  await check('a click pins a segment', async () => {
+    const box = await page.$eval('#segmap', (c) => {
+      const r = c.getBoundingClientRect();
+      return {x: r.left, y: r.top};
+    });
+    await page.mouse.click(box.x + 4, box.y + 4);
+    await page.mouse.move(box.x - 20, box.y - 20); // away: the pinned one stays
+    await page.waitForFunction(() => /\(pinned\)$/.test(document.querySelector('#seg-detail h3')?.textContent || ''), null, {timeout: 3000});
+    await page.mouse.click(box.x + 4, box.y + 4); // unpinned
+  });
+
+  await check('the heap table lists the live heaps of /heaps', async () => {
+    const rows = await page.$$eval('#heaps-body tr.heap', (trs) => trs.map((tr) => tr.dataset.slot + ':' + tr.dataset.state));
+    const replies = rec.heaps.filter(Boolean).slice(-2);
+    const want = (h) => h.heaps.filter((x) => x.state !== 'free').map((x) => x.slot + ':' + x.state);
+    const match = replies.find((h) => JSON.stringify(want(h)) === JSON.stringify(rows));
+    assert(match, 'table ' + rows.join(' ') + '; last /heaps: ' + replies.map((h) => want(h).join(' ')).join(' | '));
+    const live = rows.filter((r) => r.endsWith(':live')).length;
+    assert(live >= 4, 'only ' + live + ' live heaps (main, 2 workers, the server thread at least)');
+    assert(live === match.live, 'live rows ' + live + ', /heaps says ' + match.live);
+    log('# heap table: ' + rows.length + ' rows, ' + live + ' live');
+  });
+
+  await page.click('#pause');
+  await waitState(page, 'live', 10000);
+
+  await check('no polls while the tab is hidden; live again when shown', async () => {
+    const count = () => rec.statsRequests;
+    await page.evaluate(() => {
+      Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+      document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await waitState(page, 'hidden', 5000);
+    await sleep(500); // a poll that was out
+    const before = count();
+    await sleep(2500);
+    const after = count();
+    assert(after === before, 'polled while hidden: ' + before + ' -> ' + after);
+    const status = await page.$eval('#status', (e) => e.textContent);
+    assert(status.includes('hidden') && status.includes('figures as of'), 'status: ' + status);
+    await page.evaluate(() => {
+      delete document.hidden;
+      document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await waitState(page, 'live', 5000);
+  });
+
+  await check('a refused poll is said, with the server\'s reason, and figures greyed', async () => {
+    const body = JSON.stringify({error: 'out of memory', reason: 'the snapshot buffers could not be allocated', status: 503});
+    await page.route('**/stats?*', (r) => r.fulfill({status: 503, contentType: 'application/json', body}));
+    try {
+      await waitState(page, 'refused', 5000);
+      const banner = await page.$eval('#banner-conn', (b) => (b.hidden ? '' : b.textContent));
+      assert(banner.includes('503') && banner.includes('snapshot buffers') && /last good poll at/.test(banner), 'banner: ' + banner);
+      await greyed(page);
+    } finally {
+      await page.unroute('**/stats?*');
+    }
+    await waitState(page, 'live', 5000);
+  });
+
+  await check('a wrong token is refused, with the server\'s reason on the page', async () => {
+    await setToken(page, 'not-the-token');
+    const r = await setKnob(page, 'decommit.delay', '250ms', 'refused');
+    assert(r.includes('401'), 'result: ' + r);
+  });
+
+  await check('a runtime knob changed from the page shows in /config, and on the charts', async () => {
+    await setToken(page, TOKEN);
+    const r = await setKnob(page, 'decommit.delay', '250ms', 'ok');
+    assert(r.includes('250 ms'), 'result: ' + r);
+    const cfg = await getJSON(url, '/config');
+    const k = cfg.knobs.find((x) => x.name === 'decommit.delay');
+    assert(k.value === 250 && k.source === 'runtime', 'decommit.delay in /config: ' + JSON.stringify(k));
+    await page.waitForSelector('#events li[data-kind="knob"]', {timeout: 10000});
+    const ev = await page.$eval('#events li[data-kind="knob"]', (li) => li.textContent);
+    assert(ev.includes('decommit.delay'), 'event: ' + ev);
+    const marks = Number(await attr(page, '#chart-mem', 'marks'));
+    assert(marks >= 1, 'no mark on the charts');
+    const token = await page.evaluate(() => sessionStorage.getItem('sefer.token'));
+    assert(token === TOKEN, 'the token is not in sessionStorage');
+    log('# event: ' + ev);
+  });
+
+  await check('a bad value is refused with the server\'s reason', async () => {
+    const r = await setKnob(page, 'large_cache.ttl', 'banana', 'refused');
+    assert(r.includes('400') && r.includes('large_cache.ttl'), 'result: ' + r);
+    log('# refusal shown: ' + r);
+  });
+
+  await check('no script error and no Content-Security-Policy violation', async () => {
+    assert(problems.length === 0, problems.join('\n'));
+  });
+
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const shot = path.join(OUT, 'browser-dashboard.png');
+  await page.screenshot({path: shot});
+  const full = path.join(OUT, 'browser-dashboard-full.png');
+  await page.screenshot({path: full, fullPage: true});
+  log('# screenshots (live): ' + shot + ' (the top), ' + full + ' (the whole page)');
+
+  await check('killing the process makes the page say so', async () => {
+    const lastGood = await page.evaluate(() => window.sefer.state.lastGood);
+    process.kill(pid, 'SIGKILL');
+    await waitState(page, 'gone', 15000);
+    const banner = await page.$eval('#banner-conn', (b) => (b.hidden ? '' : b.textContent));
+    assert(/not answering/.test(banner) && /last good poll at \d\d:\d\d:\d\d/.test(banner), 'banner: ' + banner);
+    const status = await page.$eval('#status', (s) => s.textContent);
+    assert(status.startsWith('NOT ANSWERING'), 'status: ' + status);
+    await greyed(page);
+    const after = await page.evaluate(() => window.sefer.state.lastGood);
+    assert(after === lastGood || after > lastGood, 'last good poll went back');
+    log('# banner: ' + banner);
+  });
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await sleep(500);
+  const gone = path.join(OUT, 'browser-dashboard-gone.png');
+  await page.screenshot({path: gone, fullPage: false});
+  log('# screenshot (process gone): ' + gone);
+
+  await check('sefer soak reports the killed soak and exits 137', async () => {
+    await Promise.race([soak.exited, sleep(10000)]);
+    assert(soak.code === 137, 'exit code ' + soak.code + ' signal ' + soak.signal);
+    assert(soak.err.includes('killed by SIGKILL'), 'stderr: ' + soak.err.slice(-500));
+  });
+  await page.close();
+}
+
+// The figures are greyed (an opacity transition of 0.2 s).
+async function greyed(page) {
+  await page.waitForFunction(() => Number(getComputedStyle(document.querySelector('main')).opacity) < 0.6, null, {timeout: 3000});
+}
+
+async function setToken(page, token) {
+  await page.fill('#token', token);
+  await page.click('#token-form button[type="submit"]');
+  await page.waitForSelector('tr[data-knob="decommit.delay"] input:not([disabled])', {timeout: 10000});
+}
+
+// Sets a knob from its row; returns the result text once it is ok/refused.
+async function setKnob(page, name, value, expect) {
+  const row = 'tr[data-knob="' + name + '"]';
+  await page.fill(row + ' input', value);
+  await page.click(row + ' button[type="submit"]');
+  await page.waitForSelector(row + ' .result.' + expect, {timeout: 10000});
+  return page.$eval(row + ' .result', (r) => r.textContent);
+}
+
+// ---- 2. 10,000 segments ------------------------------------------------------------
+
+async function manySegmentsChecks(browser) {
+  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '200000', '--misuse'],
+    {SEFER_GUARD_ON_ERROR: 'report'});
+  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
+  await host.waitFor(/ready/, 60000, 'out');
+  const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
+  const rec = recordReplies(page);
+
+  await check('10,000 segments: the map has exactly /segments\' total of cells, read in pages', async () => {
+    await page.goto(url);
+    await page.waitForFunction(() => Number(document.getElementById('segmap').dataset.sweeps) >= 1, null, {timeout: 30000});
+    const cells = Number(await attr(page, '#segmap', 'cells'));
+    const total = (await getJSON(url, '/segments?limit=0')).total;
+    assert(total >= 10000, '/segments total ' + total);
+    assert(cells === total, 'cells ' + cells + ', /segments total ' + total);
+    assert(rec.segmentRequests >= 10, 'only ' + rec.segmentRequests + ' /segments requests for a sweep');
+    log('# ' + cells + ' cells from ' + rec.segmentRequests + ' /segments requests');
+  });
+
+  await check('10,000 segments: hovering cell 5000 shows that segment; a full redraw is quick', async () => {
+    await page.locator('#segmap').scrollIntoViewIfNeeded();
+    const at = await page.evaluate(() => {
+      const m = window.sefer.segmap;
+      m.canvas.scrollIntoView({block: 'center'});
+      const r = m.canvas.getBoundingClientRect();
+      return {x: r.left + (5000 % m.cols) * m.cell + m.cell / 2, y: r.top + Math.floor(5000 / m.cols) * m.cell + m.cell / 2,
+        id: m.segments[5000].id, cell: m.cell};
+    });
+    await page.mouse.move(at.x, at.y);
+    await page.waitForFunction((i) => document.querySelector('#seg-detail h3')?.textContent.startsWith('Segment ' + i + ' '), at.id, {timeout: 3000});
+    const ms = await page.evaluate(() => {
+      const m = window.sefer.segmap;
+      let t0 = performance.now();
+      for (let i = 0; i < 5; i++) {
+        m.dirty = true; // as after a sweep
+        m.draw();
+      }
+      const full = (performance.now() - t0) / 5;
+      t0 = performance.now();
+      for (let i = 0; i < 20; i++) {
+        m.hover = i * 400; // as the mouse moves
+        m.draw();
+      }
+      return {full, hover: (performance.now() - t0) / 20};
+    });
+    log('# map of 10,000 cells of ' + at.cell + ' px: ' + ms.full.toFixed(1) + ' ms to draw after a sweep, ' +
+        ms.hover.toFixed(2) + ' ms per hover frame');
+    assert(ms.full < 500 && ms.hover < 50, 'too slow: ' + JSON.stringify(ms));
+  });
+  await check('guard detections and ENOMEM show as alarms', async () => {
+    await page.waitForSelector('#badge-guard:not([hidden])', {timeout: 10000});
+    const badge = await page.$eval('#badge-guard', (b) => b.textContent);
+    const enomem = await page.$eval('#badge-enomem', (b) => (b.hidden ? '' : b.textContent));
+    const banner = await page.$eval('#banner-guard', (b) => (b.hidden ? '' : b.textContent));
+    const tile = await page.$eval('[data-tile="enomem"]', (t) => t.classList.contains('alarm'));
+    assert(badge.includes('2 guard detections'), 'badge: ' + badge);
+    assert(enomem.includes('1 ENOMEM') && tile, 'ENOMEM badge: ' + enomem + ', tile alarm ' + tile);
+    assert(banner.includes('interior free 1') && banner.includes('double free 1') && banner.includes('report'), 'banner: ' + banner);
+    log('# alarms: ' + badge + ' | ' + enomem + ' | ' + banner);
+  });
+  await page.close();
+  host.p.stdin.end();
+  await Promise.race([host.exited, sleep(10000)]);
+}
+
+// ---- the run ------------------------------------------------------------------------
+
+async function main() {
+  let chromium;
+  try {
+    ({chromium} = await import(path.join(HERE, 'node_modules', 'playwright-core', 'index.mjs')));
+  } catch (e) {
+    log('SKIP: playwright-core is not installed in tests/browser/node_modules (run scripts/setup.sh): ' + e.message);
+    process.exit(77);
+  }
+  assert(CLI && HOST, 'SEFER_TEST_CLI and SEFER_TEST_SEGMENTS_HOST must be set (meson test does)');
+  const browser = await chromium.launch({executablePath: CHROMIUM, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
+  try {
+    await soakChecks(browser);
+    await manySegmentsChecks(browser);
+  } finally {
+    await browser.close();
+  }
+}
+
+const deadline = setTimeout(() => {
+  log('not ok - the test did not finish within ' + DEADLINE_MS / 1000 + ' s');
+  failed++;
+  finish();
+}, DEADLINE_MS);
+
+function finish() {
+  clearTimeout(deadline);
+  for (const c of children) if (c.code === null && c.signal === null) c.p.kill('SIGKILL');
+  log(passed + ' passed, ' + failed + ' failed');
+  process.exit(failed ? 1 : 0);
+}
+
+main().then(finish, (e) => {
+  log('not ok - ' + (e && e.stack ? e.stack : e));
+  failed++;
+  finish();
+});
