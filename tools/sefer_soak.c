@@ -316,6 +316,11 @@ static int verdict(const struct soak *s, int status) {
     double secs = now_s() - s->started;
     if (WIFEXITED(status)) {
         int code = WEXITSTATUS(status);
+        if (stop_signal != 0 && code == 128 + stop_signal) { /* it stopped cleanly */
+            fprintf(stderr, "sefer soak: stopped by %s after %.1f s; the soak checked its blocks first\n",
+                    signal_name(stop_signal), secs);
+            return code;
+        }
         if (code != 0)
             fprintf(stderr, "sefer soak: the soak failed with status %d after %.1f s (%s)\n", code, secs,
                     code == 1   ? "corruption or a failed call: see above"
