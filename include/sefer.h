@@ -149,12 +149,16 @@ SEFER_EXPORT unsigned long sefer_test_os_failures(unsigned ops);
  * errno: EALREADY (already serving), EINVAL (malformed address), EACCES (a
  * non-loopback address without introspect.token), EADDRINUSE (port taken),
  * EPERM (a fork() child of a serving process), ENOSYS (built without the
- * server, or libmicrohttpd cannot be loaded), or a socket error.  Nothing is
- * written to stderr; sefer_introspect_error() tells why in one line. */
+ * server, or libmicrohttpd or cJSON cannot be loaded), or a socket error.
+ * Nothing is written to stderr; sefer_introspect_error() tells why in one
+ * line.  A program linked with libsefer.a starts it only this way (the
+ * introspect.enabled constructor needs libsefer.so or --whole-archive). */
 SEFER_EXPORT int sefer_introspect_start(const char *listen);
-/* Stops the server (waits for the reply in progress); no-op if none. */
+/* Stops the server (waits at most 2 s for the reply in progress); no-op if
+ * none.  Also done at exit. */
 SEFER_EXPORT void sefer_introspect_stop(void);
-/* The port the server listens on, 0 if none. */
+/* The port the server listens on, 0 if none (or if the program closed the
+ * server's descriptors under it). */
 SEFER_EXPORT int sefer_introspect_port(void);
 /* Why the calling thread's last sefer_introspect_start failed. */
 SEFER_EXPORT const char *sefer_introspect_error(void);

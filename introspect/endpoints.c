@@ -6,14 +6,14 @@
  * copies with no allocator lock held.  Figures are named as in struct
  * sefer_stats; a figure that cannot be had is null with a sibling
  * "<name>_reason". */
-#include "introspect.h"
+#include "cjson_calls.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #define SEGMENTS_LIMIT_DEFAULT 1000
-#define SEGMENTS_LIMIT_MAX 1000000
+#define SEGMENTS_LIMIT_MAX 10000 /* about 3 MB of JSON, built in memory */
 
 static const char *const kind_names[] = {
     [SF_SEG_SMALL] = "small", [SF_SEG_MEDIUM] = "medium", [SF_SEG_LARGE] = "large", [SF_SEG_HUGE] = "huge"};
@@ -191,12 +191,16 @@ void sf_ep_heaps(const sf_query_t *q, const char *body, size_t len, sf_reply_t *
     sf_snap_heap_t *heaps = malloc(SF_SNAP_HEAPS * sizeof *heaps);
     struct heap_use *use = calloc(SF_SNAP_HEAPS + 1, sizeof *use);
     sf_snapshot_t s;
+    /* the heaps' counters first: a block allocated between the two reads is
+     * then in blocks but not yet in allocs, never the other way round, so the
+     * derived frees (allocs - blocks) may lag but never run ahead of the
+     * frees really made (which a later request would then undercut) */
+    if (heaps != NULL) sf_snapshot_heaps(heaps);
     if (heaps == NULL || use == NULL || sf_snapshot_segments(&s, 0, UINT64_MAX) != 0) {
         free(heaps);
         free(use);
         return reply_nomem(r);
     }
-    sf_snapshot_heaps(heaps);
     heap_usage(&s, use, &use[SF_SNAP_HEAPS]);
     cJSON *root = cJSON_CreateObject();
     sf_json_u64(root, "registry_slots", SF_REGISTRY_SLOTS);

@@ -3,14 +3,17 @@
  * The server (docs/introspection.md) is split by concern:
  *
  *   mhd.c        loads libmicrohttpd with dlopen when a server starts
+ *   cjson.c      loads cJSON the same way (cjson_calls.h routes the calls)
  *   listen.c     the introspect.listen syntax, loopback test, the socket
+ *   loop.c       the server's thread: accepts, polls, drives the daemon;
+ *                owns every descriptor of the server
  *   server.c     the daemon: limits, routing, methods, authentication
  *   endpoints.c  the JSON endpoints, built from snapshots (lib/snapshot.c)
  *   metrics.c    /metrics in the Prometheus text format
  *   webui.c      the dashboard's files (/ and /ui/...), embedded at build
  *                time by webui/embed.py (docs/dashboard.md)
  *   json.c       cJSON helpers (exact 64-bit integers) and a text buffer
- *   autostart.c  start from a constructor, forget after fork, stop at exit
+ *   autostart.c  start from a constructor when introspect.enabled is set
  *
  * Endpoints know nothing of HTTP: they read a parsed query (and body) and
  * fill an sf_reply_t; server.c is the only user of libmicrohttpd. */
@@ -38,9 +41,36 @@ typedef struct {
     __typeof__(MHD_lookup_connection_value) *lookup_value;
     __typeof__(MHD_get_connection_values) *get_values;
     __typeof__(MHD_get_connection_info) *connection_info;
+    __typeof__(MHD_add_connection) *add_connection;
+    __typeof__(MHD_run) *run;
+    __typeof__(MHD_get_timeout) *get_timeout;
+    __typeof__(MHD_get_daemon_info) *daemon_info;
 } sf_mhd_t;
-/* NULL (with the reason in why) if the library cannot be loaded. */
+/* NULL (with the reason in why) if the library cannot be loaded.  Called
+ * with server.c's srv_lock held, like sf_cjson_load: that lock, which the
+ * fork handlers hold across fork(), is the only one. */
 SF_HIDDEN const sf_mhd_t *sf_mhd_load(char *why, size_t whylen);
+
+/* ---- cjson.c ---------------------------------------------------------------- */
+/* The cJSON functions the server calls, resolved with dlsym from
+ * libcjson.so.1 when a server starts (so that a preloaded libsefer.so does
+ * not need the library: ld.so would refuse the preload without it).  The
+ * sources that build JSON include cjson_calls.h, which routes each cJSON_*
+ * call through this table. */
+#define SF_CJSON_FUNCS(X)                                                                          \
+    X(cJSON_CreateObject) X(cJSON_CreateArray) X(cJSON_CreateRaw) X(cJSON_CreateString)           \
+    X(cJSON_CreateBool) X(cJSON_CreateNull) X(cJSON_AddItemToArray) X(cJSON_AddItemToObjectCS)    \
+    X(cJSON_Delete) X(cJSON_Print) X(cJSON_PrintUnformatted) X(cJSON_ParseWithLength)             \
+    X(cJSON_GetObjectItemCaseSensitive) X(cJSON_IsArray) X(cJSON_IsBool) X(cJSON_IsNumber)         \
+    X(cJSON_IsObject) X(cJSON_IsString) X(cJSON_IsTrue)
+typedef struct {
+#define SF_CJSON_SLOT_(f) __typeof__(f) *f;
+    SF_CJSON_FUNCS(SF_CJSON_SLOT_)
+#undef SF_CJSON_SLOT_
+} sf_cjson_t;
+SF_HIDDEN extern sf_cjson_t sf_cjson;
+/* False (with the reason in why) if libcjson.so.1 cannot be loaded. */
+SF_HIDDEN bool sf_cjson_load(char *why, size_t whylen);
 
 /* ---- listen.c ------------------------------------------------------------- */
 #define SF_LISTEN_DEFAULT "127.0.0.1:9090"
@@ -62,12 +92,35 @@ SF_HIDDEN bool sf_addr_is_loopback(const struct sockaddr *sa);
 /* "http://127.0.0.1:9090/" or "http://[::1]:9090/" */
 SF_HIDDEN void sf_listen_url(const sf_listen_t *l, char *buf, size_t len);
 
+/* ---- loop.c ------------------------------------------------------------------ */
+#define SF_CONN_MAX 64     /* connections open at once */
+#define SF_CONN_PER_PEER 8 /* from one address, on a listener that is not loopback */
+/* Makes the daemon (external polling, epoll, no listening socket); cls goes
+ * to sf_loop_on_connection (MHD_OPTION_NOTIFY_CONNECTION). */
+typedef struct MHD_Daemon *sf_daemon_fn(void *cls);
+/* Starts the server's thread on listening socket fd (taken over, closed on
+ * failure); port points at the bound port, which the thread zeroes if it
+ * loses its descriptors.  0, or -1 with errno and the reason in why.  The
+ * caller serialises start, stop and the fork handler (srv_lock). */
+SF_HIDDEN int sf_loop_start(const sf_mhd_t *mhd, int fd, bool per_peer, _Atomic int *port,
+                            sf_daemon_fn *create, char *why, size_t whylen);
+/* Ends the thread (waits a bounded time) and the daemon, closing only
+ * descriptors that are still the server's. */
+SF_HIDDEN void sf_loop_stop(void);
+/* The thread ended because its descriptors were closed or replaced. */
+SF_HIDDEN bool sf_loop_lost(void);
+SF_HIDDEN void sf_loop_after_fork_child(void);
+SF_HIDDEN void sf_loop_on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                                     enum MHD_ConnectionNotificationCode toe);
+
 /* ---- json.c ----------------------------------------------------------------- */
 /* cJSON keeps numbers as doubles, exact only up to 2^53: 64-bit counts are
- * added as raw decimal text.  Keys must be string literals (not copied). */
+ * added as raw decimal text.  Keys must be string literals (not copied).
+ * An item that could not be made or added (out of memory) is remembered for
+ * this thread, and the next sf_reply_json answers 503 instead of a reply
+ * with fields missing. */
 SF_HIDDEN void sf_json_u64(cJSON *obj, const char *key, uint64_t v);
 SF_HIDDEN cJSON *sf_json_u64_item(uint64_t v);
-SF_HIDDEN void sf_json_i64(cJSON *obj, const char *key, int64_t v);
 SF_HIDDEN void sf_json_str(cJSON *obj, const char *key, const char *s);
 SF_HIDDEN void sf_json_bool(cJSON *obj, const char *key, bool v);
 SF_HIDDEN void sf_json_null(cJSON *obj, const char *key);
@@ -135,10 +188,9 @@ SF_HIDDEN void sf_webui_reply(const char *path, const char *if_none_match, sf_re
 
 /* ---- server.c: figures about the server itself ---------------------------- */
 typedef struct {
-    _Atomic uint64_t requests, auth_failures, rejected, connections_open;
+    _Atomic uint64_t requests, auth_failures, connections_open;
 } sf_introspect_counters_t;
 SF_HIDDEN extern sf_introspect_counters_t sf_introspect_counters;
-SF_HIDDEN void sf_introspect_after_fork_child(void);
 /* Start with stderr reports (autostart); the public start reports nothing. */
 SF_HIDDEN int sf_introspect_start_reporting(const char *listen);
 

@@ -4,18 +4,28 @@
  * byte counts and counters are uint64_t.  Every integer therefore goes into
  * the tree as a raw item holding its decimal text (cJSON_CreateRaw), which
  * cJSON prints verbatim, so 18446744073709551615 comes out as written.
- * Keys are string literals, added without a copy (cJSON_AddItemToObjectCS). */
-#include "introspect.h"
+ * Keys are string literals, added without a copy (cJSON_AddItemToObjectCS).
+ *
+ * An item that cannot be made (cJSON_Create* returns NULL when malloc fails)
+ * or added would leave a field out of a reply that still says 200; instead
+ * the failure is remembered (json_failed, per thread) and the next
+ * sf_reply_json gives no body, which the server answers with 503. */
+#include "cjson_calls.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+static __thread bool json_failed; /* a field of the reply being built is missing */
+
 void sf_json_add(cJSON *obj, const char *key, cJSON *item) {
-    if (item == NULL) return;
-    if (cJSON_IsArray(obj)) cJSON_AddItemToArray(obj, item);
-    else if (!cJSON_AddItemToObjectCS(obj, key, item)) cJSON_Delete(item);
+    bool added = obj != NULL && item != NULL &&
+                 (cJSON_IsArray(obj) ? cJSON_AddItemToArray(obj, item)
+                                     : cJSON_AddItemToObjectCS(obj, key, item));
+    if (added) return;
+    json_failed = true;
+    if (item != NULL) cJSON_Delete(item);
 }
 
 cJSON *sf_json_u64_item(uint64_t v) {
@@ -25,12 +35,6 @@ cJSON *sf_json_u64_item(uint64_t v) {
 }
 
 void sf_json_u64(cJSON *obj, const char *key, uint64_t v) { sf_json_add(obj, key, sf_json_u64_item(v)); }
-
-void sf_json_i64(cJSON *obj, const char *key, int64_t v) {
-    char text[24];
-    snprintf(text, sizeof text, "%" PRId64, v);
-    sf_json_add(obj, key, cJSON_CreateRaw(text));
-}
 
 void sf_json_str(cJSON *obj, const char *key, const char *s) { sf_json_add(obj, key, cJSON_CreateString(s)); }
 void sf_json_bool(cJSON *obj, const char *key, bool v) { sf_json_add(obj, key, cJSON_CreateBool(v)); }
@@ -103,7 +107,9 @@ static void reply_start(sf_reply_t *r, unsigned status, const char *type) {
 
 void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty) {
     reply_start(r, status, "application/json");
-    r->body = root ? (pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root)) : NULL;
+    bool complete = root != NULL && !json_failed;
+    json_failed = false;
+    r->body = complete ? (pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root)) : NULL;
     r->len = r->body ? strlen(r->body) : 0;
     cJSON_Delete(root);
     if (r->body != NULL && pretty) { /* end with a newline, for curl in a terminal */

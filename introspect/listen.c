@@ -123,7 +123,12 @@ static int try_bind(sf_listen_t *l, int port) {
     /* reuse a port whose previous owner's connections linger in TIME_WAIT;
      * on Linux this never lets two live listeners share a port */
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (l->addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (l->addr.ss_family == AF_INET6) {
+        /* a v4-mapped address (::ffff:127.0.0.1) binds only on a dual-stack
+         * socket, and then takes the IPv4 port; any other: IPv6 only */
+        int v6only = !IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&l->addr)->sin6_addr);
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+    }
     set_port(l, port);
     if (bind(fd, (struct sockaddr *)&l->addr, l->addrlen) != 0 || listen(fd, 64) != 0) {
         int e = errno;

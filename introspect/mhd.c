@@ -6,7 +6,9 @@
  * instructions and a dozen files opened, measured with callgrind on
  * /bin/true), whether introspection is enabled or not.  So sefer compiles
  * against libmicrohttpd's header but opens the library with dlopen only when
- * a server starts, and resolves the few functions it calls. */
+ * a server starts, and resolves the few functions it calls.  Loading happens
+ * with server.c's srv_lock held, which the fork handlers hold across fork():
+ * no lock of its own here, so none to leave locked in a fork() child. */
 #include "introspect.h"
 
 #include <dlfcn.h>
@@ -18,7 +20,6 @@
 
 static sf_mhd_t mhd;
 static bool loaded;
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool resolve(void *lib, const char *name, void **slot, char *why, size_t whylen) {
     *slot = dlsym(lib, name);
@@ -45,7 +46,11 @@ static bool load_locked(char *why, size_t whylen) {
               resolve(lib, "MHD_destroy_response", (void **)&m.destroy_response, why, whylen) &&
               resolve(lib, "MHD_lookup_connection_value", (void **)&m.lookup_value, why, whylen) &&
               resolve(lib, "MHD_get_connection_values", (void **)&m.get_values, why, whylen) &&
-              resolve(lib, "MHD_get_connection_info", (void **)&m.connection_info, why, whylen);
+              resolve(lib, "MHD_get_connection_info", (void **)&m.connection_info, why, whylen) &&
+              resolve(lib, "MHD_add_connection", (void **)&m.add_connection, why, whylen) &&
+              resolve(lib, "MHD_run", (void **)&m.run, why, whylen) &&
+              resolve(lib, "MHD_get_timeout", (void **)&m.get_timeout, why, whylen) &&
+              resolve(lib, "MHD_get_daemon_info", (void **)&m.daemon_info, why, whylen);
     if (!ok) {
         dlclose(lib);
         return false;
@@ -55,9 +60,6 @@ static bool load_locked(char *why, size_t whylen) {
 }
 
 const sf_mhd_t *sf_mhd_load(char *why, size_t whylen) {
-    sf_lock(&load_lock);
     if (!loaded) loaded = load_locked(why, whylen);
-    bool ok = loaded;
-    sf_unlock(&load_lock);
-    return ok ? &mhd : NULL;
+    return loaded ? &mhd : NULL;
 }

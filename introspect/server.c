@@ -1,16 +1,20 @@
 /* server.c - the introspection HTTP server: a guest in someone else's
  * process (docs/introspection.md).
  *
- * One libmicrohttpd daemon with its own polling thread answers every
- * request; the thread blocks all asynchronous signals (the host's signal
- * handling must not change because we are here) and allocates through sefer
- * like any other thread.  Limits: MAX_CONNECTIONS at once (more are closed at
- * accept), CONNECTION_TIMEOUT_S of silence closes a connection,
+ * One libmicrohttpd daemon answers every request, driven by one thread of
+ * ours (loop.c: it accepts, polls and runs the daemon, and owns every file
+ * descriptor of the server); the thread blocks all asynchronous signals (the
+ * host's signal handling must not change because we are here) and allocates
+ * through sefer like any other thread.  Limits: SF_CONN_MAX connections at
+ * once (more wait in the listen backlog), SF_CONN_PER_PEER per peer address
+ * on a listener that is not loopback, CONNECTION_TIMEOUT_S of silence closes
+ * a connection,
  * CONNECTION_MEMORY bytes per connection for the request line and headers
  * (libmicrohttpd answers 414 or 431 past it), BODY_MAX bytes of POST body
  * (413 past it).  Methods: GET and HEAD on the read endpoints, POST on the
- * write endpoints, 405 otherwise; unknown paths 404; unknown or malformed
- * query parameters 400.
+ * write endpoints, 405 otherwise; unknown paths (a path is compared whole:
+ * %00 is never decoded) 404; unknown, repeated or malformed query
+ * parameters 400.
  *
  * Security: read-only unless introspect.token is set.  The write endpoints
  * (POST /config, POST /trim) answer 403 without a configured token and 401
@@ -18,16 +22,24 @@
  * compared in constant time.  A non-loopback listen address needs a token,
  * and on such a listener every request from a non-loopback peer needs it
  * too, except /healthz and the dashboard's static files (/ and /ui/...,
- * introspect/webui.c), which hold nothing about the process. */
+ * introspect/webui.c), which hold nothing about the process.  Against DNS
+ * rebinding (a web page whose host name resolves to 127.0.0.1), a request
+ * without the token must name this server in its Host header (421
+ * otherwise; host_allowed).
+ *
+ * Life in the process: the first start installs a pthread_atfork handler
+ * (the lock is held across fork(); a child forgets the server and closes its
+ * copies of the descriptors) and an atexit handler that stops the server
+ * before the libraries it uses are torn down.  Both are installed here, not
+ * in autostart.c, so that a program linked with libsefer.a, where the linker
+ * leaves autostart.o out, gets them too. */
 #include "introspect.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <unistd.h>
 
-#define MAX_CONNECTIONS 64
 #define CONNECTION_TIMEOUT_S 5
 #define CONNECTION_MEMORY (32u << 10)
 #define BODY_MAX 4096
@@ -35,11 +47,11 @@
 sf_introspect_counters_t sf_introspect_counters;
 
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct MHD_Daemon *srv_daemon;
+static bool serving; /* loop.c runs a server */
 static const sf_mhd_t *mhd;
-static int listen_fd = -1;
 static _Atomic int bound_port;
 static bool listen_loopback;
+static char listen_host[72]; /* as a Host header names it: "127.0.0.1", "[::1]" */
 static char token[SF_KNOB_STR_MAX];
 static size_t token_len;
 static bool forked_with_server; /* this process is a fork() child of a serving one */
@@ -133,12 +145,57 @@ static bool same_token(const char *given, size_t given_len) {
     return diff == 0;
 }
 
+/* "Authorization: Bearer TOKEN" as RFC 7235 writes credentials: the scheme
+ * in any case, one or more spaces or tabs, the token; whitespace after it
+ * is not part of it. */
 static bool bearer_ok(struct MHD_Connection *c) {
     const char *h = mhd->lookup_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
-    while (*h == ' ') h++;
-    return token_len > 0 && same_token(h, strlen(h));
+    if (h == NULL || token_len == 0 || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+        return false;
+    h += 6;
+    while (*h == ' ' || *h == '\t') h++;
+    size_t n = strlen(h);
+    while (n > 0 && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
+    return same_token(h, n);
+}
+
+/* Whether a Host header names this server: 127.0.0.1, localhost, [::1] or
+ * the listen address as configured, with this server's port or none.  A
+ * page served from another name (DNS rebinding: evil.example resolving to
+ * 127.0.0.1) sends that name, and a page on another local port (which the
+ * browser's same-origin rule already keeps from reading the reply) sends
+ * its own port. */
+static bool host_is_ours(const char *h) {
+    size_t n = h[0] == '[' ? strcspn(h, "]") + (strchr(h, ']') != NULL) : strcspn(h, ":");
+    const char *port = h + n;
+    if (*port != '\0') {
+        char *end;
+        unsigned long p = *port == ':' && port[1] >= '0' && port[1] <= '9' ? strtoul(port + 1, &end, 10) : 0;
+        if (p == 0 || *end != '\0' || p != (unsigned long)atomic_load(&bound_port)) return false;
+    }
+    static const char *const names[] = {"127.0.0.1", "localhost", "[::1]"};
+    for (unsigned i = 0; i < sizeof names / sizeof *names; i++)
+        if (strlen(names[i]) == n && strncasecmp(h, names[i], n) == 0) return true;
+    return strlen(listen_host) == n && strncasecmp(h, listen_host, n) == 0;
+}
+
+/* A request without the token must carry a Host header that names this
+ * server (none at all only in HTTP/1.0, which a browser never speaks):
+ * false after queueing 421 (or 400 for an HTTP/1.1 request without one). */
+static bool host_allowed(struct MHD_Connection *c, const char *version, enum MHD_Result *ret) {
+    const char *h = mhd->lookup_value(c, MHD_HEADER_KIND, "Host");
+    if (h == NULL && strcmp(version, "HTTP/1.0") == 0) return true;
+    if (h != NULL && host_is_ours(h)) return true;
+    if (bearer_ok(c)) return true;
+    if (h == NULL) {
+        *ret = send_error(c, 400, "bad request", "an HTTP/1.1 request needs a Host header", NULL, false);
+        return false;
+    }
+    *ret = send_error(c, 421, "misdirected request",
+                      "the Host header does not name this server (127.0.0.1, localhost, [::1] or "
+                      "the listen address, with its port); send the token to use another name",
+                      NULL, false);
+    return false;
 }
 
 static bool peer_is_loopback(struct MHD_Connection *c) {
@@ -191,6 +248,13 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
+/* Whether the key of parameter i came before it. */
+static bool repeated(const sf_query_t *q, unsigned i) {
+    for (unsigned k = 0; k < i; k++)
+        if (strcmp(q->key[k], q->key[i]) == 0) return true;
+    return false;
+}
+
 /* Collects and checks the query; false after queueing a 400. */
 static bool read_query(struct MHD_Connection *c, const struct route *rt, sf_query_t *q,
                        enum MHD_Result *ret) {
@@ -200,11 +264,15 @@ static bool read_query(struct MHD_Connection *c, const struct route *rt, sf_quer
     if (q->too_many) {
         snprintf(why, sizeof why, "more than %d query parameters", SF_QUERY_MAX);
     } else {
-        unsigned i = 0;
+        unsigned i = 0, j = 0;
         while (i < q->count && has_word(rt->params, q->key[i])) i++;
-        if (i == q->count) return true;
-        snprintf(why, sizeof why, "unknown query parameter \"%.40s\" (%s takes: %s)", q->key[i], rt->path,
-                 *rt->params ? rt->params : "none");
+        while (i == q->count && j < q->count && !repeated(q, j)) j++;
+        if (i == q->count && j == q->count) return true;
+        if (i < q->count)
+            snprintf(why, sizeof why, "unknown query parameter \"%.40s\" (%s takes: %s)", q->key[i],
+                     rt->path, *rt->params ? rt->params : "none");
+        else
+            snprintf(why, sizeof why, "query parameter \"%.40s\" given more than once", q->key[j]);
     }
     *ret = send_error(c, 400, "bad request", why, NULL, false);
     return false;
@@ -235,7 +303,6 @@ static enum MHD_Result run(struct MHD_Connection *c, const struct route *rt, con
     return send_reply(c, &r, NULL, false);
 }
 
-/* First call for a request: everything but a POST body is known. */
 /* GET or HEAD of the dashboard's files (introspect/webui.c): no token (they
  * hold nothing about the process), the query string ignored. */
 static enum MHD_Result serve_file(struct MHD_Connection *c, const char *url, const char *method) {
@@ -247,7 +314,9 @@ static enum MHD_Result serve_file(struct MHD_Connection *c, const char *url, con
     return send_reply(c, &r, NULL, false);
 }
 
-static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const char *method, void **req_cls) {
+/* First call for a request: everything but a POST body is known. */
+static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const char *method,
+                             const char *version, void **req_cls) {
     atomic_fetch_add(&sf_introspect_counters.requests, 1);
     if (sf_webui_path(url)) return serve_file(c, url, method);
     bool known;
@@ -261,6 +330,7 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
     }
     enum MHD_Result ret;
     sf_query_t q;
+    if (rt->fn != sf_ep_healthz && !host_allowed(c, version, &ret)) return ret;
     if (!authorize(c, rt, &ret) || !read_query(c, rt, &q, &ret)) return ret;
     if (!rt->write) return run(c, rt, &q, NULL, 0);
     const char *cl = mhd->lookup_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -276,9 +346,9 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size,
                                   void **req_cls) {
-    (void)cls, (void)version;
+    (void)cls;
     struct post *p = *req_cls;
-    if (p == NULL) return begin(c, url, method, req_cls);
+    if (p == NULL) return begin(c, url, method, version, req_cls);
     if (*upload_size > 0) { /* more of the body */
         if (p->len + *upload_size > BODY_MAX) p->too_big = true;
         else memcpy(p->body + p->len, upload, *upload_size);
@@ -299,30 +369,31 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     *req_cls = NULL;
 }
 
-/* The sockets of open connections, so that a fork() child can close its
- * copies: otherwise a child that does not exec keeps every connection open
- * at the moment of the fork from closing (the peer waits for the child). */
-static _Atomic int conn_fd[MAX_CONNECTIONS + 8] = {[0 ... MAX_CONNECTIONS + 7] = -1};
+/* MHD_OPTION_UNESCAPE_CALLBACK, for the path and the query: %XX decoded in
+ * place, except %00, which stays as it is written.  A decoded NUL would end
+ * the C string libmicrohttpd hands us early, and "/stats%00x" would pass
+ * for "/stats". */
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
 
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
-                          enum MHD_ConnectionNotificationCode toe) {
-    (void)cls;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        atomic_fetch_add(&sf_introspect_counters.connections_open, 1);
-        const union MHD_ConnectionInfo *info = mhd->connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        for (unsigned i = 0; info != NULL && i < MAX_CONNECTIONS + 8; i++) {
-            int expected = -1;
-            if (atomic_compare_exchange_strong(&conn_fd[i], &expected, info->connect_fd)) {
-                *socket_ctx = &conn_fd[i];
-                break;
-            }
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hex_digit(r[1]) : -1, lo = hi >= 0 ? hex_digit(r[2]) : -1;
+        if (lo >= 0 && (hi | lo) != 0) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
         }
-    } else {
-        atomic_fetch_sub(&sf_introspect_counters.connections_open, 1);
-        /* called before libmicrohttpd closes the socket */
-        if (*socket_ctx != NULL) atomic_store((_Atomic int *)*socket_ctx, -1);
-        *socket_ctx = NULL;
     }
+    *w = '\0';
+    return (size_t)(w - s);
 }
 
 /* ---- start and stop ------------------------------------------------------------------ */
@@ -333,25 +404,74 @@ static int fail(int err, char *why, const char *msg) {
     return -1;
 }
 
-/* The daemon on socket fd; its thread is created with every asynchronous
- * signal blocked, so the host's signals keep going to the host's threads. */
-static struct MHD_Daemon *start_daemon(int fd) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    struct MHD_Daemon *d = mhd->start_daemon(
-        MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, NULL,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_END);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return d;
+/* The daemon: external polling (loop.c's thread drives it) with epoll, no
+ * listening socket of its own (loop.c accepts and adds the connections). */
+static struct MHD_Daemon *create_daemon(void *loop) {
+    return mhd->start_daemon(
+        MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SF_CONN_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+        sf_loop_on_connection, loop, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
+}
+
+/* fork(): srv_lock is held across it, so that a fork() in the middle of a
+ * start or a stop waits for it to end, and the child sees a server either
+ * running or not.  These handlers are installed at the first start, after
+ * sefer's own (lib/init.c), so they run before sefer's prepare handler
+ * takes the allocator's locks: a start in progress can still allocate. */
+static void fork_prepare(void) { sf_lock(&srv_lock); }
+
+static void fork_parent(void) { sf_unlock(&srv_lock); }
+
+/* In the child: only the forking thread exists, so the server's thread is
+ * gone and libmicrohttpd's state may be mid-change.  Forget the daemon
+ * without touching it; close our copies of the listening socket (the parent
+ * alone owns the port) and of the open connections (so that they end when
+ * the parent closes them). */
+static void fork_child(void) {
+    if (serving) {
+        forked_with_server = true;
+        serving = false;
+        sf_loop_after_fork_child();
+        atomic_store(&bound_port, 0);
+        atomic_store(&sf_introspect_counters.connections_open, 0);
+    }
+    sf_unlock(&srv_lock);
+}
+
+static void stop_at_exit(void) { sefer_introspect_stop(); }
+
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+/* atexit rather than a destructor: atexit handlers run before any
+ * library's destructors (libmicrohttpd's among them), in a static program
+ * too. */
+static void install_hooks(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(stop_at_exit);
+}
+
+/* The port is opened before libmicrohttpd is loaded: a process that finds
+ * it taken (a child under `sefer run` on a fixed port) loads nothing. */
+static int open_and_load(sf_listen_t *l, char *why) {
+    int fd = sf_listen_open(l, why, sizeof last_error);
+    if (fd < 0) return -1;
+    if ((mhd = sf_mhd_load(why, sizeof last_error)) == NULL || !sf_cjson_load(why, sizeof last_error)) {
+        close(fd);
+        errno = ENOSYS;
+        return -1;
+    }
+    return fd;
 }
 
 /* Starts the server; fills l with where it listens.  Holds srv_lock. */
 static int start_locked(const char *listen, sf_listen_t *l, char *why) {
-    if (srv_daemon != NULL) {
+    if (serving && sf_loop_lost()) { /* its descriptors were closed under it */
+        sf_loop_stop();
+        serving = false;
+    }
+    if (serving) {
         snprintf(why, sizeof last_error, "already serving on port %d", atomic_load(&bound_port));
         errno = EALREADY;
         return -1;
@@ -372,26 +492,23 @@ static int start_locked(const char *listen, sf_listen_t *l, char *why) {
         errno = EACCES;
         return -1;
     }
-    if ((mhd = sf_mhd_load(why, sizeof last_error)) == NULL) {
-        errno = ENOSYS;
-        return -1;
-    }
-    int fd = sf_listen_open(l, why, sizeof last_error);
+    int fd = open_and_load(l, why);
     if (fd < 0) return -1;
     listen_loopback = l->loopback;
-    struct MHD_Daemon *d = start_daemon(fd);
-    if (d == NULL) {
-        close(fd);
-        return fail(EAGAIN, why, "libmicrohttpd could not start its thread");
-    }
-    srv_daemon = d;
-    listen_fd = fd;
+    bool v6 = l->addr.ss_family == AF_INET6;
+    snprintf(listen_host, sizeof listen_host, "%s%s%s", v6 ? "[" : "", l->host, v6 ? "]" : "");
     atomic_store(&bound_port, l->port);
+    if (sf_loop_start(mhd, fd, !l->loopback, &bound_port, create_daemon, why, sizeof last_error) != 0) {
+        atomic_store(&bound_port, 0);
+        return -1;
+    }
+    serving = true;
     return l->port;
 }
 
 static int start(const char *listen, bool report) {
     sf_ensure_init();
+    pthread_once(&hooks_once, install_hooks);
     sf_listen_t l;
     sf_lock(&srv_lock);
     int port = start_locked(listen, &l, last_error);
@@ -422,37 +539,16 @@ SEFER_EXPORT int sefer_introspect_start(const char *listen) {
     return start(listen, false);
 }
 
+/* Bounded: loop.c waits at most 2 s for the reply in progress, and never
+ * closes a descriptor that is no longer the server's. */
 SEFER_EXPORT void sefer_introspect_stop(void) {
     sf_lock(&srv_lock);
-    struct MHD_Daemon *d = srv_daemon;
-    srv_daemon = NULL;
-    listen_fd = -1;
+    if (serving) sf_loop_stop();
+    serving = false;
     atomic_store(&bound_port, 0);
-    if (d != NULL) mhd->stop_daemon(d); /* joins the thread, closes the sockets */
     sf_unlock(&srv_lock);
 }
 
 SEFER_EXPORT int sefer_introspect_port(void) { return atomic_load(&bound_port); }
 
 SEFER_EXPORT const char *sefer_introspect_error(void) { return last_error; }
-
-/* In the child after fork(): only the forking thread exists, so the
- * server's thread is gone and libmicrohttpd's state may be mid-change.
- * Forget the daemon without touching it; close our copies of the listening
- * socket (the parent alone owns the port) and of the open connections (so
- * that they end when the parent closes them). */
-void sf_introspect_after_fork_child(void) {
-    pthread_mutex_init(&srv_lock, NULL);
-    if (srv_daemon != NULL) {
-        forked_with_server = true;
-        srv_daemon = NULL;
-        if (listen_fd >= 0) close(listen_fd);
-        listen_fd = -1;
-        for (unsigned i = 0; i < MAX_CONNECTIONS + 8; i++) {
-            int fd = atomic_exchange(&conn_fd[i], -1);
-            if (fd >= 0) close(fd);
-        }
-        atomic_store(&bound_port, 0);
-        atomic_store(&sf_introspect_counters.connections_open, 0);
-    }
-}

@@ -24,7 +24,7 @@
 
 #define SF_SNAP_LIST_BATCH 64  /* segments listed per hold of sf_seg_lock */
 #define SF_SNAP_BATCH 64       /* segments copied per hold of sf_seg_lock */
-#define SF_SNAP_FALLBACK 256  /* owner "slot" of the fallback heap */
+#define SF_SNAP_FALLBACK SF_REGISTRY_SLOTS /* owner "slot" of the fallback heap */
 #define SF_SNAP_NO_OWNER (-1) /* spans belong to no heap */
 
 /* One page in use (free pages of a segment are not listed). */

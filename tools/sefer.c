@@ -3,7 +3,7 @@
  *
  *   sefer run [--config FILE] [--listen ADDR] [--] PROGRAM [ARGS...]
  *   sefer soak [--seconds N] [--threads T] [--config FILE] [--listen ADDR] [-- SOAK-ARGS...]
- *   sefer stat [URL] [--token TOKEN]
+ *   sefer stat [URL] [--token-file FILE | --token TOKEN]
  *
  * One file per subcommand: sefer_run.c, sefer_soak.c, sefer_stat.c;
  * sefer_http.c is the HTTP client stat and soak use. */
@@ -15,7 +15,7 @@
 static int usage(FILE *f, int status) {
     fprintf(f, "usage: sefer run [--config FILE] [--listen ADDR] [--] PROGRAM [ARGS...]\n"
                "       sefer soak [--seconds N] [--threads T] [--config FILE] [--listen ADDR] [-- SOAK-ARGS...]\n"
-               "       sefer stat [URL] [--token TOKEN]\n"
+               "       sefer stat [URL] [--token-file FILE | --token TOKEN]\n"
                "\n"
                "run   runs PROGRAM with libsefer.so preloaded and its introspection server on\n"
                "      (SEFER_INTROSPECT_ENABLED=1); ADDR as in introspect.listen, e.g.\n"
@@ -24,7 +24,8 @@ static int usage(FILE *f, int status) {
                "      and prints the dashboard's URL (default 600 s, listen 127.0.0.1:9090+;\n"
                "      `sefer soak --help`); exits with the soak's status\n"
                "stat  prints a one-screen summary of a process serving at URL\n"
-               "      (default " SEFER_CLI_DEFAULT_URL "; the token also from SEFER_INTROSPECT_TOKEN)\n");
+               "      (default " SEFER_CLI_DEFAULT_URL "); the token from SEFER_INTROSPECT_TOKEN or\n"
+               "      the first line of FILE (--token puts it where ps shows it to every user)\n");
     return status;
 }
 

@@ -16,7 +16,8 @@
 
 #define BODY_LIMIT ((size_t)256 << 20)
 
-/* "http://HOST:PORT/...", "HOST:PORT" or "PORT"; HOST an address or localhost. */
+/* "http://HOST:PORT/...", "HOST:PORT" or "PORT"; HOST an address or localhost.
+ * host gets the Host header's value: "127.0.0.1:9090", "[::1]:9090". */
 static bool parse_url(const char *url, struct sockaddr_storage *ss, socklen_t *sslen, char *host,
                       size_t hostlen) {
     if (strncmp(url, "http://", 7) == 0) url += 7;
@@ -37,7 +38,7 @@ static bool parse_url(const char *url, struct sockaddr_storage *ss, socklen_t *s
     unsigned long p = strtoul(port, &end, 10);
     if (end == port || p == 0 || p > 65535 || (*end && *end != '/')) return false;
     if (strcmp(h, "localhost") == 0) snprintf(h, sizeof h, "127.0.0.1");
-    snprintf(host, hostlen, "%s", h);
+    snprintf(host, hostlen, strchr(h, ':') ? "[%s]:%lu" : "%s:%lu", h, p);
     struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
     memset(ss, 0, sizeof *ss);
@@ -123,7 +124,7 @@ int cli_http_get(const char *url, const char *path, const char *token, char **bo
                  char *err, size_t errlen) {
     struct sockaddr_storage ss;
     socklen_t sslen;
-    char host[80];
+    char host[100];
     *body = NULL;
     if (!parse_url(url, &ss, &sslen, host, sizeof host)) {
         snprintf(err, errlen, "%s: expected http://HOST:PORT/", url);

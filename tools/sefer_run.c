@@ -90,6 +90,11 @@ int cli_run(int argc, char **argv) {
     if (asprintf(&preload, "%s%s%s", lib, old && *old ? ":" : "", old && *old ? old : "") < 0) return 127;
     setenv("LD_PRELOAD", preload, 1);
     setenv("SEFER_INTROSPECT_ENABLED", "1", 1);
+    /* the program keeps this pid across exec; its children, which inherit
+     * the variables, stay silent on a fixed port (introspect/autostart.c) */
+    char pid[24];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    setenv("SEFER_INTROSPECT_PID", pid, 1);
     if (config) setenv("SEFER_CONFIG", config, 1);
     if (listen) setenv("SEFER_INTROSPECT_LISTEN", listen, 1);
     announce(argv[i], lib, listen, config);

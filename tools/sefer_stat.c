@@ -1,6 +1,12 @@
 /* sefer_stat.c - `sefer stat [URL]`: one screen about a running process,
- * from its /stats, /heaps and /rings endpoints. */
+ * from its /stats, /heaps and /rings endpoints.
+ *
+ * The token (needed on a listener that is not loopback) comes from
+ * SEFER_INTROSPECT_TOKEN, from --token-file FILE (its first line), or from
+ * --token TOKEN, which every user of the machine can read in ps: the
+ * first two are the ones to use. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,13 +118,33 @@ static void print_rings(const cJSON *rings) {
     printf("\n");
 }
 
+/* The first line of path, without its newline, into buf. */
+static bool read_token_file(const char *path, char *buf, size_t len) {
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        fprintf(stderr, "sefer stat: %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    bool ok = fgets(buf, (int)len, f) != NULL;
+    fclose(f);
+    buf[ok ? strcspn(buf, "\r\n") : 0] = '\0';
+    if (!ok) fprintf(stderr, "sefer stat: %s: empty\n", path);
+    return ok;
+}
+
 int cli_stat(int argc, char **argv) {
     const char *url = SEFER_CLI_DEFAULT_URL, *token = getenv("SEFER_INTROSPECT_TOKEN");
+    static char from_file[512];
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) token = argv[++i];
-        else if (argv[i][0] != '-') url = argv[i];
-        else {
-            fprintf(stderr, "usage: sefer stat [URL] [--token TOKEN]\n");
+        if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+            token = argv[++i];
+        } else if (strcmp(argv[i], "--token-file") == 0 && i + 1 < argc) {
+            if (!read_token_file(argv[++i], from_file, sizeof from_file)) return 2;
+            token = from_file;
+        } else if (argv[i][0] != '-') {
+            url = argv[i];
+        } else {
+            fprintf(stderr, "usage: sefer stat [URL] [--token-file FILE | --token TOKEN]\n");
             return 2;
         }
     }

@@ -2,17 +2,30 @@
  * LD_PRELOAD=libsefer.so (it does not link sefer itself).
  *
  *   introspect_host [--alloc N SIZE] [--threads T] [--spawn-child] [--exit]
+ *                   [--fds MODE] [--emfile] [--maps] [--status S]
  *
  * Names its threads (it-host, it-worker-K), keeps N blocks of SIZE bytes
  * live, starts T threads that keep 100 blocks each, prints "ready" on
- * stdout, then waits until its stdin is closed and exits 0.  --spawn-child
- * first runs itself again with --exit and the same environment (a child
- * that inherits SEFER_* variables) and prints "child-exit STATUS". */
+ * stdout, then waits until its stdin is closed and exits 0 (or S).
+ * --spawn-child first runs itself again with --exit and the same
+ * environment (a child that inherits SEFER_* variables) and prints
+ * "child-exit STATUS".
+ *
+ * What hosts do to descriptors, before "ready" (--fds): close-all closes
+ * every descriptor from 3 up (closefrom, as daemons do), dup2-all puts
+ * /dev/null on every open descriptor from 3 up, close-low closes 3..63,
+ * dup2-low puts /dev/null on 3 and 4 (a shell's `exec 3>file`).  --emfile,
+ * after "ready": lowers RLIMIT_NOFILE to 256, opens /dev/null until EMFILE,
+ * prints "full", waits for a line on stdin, closes them and prints "freed".
+ * --maps prints "mhd 1" if libmicrohttpd is mapped, else "mhd 0". */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,9 +48,61 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Every open descriptor from 3 up (at most max), from /proc/self/fd. */
+static int open_fds(int *fds, int max) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL && n < max;) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] != '.' && fd > 2 && fd != dirfd(d)) fds[n++] = fd;
+    }
+    if (d != NULL) closedir(d);
+    return n;
+}
+
+static int abuse_fds(const char *mode) {
+    int fds[4096], n = open_fds(fds, 4096), nul = open("/dev/null", O_RDONLY);
+    if (strcmp(mode, "close-all") == 0) return close_range(3, ~0u, 0);
+    if (strcmp(mode, "dup2-all") == 0)
+        for (int i = 0; i < n; i++) dup2(nul, fds[i]);
+    else if (strcmp(mode, "close-low") == 0)
+        for (int fd = 3; fd < 64; fd++) close(fd);
+    else if (strcmp(mode, "dup2-low") == 0)
+        return dup2(nul, 3) == 3 && dup2(nul, 4) == 4 ? 0 : -1;
+    else
+        return -1;
+    return 0;
+}
+
+/* Runs this process out of descriptors until a line comes on stdin. */
+static void exhaust_fds(void) {
+    struct rlimit r = {256, 256};
+    setrlimit(RLIMIT_NOFILE, &r);
+    static int held[256];
+    int n = 0;
+    while (n < 256 && (held[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+    printf("full %d\n", n);
+    fflush(stdout);
+    char line[64];
+    if (fgets(line, sizeof line, stdin) == NULL) return;
+    while (n > 0) close(held[--n]);
+    printf("freed\n");
+    fflush(stdout);
+}
+
+static int mhd_mapped(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) found |= strstr(line, "libmicrohttpd") != NULL;
+    if (f != NULL) fclose(f);
+    return found;
+}
+
 int main(int argc, char **argv) {
     long n = 0, size = 0, threads = 0;
-    int spawn = 0, quit = 0;
+    int spawn = 0, quit = 0, emfile = 0, maps = 0, status = 0;
+    const char *fds = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--alloc") == 0 && i + 2 < argc) {
             n = atol(argv[++i]);
@@ -48,8 +113,17 @@ int main(int argc, char **argv) {
             spawn = 1;
         } else if (strcmp(argv[i], "--exit") == 0) {
             quit = 1;
+        } else if (strcmp(argv[i], "--fds") == 0 && i + 1 < argc) {
+            fds = argv[++i];
+        } else if (strcmp(argv[i], "--emfile") == 0) {
+            emfile = 1;
+        } else if (strcmp(argv[i], "--maps") == 0) {
+            maps = 1;
+        } else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc) {
+            status = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: introspect_host [--alloc N SIZE] [--threads T] [--spawn-child] [--exit]\n");
+            fprintf(stderr, "usage: introspect_host [--alloc N SIZE] [--threads T] [--spawn-child] [--exit]\n"
+                            "                       [--fds MODE] [--emfile] [--maps] [--status S]\n");
             return 2;
         }
     }
@@ -76,8 +150,14 @@ int main(int argc, char **argv) {
         printf("child-exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     }
     if (quit) return 0;
+    if (fds != NULL && abuse_fds(fds) != 0) {
+        fprintf(stderr, "introspect_host: --fds %s failed\n", fds);
+        return 3;
+    }
+    if (maps) printf("mhd %d\n", mhd_mapped());
     printf("ready\n");
     fflush(stdout);
+    if (emfile) exhaust_fds();
     {
         char buf[64];
         while (fread(buf, 1, sizeof buf, stdin) > 0) {
@@ -91,5 +171,5 @@ int main(int argc, char **argv) {
     for (long i = 0; i < n; i++) free(blocks[i]);
     free(blocks);
     free(t);
-    return 0;
+    return status;
 }

@@ -236,9 +236,13 @@ START_TEST(test_query_validation)
     int port = it_start();
     static const char *const bad[] = {
         "/segments?limit=abc", "/segments?limit=-1", "/segments?limit=", "/segments?limit",
-        "/segments?offset=1e3", "/segments?limit=99999999999999999999999", "/segments?limit=1000001",
+        "/segments?offset=1e3", "/segments?limit=99999999999999999999999", "/segments?limit=10001",
         "/segments?colour=red", "/stats?limit=1", "/heaps?pretty=2",
-        "/segments?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9"};
+        "/segments?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9",
+        /* repeated: which one would count? */
+        "/segments?limit=1&limit=2", "/segments?limit=1&pretty=0&limit=1", "/stats?pretty=1&pretty=1",
+        /* %00 is never decoded: not a number */
+        "/segments?limit=%00", "/segments?limit=1%00", "/segments?limit%00=1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cJSON *e = it_json_status(port, bad[i], 400);
         ck_assert_str_eq(it_str(e, "error"), "bad request");
@@ -247,7 +251,119 @@ START_TEST(test_query_validation)
     }
     cJSON *ok = it_json(port, "/segments?limit=3&offset=0&pretty=0");
     cJSON_Delete(ok);
+    ok = it_json(port, "/segments?%6cimit=%31"); /* other escapes are decoded */
+    ck_assert_uint_eq(it_u64(ok, "limit"), 1);
+    cJSON_Delete(ok);
     sefer_introspect_stop();
+}
+END_TEST
+
+/* A path is compared whole: a NUL (%00) never cuts it short. */
+START_TEST(test_paths_match_exactly)
+{
+    int port = it_start();
+    static const char *const paths[] = {"/stats%00x", "/stats%00", "/%73tats%00.json", "/healthz%00",
+                                        "/stats/", "/stats%20", "/Stats", "//stats"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        cJSON *e = it_json_status(port, paths[i], 404);
+        cJSON_Delete(e);
+    }
+    cJSON *ok = it_json(port, "/%73tats");
+    cJSON_Delete(ok);
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* GET path with a Host header of our choosing (NULL: none) and a version. */
+static int host_status(int port, const char *path, const char *host, const char *version)
+{
+    char req[512];
+    snprintf(req, sizeof req, "GET %s %s\r\n%s%s%sConnection: close\r\n\r\n", path, version,
+             host ? "Host: " : "", host ? host : "", host ? "\r\n" : "");
+    it_resp_t r;
+    it_raw(port, req, strlen(req), &r);
+    int status = r.status;
+    if (status == 421) { /* a JSON error, as every error */
+        cJSON *j = cJSON_ParseWithLength(r.body, r.len);
+        ck_assert_ptr_nonnull(j);
+        ck_assert_uint_eq(it_u64(j, "status"), 421);
+        cJSON_Delete(j);
+    }
+    it_free(&r);
+    return status;
+}
+
+/* DNS rebinding: a page from evil.example, resolved to 127.0.0.1, sends its
+ * own name in Host; without the token such a request gets 421. */
+START_TEST(test_host_header_names_this_server)
+{
+    int port = it_start();
+    char good[6][64], bad[5][64];
+    snprintf(good[0], 64, "127.0.0.1:%d", port);
+    snprintf(good[1], 64, "localhost:%d", port);
+    snprintf(good[2], 64, "LocalHost:%d", port);
+    snprintf(good[3], 64, "[::1]:%d", port);
+    snprintf(good[4], 64, "127.0.0.1");
+    snprintf(good[5], 64, "localhost");
+    snprintf(bad[0], 64, "evil.example:%d", port);
+    snprintf(bad[1], 64, "127.0.0.1:%d", port == 1 ? 2 : 1);
+    snprintf(bad[2], 64, "127.0.0.1.evil.example:%d", port);
+    snprintf(bad[3], 64, "127.0.0.1:%dx", port);
+    snprintf(bad[4], 64, "localhost.:%d", port);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(host_status(port, "/segments", good[i], "HTTP/1.1") == 200, "Host: %s", good[i]);
+    static const char *const reads[] = {"/stats", "/segments", "/heaps", "/rings", "/config", "/metrics"};
+    for (int i = 0; i < 5; i++)
+        for (size_t k = 0; k < sizeof reads / sizeof *reads; k++)
+            ck_assert_msg(host_status(port, reads[k], bad[i], "HTTP/1.1") == 421, "Host: %s %s", bad[i],
+                          reads[k]);
+    /* nothing about the process: /healthz and the dashboard's files */
+    ck_assert_int_eq(host_status(port, "/healthz", bad[0], "HTTP/1.1"), 200);
+    ck_assert_int_eq(host_status(port, "/", bad[0], "HTTP/1.1"), 200);
+    /* no Host: HTTP/1.0 only (no browser sends it) */
+    ck_assert_int_eq(host_status(port, "/stats", NULL, "HTTP/1.0"), 200);
+    ck_assert_int_eq(host_status(port, "/stats", NULL, "HTTP/1.1"), 400);
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* A failed cJSON_Create* (malloc returning NULL inside cJSON) makes the
+ * reply a 503, never a 200 with fields missing.  The server shares this
+ * process's libcjson.so.1, and so its hooks (cJSON_InitHooks). */
+static atomic_int fail_every;
+static atomic_uint cjson_calls;
+
+static void *failing_malloc(size_t n)
+{
+    int every = atomic_load(&fail_every);
+    if (every > 0 && atomic_fetch_add(&cjson_calls, 1) % (unsigned)every == (unsigned)every - 1)
+        return NULL;
+    return malloc(n);
+}
+
+START_TEST(test_cjson_failure_is_503)
+{
+    cJSON_Hooks hooks = {failing_malloc, free};
+    cJSON_InitHooks(&hooks);
+    int port = it_start();
+    static const char *const paths[] = {"/stats", "/heaps", "/segments", "/rings", "/config"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        for (int every = 1; every <= 40; every += 13) {
+            atomic_store(&cjson_calls, 0);
+            atomic_store(&fail_every, every);
+            it_resp_t r;
+            it_get(port, paths[i], &r);
+            atomic_store(&fail_every, 0);
+            ck_assert_msg(r.status == 503, "%s, every %d cJSON allocations failing: %d", paths[i], every,
+                          r.status);
+            ck_assert_ptr_nonnull(strstr(r.body, "out of memory"));
+            it_free(&r);
+        }
+        cJSON *ok = it_json(port, paths[i]);
+        cJSON_Delete(ok);
+    }
+    sefer_introspect_stop();
+    cJSON_InitHooks(NULL);
 }
 END_TEST
 
@@ -519,6 +635,16 @@ START_TEST(test_start_stop_api)
         sefer_introspect_stop();
     else
         fprintf(stderr, "note: no IPv6 loopback here: %s\n", sefer_introspect_error());
+    /* a v4-mapped address listens on the IPv4 port (a dual-stack socket) */
+    int mapped = sefer_introspect_start("[::ffff:127.0.0.1]:0");
+    if (mapped > 0) {
+        ok = it_json(mapped, "/stats"); /* from 127.0.0.1, a loopback peer */
+        cJSON_Delete(ok);
+        sefer_introspect_stop();
+    } else {
+        fprintf(stderr, "note: no IPv6 here: %s\n", sefer_introspect_error());
+        ck_assert_int_ne(errno, EADDRNOTAVAIL);
+    }
 }
 END_TEST
 
@@ -536,6 +662,9 @@ int main(void)
     tcase_add_test(tc, test_metrics_exposition);
     tcase_add_test(tc, test_methods_paths_and_small_endpoints);
     tcase_add_test(tc, test_start_stop_api);
+    tcase_add_test(tc, test_paths_match_exactly);
+    tcase_add_test(tc, test_host_header_names_this_server);
+    tcase_add_test(tc, test_cjson_failure_is_503);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }

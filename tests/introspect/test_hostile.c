@@ -279,7 +279,7 @@ START_TEST(test_many_concurrent_connections)
         opened++;
     }
     ck_assert_int_gt(opened, 0);
-    const char *req = "GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    const char *req = "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     for (int i = 0; i < MANY; i++)
         if (fds[i] >= 0)
             it_send(fds[i], req, strlen(req));

@@ -10,7 +10,16 @@
  *   - a child that inherits the environment does not take the parent's port;
  *   - fork() while the server runs and a client polls it: the child has no
  *     server, allocates at once, nothing deadlocks; the parent keeps serving;
- *   - build/sefer run and build/sefer stat.
+ *   - build/sefer run and build/sefer stat;
+ *   - hosts that close or reuse descriptors (closefrom, dup2 onto every
+ *     descriptor, close 3..63, dup2 onto 3 and 4, a shell's `exec 3>file`
+ *     under sefer run): the program ends at once with its own status, and
+ *     the server, out of the low range, keeps serving where it can;
+ *   - a host at its descriptor limit: the server does not spin, and answers
+ *     the waiting client once descriptors are free again;
+ *   - under sefer run, children of the program stay silent on a fixed port
+ *     (SEFER_INTROSPECT_PID) and take their own port with '+';
+ *   - a process that finds the port taken does not load libmicrohttpd.
  *
  * Paths come from meson: SEFER_TEST_LIB (libsefer.so), SEFER_TEST_HOST,
  * SEFER_TEST_CLI. */
@@ -69,12 +78,37 @@ static void spawn_host(it_proc_t *p, const char *const env[], const char *const 
     it_spawn(p, argv, env);
 }
 
+static char host_out[4096]; /* the host's stdout up to "ready" */
+
 static void wait_ready(it_proc_t *p)
 {
-    char out[4096];
     size_t len = 0;
-    ck_assert_msg(it_read_until(p->out, out, sizeof out, &len, "ready\n", 10000),
-                  "the host did not get ready: stdout \"%s\", stderr \"%s\"", out, p->errbuf);
+    ck_assert_msg(it_read_until(p->out, host_out, sizeof host_out, &len, "ready\n", 10000),
+                  "the host did not get ready: stdout \"%s\", stderr \"%s\"", host_out, p->errbuf);
+}
+
+/* CPU time (user + system) of process pid so far, in clock ticks. */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* fields 14 and 15 follow "(comm) S" */
+    long utime = 0, stime = 0;
+    ck_assert(p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime) == 2);
+    return utime + stime;
+}
+
+/* CPU time the process takes over ms milliseconds, in seconds. */
+static double cpu_over(pid_t pid, int ms)
+{
+    long t0 = cpu_ticks(pid);
+    usleep((useconds_t)ms * 1000);
+    return (double)(cpu_ticks(pid) - t0) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static void finish_ok(it_proc_t *p)
@@ -99,11 +133,12 @@ START_TEST(test_preloaded_program_serves)
 {
     const char *env[] = {preload_var(), "SEFER_INTROSPECT_ENABLED=1",
                          "SEFER_INTROSPECT_LISTEN=127.0.0.1:0", NULL};
-    const char *args[] = {"--alloc", "1000", "4096", "--threads", "2", NULL};
+    const char *args[] = {"--alloc", "1000", "4096", "--threads", "2", "--maps", NULL};
     it_proc_t p;
     spawn_host(&p, env, args);
     int port = it_wait_url(&p);
     wait_ready(&p);
+    ck_assert_msg(strstr(host_out, "mhd 1\n") != NULL, "stdout: %s", host_out);
     cJSON *heaps = it_json(port, "/heaps");
     ck_assert(has_thread(heaps, "it-host") && has_thread(heaps, "it-worker-0") &&
               has_thread(heaps, "it-worker-1"));
@@ -160,10 +195,12 @@ START_TEST(test_port_taken_says_so_once)
     char listen[64];
     snprintf(listen, sizeof listen, "SEFER_INTROSPECT_LISTEN=127.0.0.1:%d", port);
     const char *env[] = {preload_var(), "SEFER_INTROSPECT_ENABLED=1", listen, NULL};
-    const char *args[] = {"--alloc", "10", "100", NULL};
+    const char *args[] = {"--alloc", "10", "100", "--maps", NULL};
     it_proc_t p;
     spawn_host(&p, env, args);
     wait_ready(&p);
+    /* the port is tried before libmicrohttpd (and GnuTLS...) is loaded */
+    ck_assert_msg(strstr(host_out, "mhd 0\n") != NULL, "stdout: %s", host_out);
     finish_ok(&p);
     close(blocker);
     ck_assert_msg(it_count(p.errbuf, "is in use") == 1, "stderr: %s", p.errbuf);
@@ -307,6 +344,177 @@ START_TEST(test_fork_while_serving)
 }
 END_TEST
 
+/* What `sefer stat` sends: a Host header with the port (IPv6 in brackets),
+ * and the token from a file or from SEFER_INTROSPECT_TOKEN. */
+static void stat_request(bool v6, const char *token_file, const char *token_env, const char *want_auth)
+{
+    int ls = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage ss = {0};
+    socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (v6) {
+        ((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
+        ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_loopback;
+    } else {
+        ((struct sockaddr_in *)&ss)->sin_family = AF_INET;
+        ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    }
+    if (bind(ls, (struct sockaddr *)&ss, len) != 0) {
+        fprintf(stderr, "note: cannot bind %s: %s\n", v6 ? "[::1]" : "127.0.0.1", strerror(errno));
+        close(ls);
+        return;
+    }
+    ck_assert_int_eq(listen(ls, 1), 0);
+    getsockname(ls, (struct sockaddr *)&ss, &len);
+    int port = ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+    char url[64], host[64], env_token[64];
+    snprintf(url, sizeof url, v6 ? "http://[::1]:%d/" : "http://127.0.0.1:%d/", port);
+    snprintf(host, sizeof host, v6 ? "\r\nHost: [::1]:%d\r\n" : "\r\nHost: 127.0.0.1:%d\r\n", port);
+    snprintf(env_token, sizeof env_token, "SEFER_INTROSPECT_TOKEN=%s", token_env ? token_env : "");
+    char *argv[] = {(char *)env_path("SEFER_TEST_CLI"), "stat", url, token_file ? "--token-file" : NULL,
+                    (char *)token_file, NULL};
+    const char *env[] = {token_env ? env_token : "SEFER_INTROSPECT_TOKEN", NULL};
+    it_proc_t p;
+    it_spawn(&p, argv, env);
+    struct pollfd pf = {ls, POLLIN, 0};
+    ck_assert_int_eq(poll(&pf, 1, 5000), 1);
+    int c = accept(ls, NULL, NULL);
+    char req[2048];
+    size_t n = 0;
+    ck_assert(it_read_until(c, req, sizeof req, &n, "\r\n\r\n", 5000));
+    const char reply[] = "HTTP/1.1 500 x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    it_send(c, reply, sizeof reply - 1);
+    close(c);
+    close(ls);
+    it_finish(&p, 5);
+    ck_assert_msg(strstr(req, host) != NULL, "no \"%s\" in:\n%s", host + 2, req);
+    if (want_auth != NULL)
+        ck_assert_msg(strstr(req, want_auth) != NULL, "no \"%s\" in:\n%s", want_auth, req);
+    else
+        ck_assert_ptr_null(strstr(req, "Authorization"));
+}
+
+START_TEST(test_cli_stat_request)
+{
+    char path[] = "/tmp/sefer-token-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(write(fd, "tok-123\n", 8) == 8);
+    close(fd);
+    stat_request(false, NULL, NULL, NULL);
+    stat_request(false, path, NULL, "\r\nAuthorization: Bearer tok-123\r\n");
+    stat_request(true, NULL, "tok-456", "\r\nAuthorization: Bearer tok-456\r\n");
+    unlink(path);
+}
+END_TEST
+
+/* ---- hosts and their descriptors ------------------------------------------------------- */
+
+/* The server took fds 3 and 4 before main; hosts that closed or reused them
+ * hung at exit, spun or aborted.  Each mode runs a host with --status 7: it
+ * must end at once with 7, and not burn CPU meanwhile. */
+START_TEST(test_host_closes_or_reuses_fds)
+{
+    static const char *const modes[] = {"close-all", "dup2-all", "close-low", "dup2-low"};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        const char *env[] = {preload_var(), "SEFER_INTROSPECT_ENABLED=1",
+                             "SEFER_INTROSPECT_LISTEN=127.0.0.1:0", NULL};
+        const char *args[] = {"--fds", modes[m], "--status", "7", NULL};
+        it_proc_t p;
+        spawn_host(&p, env, args);
+        int port = it_wait_url(&p);
+        wait_ready(&p);
+        if (strstr(modes[m], "low") != NULL) { /* the server lives above the low range */
+            cJSON *ok = it_json(port, "/healthz");
+            cJSON_Delete(ok);
+        }
+        double cpu = cpu_over(p.pid, 1000);
+        ck_assert_msg(cpu < 0.3, "--fds %s: %.2f s of CPU in 1 s", modes[m], cpu);
+        uint64_t t0 = it_now_ms();
+        int status = it_finish(&p, 5);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 7, "--fds %s: %s; stderr: %s", modes[m],
+                      st_describe_status(status), p.errbuf);
+        ck_assert_msg(it_now_ms() - t0 < 3000, "--fds %s: took %llu ms to exit", modes[m],
+                      (unsigned long long)(it_now_ms() - t0));
+    }
+}
+END_TEST
+
+/* A shell under sefer run that redirects fd 3 ends at once, with its status. */
+START_TEST(test_shell_exec_redirect_under_sefer_run)
+{
+    const char *cli = env_path("SEFER_TEST_CLI");
+    char *argv[] = {(char *)cli, "run", "--listen", "127.0.0.1:0", "--", "/bin/sh", "-c",
+                    "exec 3>/dev/null 4>/dev/null; echo done; exit 7", NULL};
+    const char *env[] = {"LD_PRELOAD", "SEFER_INTROSPECT_ENABLED", NULL};
+    it_proc_t p;
+    uint64_t t0 = it_now_ms();
+    it_spawn(&p, argv, env);
+    char out[256];
+    size_t len = 0;
+    ck_assert(it_read_until(p.out, out, sizeof out, &len, "done\n", 5000));
+    int status = it_finish(&p, 5);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 7, "%s; stderr: %s", st_describe_status(status),
+                  p.errbuf);
+    ck_assert_uint_lt(it_now_ms() - t0, 4000);
+}
+END_TEST
+
+/* At its descriptor limit, the host's server waits instead of retrying
+ * accept at once, and serves the waiting client when descriptors are free. */
+START_TEST(test_emfile_does_not_spin)
+{
+    const char *env[] = {preload_var(), "SEFER_INTROSPECT_ENABLED=1", "SEFER_INTROSPECT_LISTEN=127.0.0.1:0",
+                         NULL};
+    const char *args[] = {"--emfile", NULL};
+    it_proc_t p;
+    spawn_host(&p, env, args);
+    int port = it_wait_url(&p);
+    wait_ready(&p);
+    char out[256];
+    size_t len = 0;
+    ck_assert(strstr(host_out, "full") || it_read_until(p.out, out, sizeof out, &len, "full", 5000));
+    int fd = it_connect_t(port, 10000); /* waits in the listen backlog */
+    ck_assert_int_ge(fd, 0);
+    const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    ck_assert(it_send(fd, req, sizeof req - 1));
+    double cpu = cpu_over(p.pid, 2000);
+    ck_assert_msg(cpu < 0.3, "%.2f s of CPU in 2 s at EMFILE", cpu);
+    ck_assert(write(p.in, "free\n", 5) == 5);
+    it_resp_t r;
+    it_read_response(fd, &r);
+    close(fd);
+    ck_assert_msg(r.status == 200, "status %d after the descriptors were freed", r.status);
+    it_free(&r);
+    finish_ok(&p);
+}
+END_TEST
+
+/* Under sefer run on a fixed port, a child of the program (which inherits
+ * SEFER_INTROSPECT_ENABLED) stays silent and starts nothing; with '+' it
+ * takes a port of its own. */
+START_TEST(test_sefer_run_children)
+{
+    const char *cli = env_path("SEFER_TEST_CLI");
+    for (int plus = 0; plus < 2; plus++) {
+        int port = free_port();
+        char listen[32];
+        snprintf(listen, sizeof listen, "127.0.0.1:%d%s", port, plus ? "+" : "");
+        char *argv[] = {(char *)cli, "run", "--listen", listen, "--", (char *)env_path("SEFER_TEST_HOST"),
+                        "--spawn-child", NULL};
+        const char *env[] = {"LD_PRELOAD", "SEFER_INTROSPECT_ENABLED", "SEFER_INTROSPECT_PID", NULL};
+        it_proc_t p;
+        it_spawn(&p, argv, env);
+        wait_ready(&p);
+        ck_assert_msg(strstr(host_out, "child-exit 0\n") != NULL, "stdout: %s", host_out);
+        cJSON *ok = it_json(port, "/healthz"); /* the program itself serves */
+        cJSON_Delete(ok);
+        finish_ok(&p);
+        ck_assert_msg(it_count(p.errbuf, "in use") == 0, "stderr: %s", p.errbuf);
+        ck_assert_msg(it_count(p.errbuf, "sefer: introspection: http") == (plus ? 2 : 0), "stderr: %s",
+                      p.errbuf);
+    }
+}
+END_TEST
+
 /* ---- the CLI ---------------------------------------------------------------------- */
 
 START_TEST(test_cli_run_and_stat)
@@ -358,6 +566,11 @@ int main(void)
     tcase_add_test(tc, test_child_does_not_fight_for_the_port);
     tcase_add_test(tc, test_fork_while_serving);
     tcase_add_test(tc, test_cli_run_and_stat);
+    tcase_add_test(tc, test_host_closes_or_reuses_fds);
+    tcase_add_test(tc, test_shell_exec_redirect_under_sefer_run);
+    tcase_add_test(tc, test_emfile_does_not_spin);
+    tcase_add_test(tc, test_sefer_run_children);
+    tcase_add_test(tc, test_cli_stat_request);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }

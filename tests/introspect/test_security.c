@@ -6,8 +6,14 @@
  * is counted in /stats and /metrics; the right token changes a runtime knob
  * (POST /config) or trims (POST /trim); refusals say why.  The token never
  * appears in /config.  A non-loopback listen address is accepted with a
- * token.  (Without a token: 403 and refusal, see test_endpoints.c.) */
+ * token, and caps the connections of each non-loopback peer.  The token
+ * also lets a request through whose Host header names another server (a
+ * name or address of the machine).  (Without a token: 403 and refusal, see
+ * test_endpoints.c.) */
 #include "itest.h"
+
+#include <ifaddrs.h>
+#include <net/if.h>
 
 #define TOKEN "s3cret-Token_42"
 
@@ -51,6 +57,102 @@ START_TEST(test_wrong_tokens_are_refused_and_counted)
     snprintf(line, sizeof line, "\nsefer_introspect_auth_failures_total %" PRIu64 "\n", before + n);
     ck_assert_msg(strstr(m.body, line) != NULL, "no \"%s\" in /metrics", line + 1);
     it_free(&m);
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* RFC 7235 credentials: the scheme in any case, then spaces or tabs. */
+START_TEST(test_bearer_forms)
+{
+    int port = it_start();
+    static const char *const forms[] = {"Bearer " TOKEN, "bearer " TOKEN, "BEARER " TOKEN,
+                                        "Bearer\t" TOKEN, "Bearer  \t " TOKEN, "Bearer " TOKEN "  ",
+                                        "Bearer " TOKEN "\t"};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        it_resp_t r;
+        it_request(port, "POST", "/trim", forms[i], "", &r);
+        ck_assert_msg(r.status == 200, "Authorization: \"%s\" -> %d", forms[i], r.status);
+        it_free(&r);
+    }
+    static const char *const wrong[] = {"Bearer" TOKEN, "Bearer " TOKEN " x", "Bearer x " TOKEN,
+                                        "Bearer: " TOKEN};
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+        it_resp_t r;
+        it_request(port, "POST", "/trim", wrong[i], "", &r);
+        ck_assert_msg(r.status == 401, "Authorization: \"%s\" -> %d", wrong[i], r.status);
+        it_free(&r);
+    }
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* Host names another server: 421, unless the request carries the token. */
+START_TEST(test_token_passes_any_host)
+{
+    int port = it_start();
+    static const char *const auth[] = {"Bearer " TOKEN, "Bearer wrong", NULL};
+    static const int want[] = {200, 421, 421};
+    for (int i = 0; i < 3; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET /segments HTTP/1.1\r\nHost: myhost.example:%d\r\n%s%s%s"
+                 "Connection: close\r\n\r\n", port, auth[i] ? "Authorization: " : "", auth[i] ? auth[i] : "",
+                 auth[i] ? "\r\n" : "");
+        it_resp_t r;
+        it_raw(port, req, strlen(req), &r);
+        ck_assert_msg(r.status == want[i], "%s: %d", auth[i] ? auth[i] : "no token", r.status);
+        it_free(&r);
+    }
+    sefer_introspect_stop();
+}
+END_TEST
+
+static bool is_loopback4(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+/* An IPv4 address of this machine that is not loopback, or false. */
+static bool local_address(struct in_addr *out)
+{
+    struct ifaddrs *list, *i;
+    if (getifaddrs(&list) != 0)
+        return false;
+    bool found = false;
+    for (i = list; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !is_loopback4(((struct sockaddr_in *)i->ifa_addr)->sin_addr)) {
+            *out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            found = true;
+        }
+    freeifaddrs(list);
+    return found;
+}
+
+/* On a non-loopback listener, a peer that is not loopback has at most 8
+ * connections open; more are closed at once, loopback peers still served. */
+START_TEST(test_per_peer_connection_cap)
+{
+    struct in_addr addr;
+    if (!local_address(&addr)) {
+        fprintf(stderr, "note: no non-loopback IPv4 address here: per-peer cap not tested\n");
+        return;
+    }
+    int port = sefer_introspect_start("0.0.0.0:0");
+    ck_assert_msg(port > 0, "%s", sefer_introspect_error());
+    int fds[12], closed = 0;
+    for (int i = 0; i < 12; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = addr};
+        ck_assert_int_eq(connect(fds[i], (struct sockaddr *)&a, sizeof a), 0);
+    }
+    usleep(300000); /* the server accepts them all, and closes what is over the cap */
+    for (int i = 0; i < 12; i++) {
+        struct pollfd p = {fds[i], POLLIN, 0};
+        char c;
+        closed += poll(&p, 1, 0) == 1 && recv(fds[i], &c, 1, MSG_DONTWAIT) == 0;
+    }
+    ck_assert_msg(closed == 4, "%d of 12 connections from one peer closed, expected 4", closed);
+    cJSON *ok = it_json(port, "/healthz"); /* loopback peers are not capped with them */
+    cJSON_Delete(ok);
+    for (int i = 0; i < 12; i++)
+        close(fds[i]);
     sefer_introspect_stop();
 }
 END_TEST
@@ -203,6 +305,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_config_refusals_say_why);
     tcase_add_test(tc, test_token_never_shown);
     tcase_add_test(tc, test_non_loopback_with_token);
+    tcase_add_test(tc, test_bearer_forms);
+    tcase_add_test(tc, test_token_passes_any_host);
+    tcase_add_test(tc, test_per_peer_connection_cap);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }
