@@ -384,6 +384,22 @@ static inline int st_run_self(char *const extra_env[], char *const args[], char 
 
 /* ---- a hand-off queue of blocks between threads ----------------------- */
 
+/* Starts a thread (with `stack` bytes of stack if non-zero); a failure
+ * fails the test. */
+static inline pthread_t st_spawn(void *(*fn)(void *), void *arg, size_t stack)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (stack)
+        pthread_attr_setstacksize(&attr, stack);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        ck_abort_msg("pthread_create: %s", strerror(rc));
+    return t;
+}
+
 /* Mutex-protected FIFO the multi-thread tests pass blocks through, so that
  * another thread frees them.  push fails when the queue holds cap blocks. */
 #define ST_QUEUE_MAX 4096

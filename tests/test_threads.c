@@ -20,20 +20,6 @@ static atomic_long failures;
             atomic_fetch_add(&failures, 1);                                                \
     } while (0)
 
-static pthread_t spawn(void *(*fn)(void *), void *arg, size_t stack)
-{
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    if (stack)
-        pthread_attr_setstacksize(&attr, stack);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, fn, arg);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
-        ck_abort_msg("pthread_create: %s", strerror(rc));
-    return t;
-}
-
 /* ======================================================================
  * 1. cross-thread stress with checksummed blocks
  * ==================================================================== */
@@ -126,7 +112,7 @@ START_TEST(test_cross_thread_stress)
     for (int i = 0; i < STRESS_THREADS; i++) {
         args[i].id = i;
         args[i].ops = 200000;
-        t[i] = spawn(stress_thread, &args[i], 0);
+        t[i] = st_spawn(stress_thread, &args[i], 0);
     }
     for (int i = 0; i < STRESS_THREADS; i++)
         pthread_join(t[i], NULL);
@@ -270,10 +256,10 @@ START_TEST(test_ring_overflow_storm)
     storm.blocks = st_map(n * sizeof *storm.blocks);
 
     struct sefer_stats s_start = st_stats();
-    pthread_t owner = spawn(storm_owner, NULL, 0);
+    pthread_t owner = st_spawn(storm_owner, NULL, 0);
     pthread_t freers[STORM_FREERS];
     for (size_t i = 0; i < STORM_FREERS; i++)
-        freers[i] = spawn(storm_freer, (void *)(uintptr_t)i, 0);
+        freers[i] = st_spawn(storm_freer, (void *)(uintptr_t)i, 0);
     /* let the freers claim their heaps too before the baseline */
     storm_wait(PH_READY);
     pthread_mutex_lock(&storm.lock);
@@ -407,9 +393,9 @@ START_TEST(test_owner_exits_during_remote_frees)
     struct sefer_stats s0 = {0};
     uint64_t max_segments = 0;
     for (int round = 0; round <= RACE_ROUNDS; round++) {
-        pthread_t o = spawn(race_owner, (void *)(uintptr_t)round, 0);
-        pthread_t f0 = spawn(race_freer, (void *)0, 0);
-        pthread_t f1 = spawn(race_freer, (void *)1, 0);
+        pthread_t o = st_spawn(race_owner, (void *)(uintptr_t)round, 0);
+        pthread_t f0 = st_spawn(race_freer, (void *)0, 0);
+        pthread_t f1 = st_spawn(race_freer, (void *)1, 0);
         pthread_join(o, NULL);
         pthread_join(f0, NULL);
         pthread_join(f1, NULL);
@@ -459,7 +445,7 @@ START_TEST(test_abandoned_heap_accounting)
     void *blocks[10];
     sefer_trim();
     struct sefer_stats s0 = st_stats();
-    pthread_t t = spawn(leave_blocks, blocks, 0);
+    pthread_t t = st_spawn(leave_blocks, blocks, 0);
     pthread_join(t, NULL);
     struct sefer_stats s1 = st_stats();
     for (int i = 0; i < 10; i++)
@@ -536,7 +522,7 @@ START_TEST(test_short_lived_threads)
     for (size_t w = 0; w < CHURN_THREADS / CHURN_WAVE; w++) {
         pthread_t t[CHURN_WAVE];
         for (size_t i = 0; i < CHURN_WAVE; i++)
-            t[i] = spawn(churn_thread, (void *)(uintptr_t)(w * CHURN_WAVE + i), 64 * 1024);
+            t[i] = st_spawn(churn_thread, (void *)(uintptr_t)(w * CHURN_WAVE + i), 64 * 1024);
         for (size_t i = 0; i < CHURN_WAVE; i++)
             pthread_join(t[i], NULL);
         if (w >= CHURN_DELAY)
@@ -637,7 +623,7 @@ START_TEST(test_more_threads_than_slots)
     struct sefer_stats s0 = st_stats();
     pthread_t *t = st_map(MANY_THREADS * sizeof *t);
     for (size_t i = 0; i < MANY_THREADS; i++)
-        t[i] = spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
+        t[i] = st_spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
     for (size_t i = 0; i < MANY_THREADS; i++)
         pthread_join(t[i], NULL);
     sefer_trim();
@@ -658,7 +644,7 @@ START_TEST(test_more_threads_than_slots)
     /* again, to see the slots are really free */
     pthread_barrier_init(&many_barrier, NULL, MANY_THREADS);
     for (size_t i = 0; i < MANY_THREADS; i++)
-        t[i] = spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
+        t[i] = st_spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
     for (size_t i = 0; i < MANY_THREADS; i++)
         pthread_join(t[i], NULL);
     pthread_barrier_destroy(&many_barrier);
@@ -748,7 +734,7 @@ START_TEST(test_thread_destructor_allocates)
         pthread_t t[8];
         for (size_t i = 0; i < 8; i++) {
             dtor_states[base + i].id = base + i;
-            t[i] = spawn(dtor_thread, &dtor_states[base + i], 0);
+            t[i] = st_spawn(dtor_thread, &dtor_states[base + i], 0);
         }
         for (size_t i = 0; i < 8; i++)
             pthread_join(t[i], NULL);
@@ -910,7 +896,7 @@ START_TEST(test_fork_while_busy)
     atomic_store(&busy_stop, 0);
     pthread_t t[BUSY_THREADS];
     for (uintptr_t i = 0; i < BUSY_THREADS; i++)
-        t[i] = spawn(busy_thread, (void *)i, 0);
+        t[i] = st_spawn(busy_thread, (void *)i, 0);
     static char err[4096];
     int bad = 0, bad_status = 0, bad_at = -1;
     for (int i = 0; i < 20; i++) {

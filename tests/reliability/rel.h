@@ -30,20 +30,6 @@ __attribute__((format(printf, 1, 2))) static inline void rel_fail(const char *fm
     ck_assert_msg(atomic_load(&rel_failures) == 0, "%ld failure(s); the first: %s",          \
                   atomic_load(&rel_failures), rel_first_failure)
 
-static inline pthread_t rel_spawn(void *(*fn)(void *), void *arg, size_t stack)
-{
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    if (stack)
-        pthread_attr_setstacksize(&attr, stack);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, fn, arg);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
-        ck_abort_msg("pthread_create: %s", strerror(rc));
-    return t;
-}
-
 /* The seed of a randomised test: the environment variable `var` if set
  * (to replay a failure), else `def`.  Printed, so a log shows how to replay. */
 static inline uint64_t rel_seed(const char *var, uint64_t def)

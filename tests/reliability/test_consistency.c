@@ -71,13 +71,13 @@ START_TEST(test_quiet_while_busy)
         st_queue_init(&busy_queues[i], 512);
     pthread_t t[BUSY_THREADS];
     for (int i = 0; i < BUSY_THREADS; i++)
-        t[i] = rel_spawn(busy_thread, (void *)(intptr_t)i, 0);
+        t[i] = st_spawn(busy_thread, (void *)(intptr_t)i, 0);
     int found = 0, checks = 0, restarts = 0;
     for (; checks < 200; checks++) {
         found += sefer_check();
         for (int i = 0; i < BUSY_THREADS; i++) /* replace threads that ended */
             if (pthread_tryjoin_np(t[i], NULL) == 0) {
-                t[i] = rel_spawn(busy_thread, (void *)(intptr_t)i, 0);
+                t[i] = st_spawn(busy_thread, (void *)(intptr_t)i, 0);
                 restarts++;
             }
     }
@@ -242,7 +242,7 @@ START_TEST(test_finds_in_abandoned_heap)
 {
     ONLY_AT_LEVEL_1();
     static char err[4096];
-    pthread_t t = rel_spawn(leave_damage, NULL, 0);
+    pthread_t t = st_spawn(leave_damage, NULL, 0);
     pthread_join(t, NULL);
     struct sefer_stats s = st_stats();
     ck_assert_uint_ge(s.heaps_abandoned, 1);

@@ -308,7 +308,7 @@ static int dt_run(uint64_t seed, uint64_t ops)
     }
     pthread_t th[DT_THREADS];
     for (int i = 0; i < DT_THREADS; i++)
-        th[i] = rel_spawn(dt_thread_main, &dt[i], 0);
+        th[i] = st_spawn(dt_thread_main, &dt[i], 0);
     for (int i = 0; i < DT_THREADS; i++)
         pthread_join(th[i], NULL);
     uint64_t calls[10] = {0};

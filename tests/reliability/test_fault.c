@@ -393,7 +393,7 @@ START_TEST(test_threads_random_failures)
     atomic_store(&fi_running, FI_THREADS);
     pthread_t t[FI_THREADS];
     for (int i = 0; i < FI_THREADS; i++)
-        t[i] = rel_spawn(fi_thread, &fi_threads[i], 0);
+        t[i] = st_spawn(fi_thread, &fi_threads[i], 0);
     uint64_t r = seed ^ 0xA5A5A5A5ULL;
     unsigned plans = 0;
     while (atomic_load(&fi_running) > 0) {

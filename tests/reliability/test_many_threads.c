@@ -107,7 +107,7 @@ START_TEST(test_more_threads_than_slots)
     free(malloc(1)); /* main's own heap */
     struct sefer_stats s0 = st_stats();
     for (size_t i = 0; i < MANY; i++)
-        t[i] = rel_spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
+        t[i] = st_spawn(many_thread, (void *)(uintptr_t)i, 128 * 1024);
     pthread_barrier_wait(&many_barrier);
     struct sefer_stats s1 = st_stats();
     int problems_alive = sefer_check();
@@ -203,7 +203,7 @@ START_TEST(test_thread_churn_rss)
             pthread_t t[CHURN_WAVE];
             size_t wave = CHURN_BATCH - w < CHURN_WAVE ? CHURN_BATCH - w : CHURN_WAVE;
             for (size_t i = 0; i < wave; i++)
-                t[i] = rel_spawn(churn_thread, (void *)(uintptr_t)(b * CHURN_BATCH + w + i),
+                t[i] = st_spawn(churn_thread, (void *)(uintptr_t)(b * CHURN_BATCH + w + i),
                                  64 * 1024);
             for (size_t i = 0; i < wave; i++)
                 pthread_join(t[i], NULL);
@@ -337,7 +337,7 @@ START_TEST(test_segment_cap_threads)
     pthread_barrier_init(&cap_barrier, NULL, CAP_THREADS + 1);
     pthread_t t[CAP_THREADS];
     for (int i = 0; i < CAP_THREADS; i++)
-        t[i] = rel_spawn(cap_thread, &cap[i], 0);
+        t[i] = st_spawn(cap_thread, &cap[i], 0);
     size_t fitted[2] = {0, 0}, refused = 0, bad_errno = 0;
     int problems[2];
     uint64_t max_segments = 0;
