@@ -17,6 +17,8 @@ int cli_http_get(const char *url, const char *path, const char *token, char **bo
 
 /* sefer_run.c: libsefer.so next to this program (or SEFER_LIB), as an
  * absolute path in out; false if not found. */
+/* The directory of the running executable (the sefer command itself). */
+bool cli_exe_dir(char *dir, size_t len);
 bool cli_find_library(char *out, size_t len);
 
 int cli_run(int argc, char **argv);  /* sefer_run.c */

@@ -19,6 +19,15 @@
 #define SEFER_CLI_LIBDIR "/usr/local/lib"
 #endif
 
+bool cli_exe_dir(char *dir, size_t len) {
+    ssize_t n = readlink("/proc/self/exe", dir, len - 1);
+    if (n <= 0) return false;
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) *slash = '\0';
+    return true;
+}
+
 bool cli_find_library(char *out, size_t len) {
     const char *forced = getenv("SEFER_LIB");
     if (forced != NULL && *forced) {
@@ -26,11 +35,7 @@ bool cli_find_library(char *out, size_t len) {
         return access(out, R_OK) == 0;
     }
     char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return false;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
+    if (!cli_exe_dir(exe, sizeof exe)) return false;
     const char *rel[] = {"/lib/libsefer.so", "/../lib/libsefer.so", "/../lib/x86_64-linux-gnu/libsefer.so",
                          "/../lib/aarch64-linux-gnu/libsefer.so", "/../lib64/libsefer.so"};
     for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {

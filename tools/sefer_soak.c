@@ -91,11 +91,7 @@ static bool find_soak(char *out, size_t len) {
         return access(out, X_OK) == 0;
     }
     char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return false;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash != NULL) *slash = '\0';
+    if (!cli_exe_dir(exe, sizeof exe)) return false;
     snprintf(out, len, "%.*s/sefer-soak", (int)(len - 12), exe);
     return access(out, X_OK) == 0;
 }
