@@ -156,27 +156,15 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_block_t *b = heap->quarantine_head;
     sf_block_t *next = b->next;
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    if (b->cookie != sf_page_cookie(page)) {
-        /* its free mark was overwritten: a write after free.  The block
-         * leaves the queue but is never reused (it stays counted in use). */
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
-        heap->quarantine_head = next != NULL && quarantined_block_ok(heap, next) ? next : NULL;
-        if (heap->quarantine_head == NULL) {
-            heap->quarantine_tail = NULL;
-            heap->quarantine_bytes = 0;
-            heap->quarantine_count = 0;
-        } else {
-            heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
-                                                                                 : heap->quarantine_bytes;
-            heap->quarantine_count--;
-        }
-        return;
-    }
+    /* its free mark overwritten: a write after free.  The block leaves the
+     * queue but is never reused (it stays counted in use). */
+    bool dirty = b->cookie != sf_page_cookie(page);
+    if (dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
     if (next != NULL && !quarantined_block_ok(heap, next)) {
         /* the link of a quarantined block was overwritten: a write after
          * free.  Forget the rest of the queue (its blocks stay allocated)
          * rather than follow a bad pointer. */
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        if (!dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
         next = NULL;
         heap->quarantine_tail = NULL;
         heap->quarantine_bytes = 0;
@@ -187,7 +175,7 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
                                                                          : heap->quarantine_bytes;
     heap->quarantine_count--;
-    sf_page_local_free_slow(heap, page, b);
+    if (!dirty) sf_page_local_free_slow(heap, page, b);
 }
 
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
