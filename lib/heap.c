@@ -72,6 +72,18 @@ static bool heap_has_pages(sf_heap_t *heap) {
     return heap->pages_in_use != 0 || heap->purge.first != NULL;
 }
 
+/* Leaves a heap nobody owns: abandoned if it still has pages, else free. */
+static void heap_set_ownerless(sf_heap_t *heap) {
+    atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
+}
+
+/* Takes an abandoned heap for a collection on its absent owner's behalf
+ * (end it with heap_set_ownerless); false if someone else has it. */
+static bool heap_claim_to_collect(sf_heap_t *heap) {
+    int expected = SF_HEAP_ABANDONED;
+    return atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING);
+}
+
 /* Some abandoned heap may have pages waiting for their decommit deadline. */
 static _Atomic bool abandoned_purges;
 
@@ -86,12 +98,11 @@ void sf_heaps_purge_abandoned(void) {
     for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
         sf_heap_t *heap = &sf_registry[i];
         if (atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED) continue;
-        int expected = SF_HEAP_ABANDONED;
-        if (!atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING)) continue;
+        if (!heap_claim_to_collect(heap)) continue;
         if (heap->purge.first != NULL && heap->purge.first->purge_at <= now)
             sf_segment_collect_purges(heap, false);
         pending |= heap->purge.first != NULL;
-        atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
+        heap_set_ownerless(heap);
     }
     if (pending) atomic_store_explicit(&abandoned_purges, true, memory_order_relaxed);
 }
@@ -99,10 +110,9 @@ void sf_heaps_purge_abandoned(void) {
 /* Collects an abandoned heap on behalf of its absent owner; gives the slot
  * back to the registry if nothing is left in it. */
 static bool heap_try_collect_abandoned(sf_heap_t *heap) {
-    int expected = SF_HEAP_ABANDONED;
-    if (!atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING)) return false;
+    if (!heap_claim_to_collect(heap)) return false;
     sf_heap_collect(heap, true);
-    atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
+    heap_set_ownerless(heap);
     return true;
 }
 
@@ -196,7 +206,7 @@ void sf_heap_thread_done(void *value) {
     sf_track_quiet_end();
     atomic_store_explicit(&heap->tid, 0, memory_order_relaxed);
     if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
-    atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
+    heap_set_ownerless(heap);
 }
 
 /* In the child after fork: only the forking thread exists; every other live
