@@ -66,7 +66,7 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(allocs, "allocations served, cumulative")                                            \
     X(frees, "frees performed, cumulative")                                                \
     X(remote_frees, "frees of blocks owned by another thread's heap")                      \
-    X(ring_pushes, "remote frees delivered through a heap's ring")                        \
+    X(ring_pushes, "remote frees delivered through a heap's ring (full pages, owners gone, checks)") \
     X(ring_overflows, "remote frees that found the ring full and took the overflow list")  \
     X(enomem, "allocations refused with ENOMEM")                                            \
     X(heaps_live, "heap registry slots owned by a running thread")                         \
@@ -76,9 +76,11 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(guard_interior_free, "frees of pointers inside a block")                             \
     X(guard_double_free, "double frees detected")                                          \
     X(guard_overflow, "writes past the end of a block found by its canary (level >= 2)")   \
-    X(guard_use_after_free, "writes into a freed block found on reuse (level >= 2)")
+    X(guard_use_after_free, "writes into a freed block found on reuse (level >= 2)")         \
+    X(remote_list_frees, "remote frees that went onto their page's list, counted as the owner takes them back") \
+    X(heap_slots, "heaps made so far (live, abandoned or free): the most threads alive at once")
 
-#define SEFER_STATS_VERSION 2
+#define SEFER_STATS_VERSION 3
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -14,6 +14,8 @@
 
 #define SEGMENTS_LIMIT_DEFAULT 1000
 #define SEGMENTS_LIMIT_MAX 10000 /* about 3 MB of JSON, built in memory */
+#define HEAPS_LIMIT_DEFAULT 1000 /* /heaps and /rings: heaps per page */
+#define HEAPS_LIMIT_MAX 10000
 
 static const char *const kind_names[] = {
     [SF_SEG_SMALL] = "small", [SF_SEG_MEDIUM] = "medium", [SF_SEG_LARGE] = "large", [SF_SEG_HUGE] = "huge"};
@@ -49,9 +51,12 @@ static cJSON *page_json(const sf_snap_page_t *p) {
     return o;
 }
 
-static void add_owner(cJSON *o, int owner) {
-    if (owner == SF_SNAP_NO_OWNER) sf_json_null(o, "owner_heap");
+/* "owner_heap": the owner's registry slot; null for spans (no owner) and
+ * for the fallback heap's segments ("owner_fallback": true). */
+static void add_owner(cJSON *o, int64_t owner) {
+    if (owner == SF_SNAP_NO_OWNER || owner == SF_SNAP_FALLBACK) sf_json_null(o, "owner_heap");
     else sf_json_u64(o, "owner_heap", (uint64_t)owner);
+    sf_json_bool(o, "owner_fallback", owner == SF_SNAP_FALLBACK);
 }
 
 static cJSON *segment_json(const sf_snapshot_t *s, const sf_snap_segment_t *g) {
@@ -119,11 +124,26 @@ struct heap_use {
     struct class_use cls[CLASS_COUNT];
 };
 
-/* Sums the segment snapshot per owner heap; spans go to *spans. */
-static void heap_usage(const sf_snapshot_t *s, struct heap_use *use, struct heap_use *spans) {
+/* The heaps of one /heaps or /rings page: entries [offset, offset + n) of
+ * the list "registry slots in order, then the fallback heap" (total long). */
+struct heap_window {
+    uint64_t offset, total;
+    size_t n;
+};
+
+/* Where a segment owner's figures go: its entry in the window, or NULL. */
+static struct heap_use *use_of(const struct heap_window *w, struct heap_use *use, int64_t owner) {
+    uint64_t pos = owner == SF_SNAP_FALLBACK ? w->total - 1 : (uint64_t)owner;
+    return pos >= w->offset && pos - w->offset < w->n ? &use[pos - w->offset] : NULL;
+}
+
+/* Sums the segment snapshot per owner heap of the window; spans go to *spans. */
+static void heap_usage(const sf_snapshot_t *s, const struct heap_window *w, struct heap_use *use,
+                       struct heap_use *spans) {
     for (size_t i = 0; i < s->segs; i++) {
         const sf_snap_segment_t *g = &s->seg[i];
-        struct heap_use *h = g->owner == SF_SNAP_NO_OWNER ? spans : &use[g->owner];
+        struct heap_use *h = g->owner == SF_SNAP_NO_OWNER ? spans : use_of(w, use, g->owner);
+        if (h == NULL) continue;
         h->segments++;
         h->bytes += g->used_bytes;
         h->blocks += g->blocks_used;
@@ -165,9 +185,17 @@ static cJSON *thread_json(int tid) {
     return o;
 }
 
+/* "slot": the registry slot, null for the fallback heap ("fallback": true). */
+static void add_slot(cJSON *o, const sf_snap_heap_t *h) {
+    bool fallback = h->slot == SF_HEAP_FALLBACK_SLOT;
+    if (fallback) sf_json_null(o, "slot");
+    else sf_json_u64(o, "slot", h->slot);
+    sf_json_bool(o, "fallback", fallback);
+}
+
 static cJSON *heap_json(const sf_snap_heap_t *h, const struct heap_use *u) {
     cJSON *o = cJSON_CreateObject();
-    sf_json_u64(o, "slot", h->slot);
+    add_slot(o, h);
     sf_json_str(o, "state", heap_state_name(h));
     sf_json_bool(o, "ever_used", h->ever_used);
     sf_json_add(o, "thread", thread_json(h->tid));
@@ -184,39 +212,59 @@ static cJSON *heap_json(const sf_snap_heap_t *h, const struct heap_use *u) {
     return o;
 }
 
+/* The offset/limit query of /heaps and /rings, and the heaps it names. */
+static sf_snap_heap_t *heaps_page(const sf_query_t *q, sf_reply_t *r, struct heap_window *w, uint64_t *limit) {
+    if (!sf_query_u64(q, "limit", HEAPS_LIMIT_DEFAULT, HEAPS_LIMIT_MAX, limit, r) ||
+        !sf_query_u64(q, "offset", 0, UINT32_MAX, &w->offset, r))
+        return NULL;
+    sf_snap_heap_t *heaps = malloc((*limit ? *limit : 1) * sizeof *heaps);
+    if (heaps == NULL) {
+        reply_nomem(r);
+        return NULL;
+    }
+    w->n = sf_snapshot_heaps(heaps, w->offset, *limit, &w->total);
+    return heaps;
+}
+
+static void add_paging(cJSON *root, const struct heap_window *w, uint64_t limit) {
+    sf_json_u64(root, "total", w->total);
+    sf_json_u64(root, "offset", w->offset);
+    sf_json_u64(root, "limit", limit);
+    sf_json_u64(root, "returned", w->n);
+}
+
 void sf_ep_heaps(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
     (void)body, (void)len;
     bool pretty;
+    uint64_t limit;
+    struct heap_window w;
     if (!sf_query_pretty(q, r, &pretty)) return;
-    sf_snap_heap_t *heaps = malloc(SF_SNAP_HEAPS * sizeof *heaps);
-    struct heap_use *use = calloc(SF_SNAP_HEAPS + 1, sizeof *use);
-    sf_snapshot_t s;
     /* the heaps' counters first: a block allocated between the two reads is
      * then in blocks but not yet in allocs, never the other way round, so the
      * derived frees (allocs - blocks) may lag but never run ahead of the
      * frees really made (which a later request would then undercut) */
-    if (heaps != NULL) sf_snapshot_heaps(heaps);
-    if (heaps == NULL || use == NULL || sf_snapshot_segments(&s, 0, UINT64_MAX) != 0) {
+    sf_snap_heap_t *heaps = heaps_page(q, r, &w, &limit);
+    if (heaps == NULL) return;
+    struct heap_use *use = calloc(w.n + 1, sizeof *use);
+    sf_snapshot_t s;
+    if (use == NULL || sf_snapshot_segments(&s, 0, UINT64_MAX) != 0) {
         free(heaps);
         free(use);
         return reply_nomem(r);
     }
-    heap_usage(&s, use, &use[SF_SNAP_HEAPS]);
+    heap_usage(&s, &w, use, &use[w.n]);
     cJSON *root = cJSON_CreateObject();
-    sf_json_u64(root, "registry_slots", SF_REGISTRY_SLOTS);
-    sf_json_u64(root, "fallback_slot", SF_SNAP_FALLBACK);
-    unsigned live = 0, abandoned = 0;
+    add_paging(root, &w, limit);
+    struct sefer_stats st;
+    sf_stats_collect(&st);
+    /* over all heaps, not only this page's */
+    sf_json_u64(root, "live", st.heaps_live);
+    sf_json_u64(root, "abandoned", st.heaps_abandoned);
     cJSON *list = cJSON_CreateArray();
-    for (unsigned i = 0; i < SF_SNAP_HEAPS; i++) {
-        live += heaps[i].slot != SF_SNAP_FALLBACK && heaps[i].state == SF_HEAP_LIVE;
-        abandoned += heaps[i].state == SF_HEAP_ABANDONED || heaps[i].state == SF_HEAP_COLLECTING;
-        sf_json_add(list, NULL, heap_json(&heaps[i], &use[i]));
-    }
-    sf_json_u64(root, "live", live);
-    sf_json_u64(root, "abandoned", abandoned);
+    for (size_t i = 0; i < w.n; i++) sf_json_add(list, NULL, heap_json(&heaps[i], &use[i]));
     cJSON *spans = cJSON_CreateObject();
-    sf_json_u64(spans, "segments", use[SF_SNAP_HEAPS].segments);
-    sf_json_u64(spans, "bytes_in_blocks", use[SF_SNAP_HEAPS].bytes);
+    sf_json_u64(spans, "segments", use[w.n].segments);
+    sf_json_u64(spans, "bytes_in_blocks", use[w.n].bytes);
     sf_json_add(root, "spans", spans);
     sf_json_add(root, "snapshot", snapshot_meta(&s));
     sf_json_add(root, "heaps", list);
@@ -231,18 +279,20 @@ void sf_ep_heaps(const sf_query_t *q, const char *body, size_t len, sf_reply_t *
 void sf_ep_rings(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
     (void)body, (void)len;
     bool pretty;
+    uint64_t limit;
+    struct heap_window w;
     if (!sf_query_pretty(q, r, &pretty)) return;
-    sf_snap_heap_t *heaps = malloc(SF_SNAP_HEAPS * sizeof *heaps);
-    if (heaps == NULL) return reply_nomem(r);
-    sf_snapshot_heaps(heaps);
+    sf_snap_heap_t *heaps = heaps_page(q, r, &w, &limit);
+    if (heaps == NULL) return;
     cJSON *root = cJSON_CreateObject();
+    add_paging(root, &w, limit);
     cJSON *list = cJSON_CreateArray();
     uint64_t pending = 0, overflowed = 0;
-    for (unsigned i = 0; i < SF_SNAP_HEAPS; i++) {
+    for (size_t i = 0; i < w.n; i++) {
         const sf_snap_heap_t *h = &heaps[i];
         if (!h->has_ring) continue;
         cJSON *o = cJSON_CreateObject();
-        sf_json_u64(o, "slot", h->slot);
+        add_slot(o, h);
         sf_json_str(o, "state", heap_state_name(h));
         sf_json_u64(o, "capacity", h->ring_capacity);
         sf_json_u64(o, "pending", h->ring_pushed - h->ring_drained);
@@ -250,13 +300,18 @@ void sf_ep_rings(const sf_query_t *q, const char *body, size_t len, sf_reply_t *
         sf_json_u64(o, "drained", h->ring_drained);
         sf_json_u64(o, "overflowed", h->ring_overflowed);
         sf_json_bool(o, "overflow_waiting", h->overflow_waiting);
+        sf_json_u64(o, "page_list_collected", h->remote_collected);
         sf_json_add(list, NULL, o);
         pending += h->ring_pushed - h->ring_drained;
         overflowed += h->ring_overflowed;
     }
     free(heaps);
-    sf_json_u64(root, "pending", pending);
-    sf_json_u64(root, "overflowed", overflowed);
+    (void)pending, (void)overflowed;
+    /* over every heap's ring, not only this page's */
+    struct sefer_stats st;
+    sf_stats_collect(&st);
+    sf_json_u64(root, "pending", sf_snapshot_ring_pending());
+    sf_json_u64(root, "overflowed", st.ring_overflows);
     sf_json_add(root, "rings", list);
     sf_reply_json(r, 200, root, pretty);
 }

@@ -43,7 +43,9 @@ enum metric_type { GAUGE, COUNTER };
     X(guard_interior_free, "sefer_guard_detections_total", COUNTER, "interior_free")  \
     X(guard_double_free, "sefer_guard_detections_total", COUNTER, "double_free")      \
     X(guard_overflow, "sefer_guard_detections_total", COUNTER, "overflow")            \
-    X(guard_use_after_free, "sefer_guard_detections_total", COUNTER, "use_after_free")
+    X(guard_use_after_free, "sefer_guard_detections_total", COUNTER, "use_after_free") \
+    X(remote_list_frees, "sefer_remote_list_frees_total", COUNTER, NULL)                \
+    X(heap_slots, "sefer_heap_slots", GAUGE, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */
@@ -109,10 +111,7 @@ static void extra_metrics(sf_text_t *t) {
     if (sf_snapshot_rss(&rss, why, sizeof why)) sf_text_addf(t, "sefer_resident_bytes %" PRIu64 "\n", rss);
     else sf_text_addf(t, "# sefer_resident_bytes unavailable: %s\n", why);
 
-    sf_snap_heap_t heaps[SF_SNAP_HEAPS];
-    sf_snapshot_heaps(heaps);
-    uint64_t pending = 0;
-    for (unsigned i = 0; i < SF_SNAP_HEAPS; i++) pending += heaps[i].ring_pushed - heaps[i].ring_drained;
+    uint64_t pending = sf_snapshot_ring_pending();
     family(t, "sefer_ring_pending", "gauge", "remote frees waiting in heap rings for their owner");
     sf_text_addf(t, "sefer_ring_pending %" PRIu64 "\n", pending);
 

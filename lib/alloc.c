@@ -50,7 +50,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     return sf_malloc_slow(n, heap);
 }
 
-void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
+SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
     if (unlikely(sf_guard_level >= 2)) {
         /* level 2: its fast pop (callers other than malloc come straight
          * here), after the same local_free swap on its own table */
@@ -67,7 +67,17 @@ void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
     }
     if (n > MEDIUM_MAX) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
-    if (n > DIRECT_MAX) { /* medium sizes have no direct entry */
+    if (n <= DIRECT_MAX) {
+        /* the fast path's page has nothing of its own left: what other
+         * threads freed onto it, before anything slower (sf_malloc_generic
+         * took its local frees already) */
+        sf_page_t *page = heap->direct[(n + 15) >> 4];
+        if (sf_page_collect_remote(heap, page) != 0) {
+            sf_block_t *b = page->local_free;
+            page->local_free = NULL;
+            return sf_hand_out(heap, page, b, b->next);
+        }
+    } else { /* medium sizes have no direct entry */
         void *p = sf_heap_pop(heap, c);
         if (p != NULL) return p;
     }

@@ -38,8 +38,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define HEAP_SLOTS (SF_REGISTRY_SLOTS + 1) /* the registry, then the fallback heap */
-#define FALLBACK_IDX SF_REGISTRY_SLOTS
+#define FALLBACK_IDX ((int64_t)ck.nheaps) /* heap indexes: registry slots, then the fallback */
 #define MAX_PASSES 8
 #define PENDING_MAX 16 /* findings that may be another thread mid-change */
 #define PAGE_BLOCKS_MAX ((1u << SMALL_PAGE_SHIFT) / 16) /* most blocks a page can hold */
@@ -64,9 +63,11 @@ static struct {
     } pend[PENDING_MAX], kept[PENDING_MAX];
     size_t npend, nkept;
     bool overflowed;       /* more than PENDING_MAX of them */
-    int mine;              /* the calling thread's heap index, or -1 */
-    bool full[HEAP_SLOTS]; /* heaps whose pages and lists are checked */
-    struct heap_tally tally[HEAP_SLOTS];
+    int64_t mine;          /* the calling thread's heap index, or -1 */
+    uint32_t nheaps;       /* registry slots made when this pass began */
+    bool *full;            /* [nheaps + 1]: heaps whose pages and lists are checked */
+    struct heap_tally *tally; /* [nheaps + 1] */
+    size_t heap_bytes;     /* mapped for full and tally */
     size_t listed;         /* segments in the list */
     uint64_t listed_units; /* 4 MiB units they span */
     uint64_t *set;         /* chunk + 1 of each listed segment (open addressing) */
@@ -121,36 +122,48 @@ static size_t keep_persistent(int pass) {
 
 /* ---- heaps ------------------------------------------------------------------- */
 
-static int heap_index(const sf_heap_t *heap) {
+/* The index of a heap (a registry slot, or FALLBACK_IDX), -1 if heap is no
+ * heap, or a slot made after the pass began (known, not checked: -2). */
+static int64_t heap_index(const sf_heap_t *heap) {
     if (heap == &sf_heap_fallback) return FALLBACK_IDX;
-    uintptr_t off = (uintptr_t)heap - (uintptr_t)sf_registry;
-    if ((uintptr_t)heap < (uintptr_t)sf_registry || off >= sizeof sf_registry ||
-        off % sizeof(sf_heap_t) != 0)
-        return -1;
-    return (int)(off / sizeof(sf_heap_t));
+    int64_t slot = sf_heap_slot_of(heap);
+    return slot >= (int64_t)ck.nheaps ? -2 : slot;
 }
 
-static sf_heap_t *heap_at(int i) {
-    return i == FALLBACK_IDX ? &sf_heap_fallback : &sf_registry[i];
+static sf_heap_t *heap_at(int64_t i) {
+    return i == FALLBACK_IDX ? &sf_heap_fallback : sf_heap_at((uint32_t)i);
 }
+
+static bool heap_checked(int64_t i) { return i >= 0 && ck.full[i]; }
 
 /* Abandoned heaps are claimed (ABANDONED -> COLLECTING) so that nobody
- * adopts or collects them while their pages are read. */
-static void claim_heaps(void) {
+ * adopts or collects them while their pages are read.  False: no memory
+ * for the per-heap tables. */
+static bool claim_heaps(void) {
+    ck.nheaps = sf_heap_slots();
+    ck.heap_bytes = sf_align_up((ck.nheaps + 1) * (sizeof *ck.full + sizeof *ck.tally), OS_PAGE);
+    ck.tally = sf_os_map_plain(ck.heap_bytes); /* fresh: all zero */
+    if (ck.tally == NULL) return false;
+    ck.full = (bool *)(ck.tally + ck.nheaps + 1);
     sf_heap_t *me = sf_tls_heap;
     ck.mine = me->kind == SF_HEAP_REAL ? heap_index(me) : -1;
-    if (ck.mine == FALLBACK_IDX) ck.mine = -1;
-    for (int i = 0; i < SF_REGISTRY_SLOTS; i++) {
+    if (ck.mine == FALLBACK_IDX || ck.mine < 0) ck.mine = -1;
+    for (uint32_t i = 0; i < ck.nheaps; i++) {
+        sf_heap_t *heap = sf_heap_at(i);
         int expected = SF_HEAP_ABANDONED;
-        ck.full[i] = i == ck.mine || atomic_compare_exchange_strong(&sf_registry[i].state,
-                                                                    &expected, SF_HEAP_COLLECTING);
+        ck.full[i] = heap != NULL && ((int64_t)i == ck.mine ||
+                                      atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING));
     }
     ck.full[FALLBACK_IDX] = true; /* under sf_fallback_lock */
+    return true;
 }
 
 static void release_heaps(void) {
-    for (int i = 0; i < SF_REGISTRY_SLOTS; i++)
-        if (ck.full[i] && i != ck.mine) atomic_store(&sf_registry[i].state, SF_HEAP_ABANDONED);
+    for (uint32_t i = 0; i < ck.nheaps; i++)
+        if (ck.full[i] && (int64_t)i != ck.mine) atomic_store(&sf_heap_at(i)->state, SF_HEAP_ABANDONED);
+    sf_os_unmap(ck.tally, ck.heap_bytes);
+    ck.tally = NULL;
+    ck.full = NULL;
 }
 
 /* ---- the set of listed segments -------------------------------------------- */
@@ -221,7 +234,7 @@ static size_t walk_free_list(const sf_page_t *page, const sf_block_t *b) {
     size_t n = 0;
     while (b != NULL) {
         uintptr_t off = (uintptr_t)b - (uintptr_t)page->block_start;
-        if ((uintptr_t)b < (uintptr_t)page->block_start || off >= page->carved_bytes ||
+        if ((uintptr_t)b < (uintptr_t)page->block_start || off >= sf_page_carved_bytes(page) ||
             off % page->block_size != 0) {
             report("free list leaves its page's carved blocks", b);
             return n;
@@ -274,8 +287,6 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
         report("page's blocks do not fit in it", page);
         return;
     }
-    if (page->carved_bytes != page->capacity * bs)
-        report("page's carved bytes disagree with its blocks", page);
     if (page->used > page->capacity) report("page has more blocks in use than carved", page);
     if (page->purge_at != 0) report("page in use is queued for decommit", page);
     check_page_owner(page, heap);
@@ -286,7 +297,7 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
         report("page's blocks in use plus free exceed its blocks carved", page);
 }
 
-static void check_segment_pages(const sf_segment_t *seg, int hi) {
+static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
     sf_heap_t *heap = heap_at(hi);
     unsigned in_use = 0;
     if (seg->page_count < 64 && (seg->free_mask >> seg->page_count) != 0)
@@ -339,14 +350,14 @@ static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
         report("segment's geometry is wrong for its kind", seg);
         return;
     }
-    int hi = heap_index(seg->heap);
-    if (hi < 0) {
+    int64_t hi = heap_index(seg->heap);
+    if (hi == -1) {
         report("segment's owner is not a heap", seg);
         return;
     }
-    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD, ck.full[hi], seg);
+    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD, heap_checked(hi), seg);
     ck.listed_units++;
-    if (ck.full[hi]) check_segment_pages(seg, hi);
+    if (heap_checked(hi)) check_segment_pages(seg, hi);
 }
 
 static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
@@ -545,7 +556,7 @@ static void check_remote(const sf_heap_t *heap, const struct heap_tally *t) {
             report("remote-free ring holds more than its capacity", heap);
         for (uint64_t pos = head; pos != tail && pos - head <= ring->mask; pos++) {
             sf_ring_cell_t *cell = &ring->cells[pos & ring->mask];
-            if (atomic_load_explicit(&cell->seq, memory_order_acquire) != pos + 1) break;
+            if (sf_ring_seq(ring, pos) != pos + 1) break;
             void *p = atomic_load_explicit(&cell->ptr, memory_order_relaxed);
             if (!owned_block(heap, p)) report("remote-free ring holds no block of its heap", p);
         }
@@ -573,7 +584,7 @@ static void check_quarantine(const sf_heap_t *heap) {
         report("quarantine's count or tail is wrong", heap);
 }
 
-static void check_heap(int hi) {
+static void check_heap(int64_t hi) {
     const sf_heap_t *heap = heap_at(hi);
     const struct heap_tally *t = &ck.tally[hi];
     size_t queued = 0;
@@ -599,15 +610,17 @@ static void check_pass(char *why, size_t len) {
     ck.overflowed = false;
     ck.listed = 0;
     ck.listed_units = 0;
-    memset(ck.tally, 0, sizeof ck.tally);
-    claim_heaps();
+    if (!claim_heaps()) {
+        report("no memory for the check's heap tables", NULL);
+        return;
+    }
     sf_lock(&sf_fallback_lock);
     sf_lock(&sf_cache_lock);
     sf_lock(&sf_seg_lock);
     check_segments();
     if (ck.set != NULL) { /* without it pointers cannot be validated before use */
-        for (int i = 0; i < HEAP_SLOTS; i++)
-            if (ck.full[i] && (i == FALLBACK_IDX || sf_registry[i].kind == SF_HEAP_REAL))
+        for (int64_t i = 0; i <= FALLBACK_IDX; i++)
+            if (ck.full[i] && (i == FALLBACK_IDX || heap_at(i)->kind == SF_HEAP_REAL))
                 check_heap(i);
         scan_map();
     }

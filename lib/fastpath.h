@@ -63,18 +63,22 @@ SF_INLINE bool sf_offset_is_block_start(const sf_page_t *page, uint64_t off) {
  * carved, that one "block" carries the page's free cookie, so a free of it
  * takes the generic path, which rejects it; before that it is among the
  * blocks not yet carved (docs/design.md: what level 1 checks where). */
+/* The descriptor of the small page holding u (in 4 MiB chunk `chunk`, a
+ * small segment): &seg->pages[(u >> 16) & 63 - 1], written so the index is
+ * scaled once and the segment comes from the chunk already in a register
+ * (the empty asm hides chunk's origin: else the compiler rebuilds the
+ * segment as a copy of u masked, one instruction more). */
+SF_INLINE sf_page_t *sf_small_page_desc(uintptr_t chunk, uintptr_t u) {
+    __asm__("" : "+r"(chunk));
+    return (sf_page_t *)((chunk << SEG_SHIFT) |
+                         ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) & ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+}
+
 SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owner) {
     uintptr_t u = (uintptr_t)p;
     uintptr_t chunk = u >> SEG_SHIFT;
     if (likely(sf_segmap_is_small_chunk(chunk))) {
-        /* &seg->pages[(u >> 16) & 63 - 1], written so the index is scaled
-         * once and the segment comes from the chunk already in a register
-         * (the empty asm hides chunk's origin: else the compiler rebuilds
-         * the segment as a copy of u masked, one instruction more) */
-        __asm__("" : "+r"(chunk));
-        sf_page_t *page = (sf_page_t *)((chunk << SEG_SHIFT) |
-                                        ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
-                                         ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+        sf_page_t *page = sf_small_page_desc(chunk, u);
         uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
         if (likely(SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
                    ((const sf_block_t *)p)->cookie != sf_page_cookie(page)))
@@ -171,11 +175,17 @@ SF_INLINE void sf_free_l2(void *p) {
     sf_free_checked(p);
 }
 
-/* Pops a block from the class's current page, if it has one ready. */
+/* Pops a block from the class's current page, if it has one ready (its
+ * free list, else the blocks its owner freed since: the swap
+ * sf_malloc_generic makes for the direct sizes). */
 SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t *page = heap->queues[class_idx].first;
-    sf_block_t *b;
-    if (page == NULL || (b = page->free) == NULL || SF_GET(page->flags) != 0) return NULL;
+    if (page == NULL || SF_GET(page->flags) != 0) return NULL;
+    sf_block_t *b = page->free;
+    if (b == NULL) {
+        if ((b = page->local_free) == NULL) return NULL;
+        page->local_free = NULL;
+    }
     return sf_hand_out(heap, page, b, b->next);
 }
 

@@ -28,7 +28,7 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
         sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
-               (sf_page_holds_free_block(page, p) ||
+               (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
                 (sf_guard_level >= 3 && sf_quarantine_holds(seg->heap, p)))) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return NULL;
@@ -55,11 +55,31 @@ static void count_remote(sf_heap_t *me) {
     else sf_stat_add(&sf_gstats.shared_remote_frees, 1);
 }
 
+/* A small block of another thread's page in its class queue, freed by a
+ * thread that does not own it (the free fast path's ownership test failed):
+ * straight onto the page's remote-free list, without the generic checks'
+ * segment lookup.  False: anything else (the generic path sorts it out). */
+static bool free_remote_small(void *p) {
+    uintptr_t u = (uintptr_t)p, chunk = u >> SEG_SHIFT;
+    if (!sf_segmap_is_small_chunk(chunk)) return false;
+    sf_page_t *page = sf_small_page_desc(chunk, u);
+    sf_heap_t *owner = SF_PEEK(page->fast_heap), *me = sf_tls_heap;
+    /* NULL: full or guarded (level 3); bit 0: level 2's; the fallback heap
+     * takes its frees under its lock */
+    uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1); /* small pages start with a block */
+    if (owner == NULL || owner == me || owner == &sf_heap_fallback || ((uintptr_t)owner & SF_L2_OWNER_TAG) ||
+        off >= sf_page_carved_bytes(page) || !sf_offset_is_block_start(page, off))
+        return false;
+    count_remote(me);
+    sf_remote_free(owner, page, p);
+    return true;
+}
+
 void sf_free_generic(void *p) {
     /* level 2: its fast push first (callers other than free come straight here) */
     if (sf_l2_fast && sf_l2_free_owned(p)) return;
     if (unlikely(sf_tracked)) sf_tracked_free(p);
-    else sf_free_checked(p);
+    else if (!free_remote_small(p)) sf_free_checked(p);
 }
 
 void sf_free_checked(void *p) {
@@ -80,6 +100,6 @@ void sf_free_checked(void *p) {
         free_to_fallback(page, b);
     } else {
         count_remote(me);
-        sf_heap_remote_free(owner, b);
+        sf_remote_free(owner, page, b);
     }
 }

@@ -86,7 +86,7 @@ void sf_guard_report(enum sf_guard_kind kind, const void *p) {
 }
 
 static bool list_holds(const sf_page_t *page, const sf_block_t *list, const void *b) {
-    const uint8_t *lo = page->block_start, *hi = lo + page->carved_bytes;
+    const uint8_t *lo = page->block_start, *hi = lo + sf_page_carved_bytes(page);
     for (uint32_t i = 0; list != NULL && i <= page->capacity; i++) {
         if (list == b) return true;
         if ((const uint8_t *)list < lo || (const uint8_t *)list >= hi) return false; /* corrupt */

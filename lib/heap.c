@@ -1,26 +1,38 @@
-/* heap.c - per-thread heaps, the heap registry and remote frees.
+/* heap.c - per-thread heaps: the heap registry and a heap's lifetime.
  *
- * The registry is a fixed table of heap slots.  A thread claims one with a
- * CAS on its first allocation (preferring a slot abandoned by an exited
- * thread, so it adopts that memory) and gives it back from a pthread key
- * destructor.  A slot is never destroyed: at thread exit its empty pages are
- * returned, and if blocks are still live the slot becomes ABANDONED with its
- * pages, ring and counters intact.  Frees into an abandoned heap keep
- * arriving through its ring; when the ring fills, the freeing thread
- * collects the heap itself (state COLLECTING) so that nothing piles up
- * waiting for an owner that may never come.
+ * Every thread that allocates gets a heap of its own, however many threads
+ * there are.  Heaps live in a registry that grows in chunks of
+ * SF_HEAP_CHUNK heaps, each chunk mapped from the OS the first time one of
+ * its slots is needed and never unmapped: a heap slot, once made, exists
+ * until the process ends, so another thread may always touch a heap it
+ * found through a block (its ring, its overflow list, its state).
  *
- * A thread that finds no free slot, or that allocates after its teardown
- * (a later thread-local destructor), uses the fallback heap under a lock.
+ * Claiming a heap takes no lock.  At thread exit the heap gives back its
+ * empty pages and becomes ownerless: ABANDONED if blocks are still live in
+ * it (their pages stay where they are and stay valid), else FREE.  Ownerless
+ * heaps wait on one lock-free stack (a Treiber stack of slot numbers whose
+ * top word carries a tag against ABA), and a new thread pops the most
+ * recently released heap first, adopting its pages and its warm memory; only
+ * when the stack is empty is a new slot made.  So the number of heaps follows
+ * the peak number of threads alive at once, not the number of threads ever
+ * started.
  *
- * Remote frees: a block freed by a thread that does not own its page goes
- * into the owner's ring; if the ring is full, onto the owner's overflow list
- * (an atomic stack threaded through the blocks themselves).  Both are
- * drained by the owner on its allocation slow path.  The overflow list lives
- * in the heap slot, which is never unmapped, so a producer never touches a
- * page or segment that the owner might be releasing concurrently. */
+ * Nothing waits for an absent owner: a heap that stays abandoned is
+ * collected by whoever frees into it often enough (remote.c), its delayed
+ * decommits are done from other threads' page allocations
+ * (sf_heaps_purge_abandoned), and sefer_trim collects all of them.
+ *
+ * A thread that allocates after its own heap was released (a thread-local
+ * destructor running after ours), or that cannot get a heap at all (no
+ * memory for a new chunk, or SF_HEAP_SLOTS_MAX reached), uses the fallback
+ * heap under a lock.
+ *
+ * Memory per heap: sizeof(sf_heap_t) (about 2.3 KiB) in its chunk, and its
+ * ring's cells (rings.capacity x 16 bytes of address space, touched only as
+ * they are used and given back when the heap becomes FREE). */
 #include "internal.h"
 
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,14 +41,103 @@
 #define SF_HEAP_STATIC_INIT(k)                                                                     \
     {.direct = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page},                                         \
      .gdirect = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page},                                        \
-     .kind = (k)}
+     .kind = (k),                                                                                   \
+     .slot = SF_HEAP_FALLBACK_SLOT}
 
 __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec"))) = &sf_heap_unclaimed;
 sf_heap_t sf_heap_unclaimed = SF_HEAP_STATIC_INIT(SF_HEAP_UNCLAIMED);
 sf_heap_t sf_heap_shared = SF_HEAP_STATIC_INIT(SF_HEAP_SHARED);
 sf_heap_t sf_heap_fallback = SF_HEAP_STATIC_INIT(SF_HEAP_REAL);
-sf_heap_t sf_registry[SF_REGISTRY_SLOTS];
 pthread_mutex_t sf_fallback_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- the registry: chunks of heap slots ------------------------------------ */
+
+#define CHUNKS_MAX (SF_HEAP_SLOTS_MAX / SF_HEAP_CHUNK)
+static sf_heap_t *_Atomic chunks[CHUNKS_MAX];
+static _Atomic uint32_t slots_made; /* slot numbers handed out (may pass the max) */
+static _Atomic uint32_t chunks_mapped;
+
+uint32_t sf_heap_slots(void) {
+    uint32_t n = atomic_load_explicit(&slots_made, memory_order_acquire);
+    return n < SF_HEAP_SLOTS_MAX ? n : SF_HEAP_SLOTS_MAX;
+}
+
+sf_heap_t *sf_heap_at(uint32_t slot) {
+    if (slot >= SF_HEAP_SLOTS_MAX) return NULL;
+    sf_heap_t *chunk = atomic_load_explicit(&chunks[slot >> SF_HEAP_CHUNK_SHIFT], memory_order_acquire);
+    return chunk != NULL ? &chunk[slot & (SF_HEAP_CHUNK - 1)] : NULL;
+}
+
+int64_t sf_heap_slot_of(const void *p) {
+    uint32_t n = (sf_heap_slots() + SF_HEAP_CHUNK - 1) >> SF_HEAP_CHUNK_SHIFT;
+    for (uint32_t c = 0; c < n; c++) {
+        sf_heap_t *chunk = atomic_load_explicit(&chunks[c], memory_order_acquire);
+        uintptr_t off = (uintptr_t)p - (uintptr_t)chunk;
+        if (chunk != NULL && (uintptr_t)p >= (uintptr_t)chunk && off < SF_HEAP_CHUNK * sizeof(sf_heap_t))
+            return off % sizeof(sf_heap_t) == 0 ? (int64_t)((c << SF_HEAP_CHUNK_SHIFT) + off / sizeof(sf_heap_t))
+                                                 : -1;
+    }
+    return -1;
+}
+
+size_t sf_heap_registry_bytes(void) {
+    return (size_t)atomic_load_explicit(&chunks_mapped, memory_order_relaxed) *
+           sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), OS_PAGE);
+}
+
+/* The chunk that holds `slot`, mapped now if nobody has yet. */
+static sf_heap_t *chunk_for(uint32_t slot) {
+    _Atomic(sf_heap_t *) *cell = &chunks[slot >> SF_HEAP_CHUNK_SHIFT];
+    sf_heap_t *chunk = atomic_load_explicit(cell, memory_order_acquire);
+    if (chunk != NULL) return chunk;
+    size_t bytes = sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), OS_PAGE);
+    sf_heap_t *fresh = sf_os_map_plain(bytes);
+    if (fresh == NULL) return NULL;
+    if (!atomic_compare_exchange_strong_explicit(cell, &chunk, fresh, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        sf_os_unmap(fresh, bytes); /* another thread mapped it first */
+        return chunk;
+    }
+    atomic_fetch_add_explicit(&chunks_mapped, 1, memory_order_relaxed);
+    sf_stat_add(&sf_gstats.metadata, bytes);
+    return fresh;
+}
+
+/* ---- ownerless heaps: a tagged lock-free stack ------------------------------ */
+
+/* top: (tag << 24) | (slot + 1); 0 in the low bits: empty.  Each push and
+ * pop bumps the tag, so a pop that read a heap's link before another thread
+ * popped and pushed that heap again fails its CAS. */
+#define STACK_SLOT_BITS 24
+#define STACK_SLOT_MASK ((1ull << STACK_SLOT_BITS) - 1)
+_Static_assert(SF_HEAP_SLOTS_MAX < STACK_SLOT_MASK, "slot numbers fit the stack word");
+static _Atomic uint64_t ownerless_top;
+
+static uint64_t stack_word(uint64_t old, uint64_t slot_plus_one) {
+    return (((old >> STACK_SLOT_BITS) + 1) << STACK_SLOT_BITS) | slot_plus_one;
+}
+
+static void ownerless_push(sf_heap_t *heap) {
+    uint64_t top = atomic_load_explicit(&ownerless_top, memory_order_relaxed);
+    do {
+        atomic_store_explicit(&heap->next_ownerless, (uint32_t)(top & STACK_SLOT_MASK), memory_order_relaxed);
+    } while (!atomic_compare_exchange_weak_explicit(&ownerless_top, &top, stack_word(top, heap->slot + 1ull),
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+static sf_heap_t *ownerless_pop(void) {
+    uint64_t top = atomic_load_explicit(&ownerless_top, memory_order_acquire);
+    while ((top & STACK_SLOT_MASK) != 0) {
+        sf_heap_t *heap = sf_heap_at((uint32_t)(top & STACK_SLOT_MASK) - 1);
+        uint32_t next = atomic_load_explicit(&heap->next_ownerless, memory_order_relaxed);
+        if (atomic_compare_exchange_weak_explicit(&ownerless_top, &top, stack_word(top, next),
+                                                  memory_order_acquire, memory_order_acquire))
+            return heap;
+    }
+    return NULL;
+}
+
+/* ---- a heap's states --------------------------------------------------------- */
 
 static void heap_init_direct(sf_heap_t *heap) {
     for (unsigned i = 0; i < DIRECT_COUNT; i++) heap->direct[i] = heap->gdirect[i] = &sf_empty_page;
@@ -48,23 +149,6 @@ void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     else sf_page_local_free_slow(heap, page, b);
 }
 
-static void drain_block(sf_heap_t *heap, sf_block_t *b) {
-    sf_segment_t *seg = sf_segment_of(b);
-    sf_heap_owner_free(heap, sf_page_of(seg, b), b);
-}
-
-void sf_heap_drain_remote(sf_heap_t *heap) {
-    void *p;
-    while ((p = sf_ring_pop(&heap->ring)) != NULL) drain_block(heap, p);
-    if (atomic_load_explicit(&heap->overflow, memory_order_relaxed) == NULL) return;
-    sf_block_t *list = atomic_exchange_explicit(&heap->overflow, NULL, memory_order_acquire);
-    while (list != NULL) {
-        sf_block_t *next = list->next;
-        drain_block(heap, list);
-        list = next;
-    }
-}
-
 /* Pages in use, or pages waiting for their delayed decommit: a heap that
  * has either stays abandoned (adoptable, and purged by sf_heaps_purge_abandoned)
  * rather than free. */
@@ -72,9 +156,13 @@ static bool heap_has_pages(sf_heap_t *heap) {
     return heap->pages_in_use != 0 || heap->purge.first != NULL;
 }
 
-/* Leaves a heap nobody owns: abandoned if it still has pages, else free. */
+/* Leaves a heap nobody owns: abandoned if it still has pages, else free.
+ * A free heap can receive no remote free (it owns no block), so its ring
+ * is empty and quiet: its pages go back to the OS. */
 static void heap_set_ownerless(sf_heap_t *heap) {
-    atomic_store(&heap->state, heap_has_pages(heap) ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
+    bool pages = heap_has_pages(heap);
+    if (!pages && sf_ring_pending(&heap->ring) == 0) sf_ring_reset(&heap->ring);
+    atomic_store(&heap->state, pages ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
 }
 
 /* Takes an abandoned heap for a collection on its absent owner's behalf
@@ -84,20 +172,28 @@ static bool heap_claim_to_collect(sf_heap_t *heap) {
     return atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING);
 }
 
-/* Some abandoned heap may have pages waiting for their decommit deadline. */
+/* Some abandoned heap may have pages waiting for their decommit deadline;
+ * and the earliest time worth looking again. */
 static _Atomic bool abandoned_purges;
+static _Atomic uint64_t abandoned_next_look;
 
 /* Decommits the pages of abandoned heaps whose deadline has passed (their
  * owners are gone, so nobody else would).  Called now and then from page
- * allocation; cheap when no abandoned heap waits. */
+ * allocation; cheap when no abandoned heap waits, and the walk over every
+ * slot is made at most every decommit.delay / 2. */
 void sf_heaps_purge_abandoned(void) {
     if (!atomic_load_explicit(&abandoned_purges, memory_order_relaxed)) return;
+    uint64_t now = sf_now_ms(), next = atomic_load_explicit(&abandoned_next_look, memory_order_relaxed);
+    if (now < next ||
+        !atomic_compare_exchange_strong(&abandoned_next_look, &next, now + sf_knob(SF_KNOB_DECOMMIT_DELAY) / 2))
+        return;
     atomic_store_explicit(&abandoned_purges, false, memory_order_relaxed);
     bool pending = false;
-    uint64_t now = sf_now_ms();
-    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
-        sf_heap_t *heap = &sf_registry[i];
-        if (atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED) continue;
+    uint32_t n = sf_heap_slots();
+    for (uint32_t i = 0; i < n; i++) {
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap == NULL || atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED)
+            continue;
         if (!heap_claim_to_collect(heap)) continue;
         if (heap->purge.first != NULL && heap->purge.first->purge_at <= now)
             sf_segment_collect_purges(heap, false);
@@ -109,7 +205,7 @@ void sf_heaps_purge_abandoned(void) {
 
 /* Collects an abandoned heap on behalf of its absent owner; gives the slot
  * back to the registry if nothing is left in it. */
-static bool heap_try_collect_abandoned(sf_heap_t *heap) {
+bool sf_heap_try_collect_abandoned(sf_heap_t *heap) {
     if (!heap_claim_to_collect(heap)) return false;
     sf_heap_collect(heap, true);
     heap_set_ownerless(heap);
@@ -118,42 +214,32 @@ static bool heap_try_collect_abandoned(sf_heap_t *heap) {
 
 size_t sf_heaps_collect_abandoned(void) {
     size_t n = 0;
-    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++)
-        if (atomic_load_explicit(&sf_registry[i].state, memory_order_relaxed) == SF_HEAP_ABANDONED)
-            n += heap_try_collect_abandoned(&sf_registry[i]);
+    uint32_t slots = sf_heap_slots();
+    for (uint32_t i = 0; i < slots; i++) {
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap != NULL && atomic_load_explicit(&heap->state, memory_order_relaxed) == SF_HEAP_ABANDONED)
+            n += sf_heap_try_collect_abandoned(heap);
+    }
     return n;
 }
 
-void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
-    if (sf_ring_push(&owner->ring, b)) {
-        /* nobody drains an abandoned heap: collect it now and then */
-        if (unlikely(atomic_load_explicit(&owner->state, memory_order_relaxed) ==
-                     SF_HEAP_ABANDONED) &&
-            sf_ring_pending(&owner->ring) >= 64)
-            heap_try_collect_abandoned(owner);
-        return;
+/* Makes an ownerless heap the calling thread's.  A collection in progress
+ * is short (it holds no lock and waits for nothing): wait for its end. */
+static bool heap_claim(sf_heap_t *heap) {
+    for (;;) {
+        int st = atomic_load(&heap->state);
+        if (st == SF_HEAP_COLLECTING) {
+            sched_yield();
+            continue;
+        }
+        if (atomic_compare_exchange_strong(&heap->state, &st, SF_HEAP_LIVE)) break;
     }
-    if (atomic_load_explicit(&owner->state, memory_order_relaxed) == SF_HEAP_ABANDONED &&
-        heap_try_collect_abandoned(owner) && sf_ring_push(&owner->ring, b))
-        return;
-    atomic_fetch_add_explicit(&owner->ring.overflowed, 1, memory_order_relaxed);
-    sf_block_t *head = atomic_load_explicit(&owner->overflow, memory_order_relaxed);
-    do {
-        b->next = head;
-    } while (!atomic_compare_exchange_weak_explicit(&owner->overflow, &head, b,
-                                                    memory_order_release, memory_order_relaxed));
-}
-
-static bool heap_claim(sf_heap_t *heap, int from) {
-    int expected = from;
-    if (!atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_LIVE)) return false;
     if (heap->kind != SF_HEAP_REAL) { /* first use of this slot */
         if (!sf_ring_init(&heap->ring, (size_t)sf_knob(SF_KNOB_RINGS_CAPACITY))) {
-            atomic_store(&heap->state, from);
+            atomic_store(&heap->state, SF_HEAP_FREE);
             return false;
         }
         heap_init_direct(heap);
-        heap->slot = (uint32_t)(heap - sf_registry);
         /* publishes the ring to statistics readers */
         __atomic_store_n(&heap->kind, SF_HEAP_REAL, __ATOMIC_RELEASE);
     }
@@ -161,16 +247,25 @@ static bool heap_claim(sf_heap_t *heap, int from) {
     return true;
 }
 
-/* Claims a registry slot for the calling thread: an abandoned one first. */
+/* A heap slot never used before, or NULL if none can be made. */
+static sf_heap_t *heap_make(void) {
+    uint32_t slot = atomic_fetch_add_explicit(&slots_made, 1, memory_order_acq_rel);
+    if (slot >= SF_HEAP_SLOTS_MAX) return NULL;
+    sf_heap_t *chunk = chunk_for(slot);
+    if (chunk == NULL) return NULL; /* that slot number stays unused */
+    sf_heap_t *heap = &chunk[slot & (SF_HEAP_CHUNK - 1)];
+    heap->slot = slot;
+    return heap;
+}
+
+/* Claims a heap for the calling thread: the latest ownerless one, or a new
+ * slot.  NULL: the thread uses the fallback heap. */
 static sf_heap_t *heap_acquire(void) {
-    static const int order[2] = {SF_HEAP_ABANDONED, SF_HEAP_FREE};
-    for (int pass = 0; pass < 2; pass++)
-        for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
-            sf_heap_t *heap = &sf_registry[i];
-            if (atomic_load_explicit(&heap->state, memory_order_relaxed) == order[pass] &&
-                heap_claim(heap, order[pass]))
-                return heap;
-        }
+    sf_heap_t *heap = ownerless_pop();
+    if (heap == NULL) heap = heap_make();
+    if (heap == NULL) return NULL;
+    if (heap_claim(heap)) return heap;
+    ownerless_push(heap); /* its ring could not be mapped: keep the slot for later */
     return NULL;
 }
 
@@ -207,22 +302,30 @@ void sf_heap_thread_done(void *value) {
     atomic_store_explicit(&heap->tid, 0, memory_order_relaxed);
     if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
+    ownerless_push(heap);
 }
 
-/* In the child after fork: only the forking thread exists; every other live
- * heap is abandoned (and adoptable), and interrupted collections end. */
+/* In the child after fork: only the forking thread exists.  Every other
+ * live heap is abandoned and goes on the ownerless stack (adoptable), and
+ * interrupted collections end.  The stack is rebuilt from the states, so a
+ * push or pop the fork cut in half leaves nothing behind. */
 void sf_heaps_after_fork_child(void) {
     sf_heap_t *mine = sf_tls_heap;
-    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
-        sf_heap_t *heap = &sf_registry[i];
-        int st = atomic_load(&heap->state);
+    atomic_store(&ownerless_top, 0);
+    uint32_t n = sf_heap_slots();
+    for (uint32_t i = n; i-- > 0;) {
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap == NULL) continue;
+        heap->slot = i; /* (a slot being made when the parent forked) */
         if (heap == mine) {
             atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
             continue;
         }
+        int st = atomic_load(&heap->state);
         if (st == SF_HEAP_LIVE || st == SF_HEAP_COLLECTING) {
             atomic_store(&heap->tid, 0);
             atomic_store(&heap->state, SF_HEAP_ABANDONED);
         }
+        ownerless_push(heap);
     }
 }

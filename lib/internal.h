@@ -259,14 +259,19 @@ typedef struct sf_page_s {
     uint8_t in_use;     /* allocated to a size class (or span) */
     uint8_t committed;  /* memory not decommitted since last use */
     uint32_t block_size;
-    uint32_t carved_bytes; /* capacity * block_size: blocks that exist so far */
+    uint16_t capacity;   /* blocks carved so far (read by other threads: SF_GET) */
+    uint16_t reserved;   /* blocks that fit (at most 4096: 64 KiB / 16 B) */
     uint8_t *block_start;
     uint64_t divmagic;   /* ceil(2^64 / block_size): interior-pointer check */
-    uint32_t capacity;   /* blocks carved so far */
-    uint32_t reserved;   /* blocks that fit */
+    uint64_t purge_at; /* delayed decommit deadline (ms), 0: none */
+    /* second cache line: the owner's fast paths never touch it */
+    /* Blocks freed by other threads (remote.c): a lock-free stack threaded
+     * through the blocks, pushed with a CAS, taken whole by the owner with
+     * an exchange.  Bit 0 (SF_XFREE_NOTIFY) says the page is full and the
+     * next remote free must tell the owner through its ring. */
+    _Atomic uintptr_t xfree;
     /* queue links: class queue, full list or purge list */
     struct sf_page_s *next, *prev;
-    uint64_t purge_at; /* delayed decommit deadline (ms), 0: none */
     uint8_t *page_start;
     size_t page_bytes;
     size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
@@ -302,6 +307,7 @@ typedef struct sf_segment_s {
 #define SF_SEG_MAGIC 0x5365666572536567ull /* "SeferSeg" */
 #define SF_PAGE_DESC_SHIFT 7
 _Static_assert(sizeof(sf_page_t) == (1u << SF_PAGE_DESC_SHIFT), "page descriptor size");
+_Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast paths' cache line");
 /* The header fills the first 128-byte slot, so in a small segment the
  * descriptor of page i (1..63) sits at seg + i * 128: the fast path finds it
  * by OR-ing shifted pointer bits into the segment address. */
@@ -319,9 +325,12 @@ SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
 /* True iff p is the start of a block carved in page (not interior, not
  * padding, not a block the page has not handed out yet).  The divisibility
  * test, off * ceil(2^64/size) < ceil(2^64/size), is exact for off < 2^32. */
+SF_INLINE size_t sf_page_carved_bytes(const sf_page_t *page) {
+    return (size_t)SF_GET(page->capacity) * SF_GET(page->block_size);
+}
 SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
     uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
-    return off < SF_GET(page->carved_bytes) && off * page->divmagic < page->divmagic;
+    return off < sf_page_carved_bytes(page) && off * page->divmagic < page->divmagic;
 }
 
 /* Remote-free ring: a bounded multi-producer single-consumer queue of block
@@ -347,38 +356,47 @@ typedef struct {
 enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLLECTING };
 /* A thread's sf_tls_heap is a real registry heap, or one of two markers whose
  * direct table holds only the empty page, so the fast path falls through:
- * UNCLAIMED (claim a slot on the slow path) or SHARED (no slot was free, or
- * the thread is past teardown: use the locked fallback heap). */
+ * UNCLAIMED (claim a slot on the slow path) or SHARED (the thread is past
+ * teardown, or no heap could be made: use the locked fallback heap). */
 enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHARED };
 
-#define SF_REGISTRY_SLOTS 256
+/* The registry grows in chunks of heaps mapped on demand (heap.c): slot i
+ * is heap i % SF_HEAP_CHUNK of chunk i / SF_HEAP_CHUNK.  At most
+ * SF_HEAP_SLOTS_MAX heaps ever exist; threads past that use the fallback. */
+#define SF_HEAP_CHUNK_SHIFT 6
+#define SF_HEAP_CHUNK (1u << SF_HEAP_CHUNK_SHIFT)
+#define SF_HEAP_SLOTS_MAX (1u << 20)
+#define SF_HEAP_FALLBACK_SLOT UINT32_MAX /* the fallback heap's "slot" */
 
 typedef struct sf_heap_s {
+    /* owner only: the fast paths read the tables and bump allocs */
     sf_page_t *direct[DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
     sf_page_t *gdirect[DIRECT_COUNT]; /* guard level 2's fast path: the same, by
                                          (size+8+15)/16; all empty page otherwise */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
-    uint8_t kind;
-    uint32_t slot;
     sf_page_queue_t queues[CLASS_COUNT];
     sf_page_queue_t full;
     sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */
     sf_segment_t *free_segs[2];          /* small, medium segments with free pages */
-    _Atomic(sf_block_t *) overflow;      /* remote frees that found the ring full */
-    sf_ring_t ring;
     uint32_t pages_in_use;
-    uint64_t remote_frees; /* frees this thread sent to others */
+    uint64_t remote_frees;    /* frees this thread sent to others */
+    uint64_t remote_collected; /* blocks other threads freed, taken from page lists */
     uint64_t page_allocs;
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
     size_t quarantine_bytes, quarantine_count;
+    /* read by other threads: written once, or rarely (at thread start and exit) */
+    uint8_t kind __attribute__((aligned(64)));
+    uint32_t slot;
     _Atomic int state;
     _Atomic int tid;
+    _Atomic uint32_t next_ownerless; /* link in the stack of ownerless heaps (slot + 1) */
+    _Atomic(sf_block_t *) overflow;  /* remote frees that found the ring full */
+    sf_ring_t ring;
 } sf_heap_t;
 
 SF_HIDDEN extern __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec")));
 SF_HIDDEN extern sf_page_t sf_empty_page;
 SF_HIDDEN extern sf_heap_t sf_heap_unclaimed, sf_heap_shared, sf_heap_fallback;
-SF_HIDDEN extern sf_heap_t sf_registry[SF_REGISTRY_SLOTS];
 SF_HIDDEN extern pthread_mutex_t sf_fallback_lock;
 
 /* ---- init.c ---------------------------------------------------------------- */
@@ -421,6 +439,7 @@ SF_HIDDEN bool sf_cache_holds(const void *p);
 SF_HIDDEN void sf_page_init(sf_page_t *page, unsigned class_idx);
 SF_HIDDEN void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);
@@ -429,23 +448,43 @@ SF_HIDDEN size_t sf_heap_collect(sf_heap_t *heap, bool force);
 SF_HIDDEN size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now);
 
 /* ---- ring.c ----------------------------------------------------------------- */
+/* Cells hold their sequence number minus their index, so a ring fresh from
+ * mmap (all zero) is empty and its cells are touched only when used;
+ * sf_ring_reset gives an empty ring's pages back. */
 SF_HIDDEN bool sf_ring_init(sf_ring_t *ring, size_t capacity);
 SF_HIDDEN bool sf_ring_push(sf_ring_t *ring, void *p);
 SF_HIDDEN void *sf_ring_pop(sf_ring_t *ring);
+SF_HIDDEN void sf_ring_reset(sf_ring_t *ring);
+/* The sequence number of the cell at position pos (acquire). */
+SF_INLINE uint64_t sf_ring_seq(const sf_ring_t *ring, uint64_t pos) {
+    return atomic_load_explicit(&ring->cells[pos & ring->mask].seq, memory_order_acquire) + (pos & ring->mask);
+}
 SF_INLINE uint64_t sf_ring_pending(sf_ring_t *ring) {
     return atomic_load_explicit(&ring->tail, memory_order_relaxed) -
            atomic_load_explicit(&ring->head, memory_order_relaxed);
 }
 
-/* ---- heap.c ----------------------------------------------------------------- */
+/* ---- heap.c: the heap registry and heap lifetimes ---------------------------- */
 SF_HIDDEN sf_heap_t *sf_heap_for_thread(void);
-SF_HIDDEN void sf_heap_drain_remote(sf_heap_t *heap);
 SF_HIDDEN void sf_heap_thread_done(void *value);
-SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b);
 SF_HIDDEN void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
+SF_HIDDEN bool sf_heap_try_collect_abandoned(sf_heap_t *heap);
+SF_HIDDEN uint32_t sf_heap_slots(void);           /* slots made so far: 0 .. n-1 */
+SF_HIDDEN sf_heap_t *sf_heap_at(uint32_t slot);   /* NULL if slot is not made (yet) */
+SF_HIDDEN int64_t sf_heap_slot_of(const void *p); /* -1 if p is no registry heap */
+SF_HIDDEN size_t sf_heap_registry_bytes(void);    /* mapped for heap slots */
+
+/* ---- remote.c: frees by threads that do not own the block ----------------- */
+#define SF_XFREE_NOTIFY ((uintptr_t)1)
+SF_HIDDEN void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b);
+SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b); /* the ring path */
+SF_HIDDEN void sf_heap_drain_remote(sf_heap_t *heap);
+SF_HIDDEN uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page);
+SF_HIDDEN bool sf_page_set_notify(sf_page_t *page);
+SF_HIDDEN void sf_page_clear_notify(sf_page_t *page);
 
 /* ---- alloc.c / free.c (fast paths: fastpath.h) ------------------------------ */
 SF_HIDDEN void *sf_malloc_generic(size_t n, sf_heap_t *heap);

@@ -59,11 +59,11 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     uint8_t *end = page->page_start + page->page_bytes;
     page->block_start = start;
     SF_SET(page->block_size, bsize);
-    page->reserved = (uint32_t)((size_t)(end - start) / bsize);
-    SF_SET(page->carved_bytes, 0);
+    page->reserved = (uint16_t)((size_t)(end - start) / bsize);
     page->divmagic = UINT64_MAX / bsize + 1;
-    page->capacity = 0;
+    SF_SET(page->capacity, 0);
     page->free = page->local_free = NULL;
+    atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_pages_checked() ? SF_PAGE_GUARDED : 0));
     bool keyed = sf_guard_level >= 2;
@@ -93,21 +93,22 @@ static void page_extend(sf_page_t *page) {
         prev = b;
     }
     page->free = prev;
-    page->capacity += want;
-    SF_SET(page->carved_bytes, page->capacity * page->block_size);
+    SF_SET(page->capacity, (uint16_t)(page->capacity + want));
     if (page->capacity == page->reserved) {
         /* mark the tail's would-be block as free so the fast path sends a
          * free of it to the generic path (the tail is a multiple of 16
          * bytes, so its second word is inside the page when it exists) */
-        uint8_t *tail = page->block_start + page->carved_bytes;
+        uint8_t *tail = page->block_start + sf_page_carved_bytes(page);
         if (tail + sizeof(sf_block_t) <= page->page_start + page->page_bytes)
             ((sf_block_t *)tail)->cookie = sf_page_cookie(page);
     }
 }
 
-/* Makes `page` able to serve, if it can be: returns false if it is full. */
-static bool page_refill(sf_page_t *page) {
+/* Makes `page` able to serve, if it can be: its own frees, then other
+ * threads' (remote.c), then blocks not carved yet.  False: it is full. */
+static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
+    if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (page->local_free) {
         page->free = page->local_free;
         page->local_free = NULL;
@@ -120,12 +121,23 @@ static bool page_refill(sf_page_t *page) {
     return false;
 }
 
+/* Puts a page with nothing left on the full list, unless a remote free
+ * arrives while it goes there (then it can serve after all: true). */
+static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
+    if (!sf_page_set_notify(page)) return page_refill(heap, page);
+    sf_queue_remove(q, page);
+    SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
+    sf_page_set_fast_owner(page, heap); /* NULL: full */
+    sf_queue_push_front(&heap->full, page);
+    return false;
+}
+
 static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
     sf_page_queue_t *q = &heap->queues[class_idx];
     sf_page_t *page = q->first;
     while (page != NULL) {
         sf_page_t *next = page->next;
-        if (page_refill(page)) {
+        if (page_refill(heap, page) || page_retire_full(heap, q, page)) {
             if (page != q->first) {
                 sf_queue_remove(q, page);
                 sf_queue_push_front(q, page);
@@ -135,10 +147,6 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
             sf_heap_update_direct(heap, class_idx);
             return page;
         }
-        sf_queue_remove(q, page);
-        SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
-        sf_page_set_fast_owner(page, heap); /* NULL: full */
-        sf_queue_push_front(&heap->full, page);
         page = next;
     }
     page = sf_segment_page_alloc(heap, class_idx);
@@ -163,7 +171,7 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
     sf_block_t *next = sf_link_decode(page, b);
     SF_COUNT(page->used); /* a dropped block stays counted: it is never reused */
     if (sf_guard_level >= 2 && next != NULL && ((uint8_t *)next < page->block_start ||
-                         (uint8_t *)next >= page->block_start + page->carved_bytes ||
+                         (uint8_t *)next >= page->block_start + sf_page_carved_bytes(page) ||
                          !sf_page_is_block_start(page, next))) {
         sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
         next = NULL;
@@ -197,19 +205,24 @@ void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
     }
 }
 
+/* A full page has a free block again: back to the end of its class queue
+ * (the pages ahead of it are fuller of free blocks, or as full). */
+void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {
+    sf_page_clear_notify(page);
+    SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
+    sf_page_set_fast_owner(page, heap);
+    sf_queue_remove(&heap->full, page);
+    sf_page_queue_t *q = &heap->queues[page->class_idx];
+    queue_push_back(q, page);
+    if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
+}
+
 /* A block comes back to a page whose flags are set (full, or guarded). */
 void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_link_set(page, b, page->local_free);
     b->cookie = sf_page_cookie(page);
     page->local_free = b;
-    if (page->flags & SF_PAGE_FULL) {
-        SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
-        sf_page_set_fast_owner(page, heap);
-        sf_queue_remove(&heap->full, page);
-        sf_page_queue_t *q = &heap->queues[page->class_idx];
-        queue_push_back(q, page);
-        if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
-    }
+    if (page->flags & SF_PAGE_FULL) sf_page_unfull(heap, page);
     if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
 }
 
@@ -237,6 +250,14 @@ size_t sf_heap_collect(sf_heap_t *heap, bool force) { return sf_heap_collect_ex(
 size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
     if (force) sf_quarantine_flush(heap);
     sf_heap_drain_remote(heap);
+    /* full pages first: the ones other threads freed into rejoin their queues */
+    for (sf_page_t *page = heap->full.first, *next; page != NULL; page = next) {
+        next = page->next;
+        sf_page_collect_remote(heap, page);
+    }
+    for (unsigned c = 1; c < CLASS_COUNT; c++)
+        for (sf_page_t *page = heap->queues[c].first; page != NULL; page = page->next)
+            sf_page_collect_remote(heap, page);
     size_t released = 0;
     for (unsigned c = 1; c < CLASS_COUNT; c++) {
         sf_page_t *page = heap->queues[c].first;

@@ -211,19 +211,58 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
     return freed;
 }
 
+/* How far back in the purge queue a page of the wanted class is looked for. */
+#define PURGE_REUSE_LOOKBACK 32
+
+/* The most recently freed page that served class_idx and still waits for
+ * its decommit, or NULL.  Its memory is resident up to where that class
+ * carved it: taking it again for the same class reuses exactly that, where
+ * a page of another class would keep its old prefix resident beyond what
+ * the new class uses (and a heap whose threads come and go with different
+ * sizes would creep up to every page resident to its longest prefix); the
+ * pages nobody takes back age out of the queue and are decommitted. */
+static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
+    sf_page_t *page = heap->purge.last;
+    for (unsigned n = 0; page != NULL && n < PURGE_REUSE_LOOKBACK; n++, page = page->prev)
+        if (page->class_idx == class_idx && page->committed) return page;
+    return NULL;
+}
+
+/* A free page of seg for a class none of its recently freed pages served:
+ * one with nothing resident (never used, or decommitted) if there is one,
+ * so the resident pages of other classes are left to age out of the purge
+ * queue instead of being reused with their old prefix; else the lowest. */
+static unsigned free_page_index(const sf_segment_t *seg) {
+    for (uint64_t m = seg->free_mask; m != 0; m &= m - 1) {
+        unsigned i = (unsigned)__builtin_ctzll(m);
+        if (seg->pages[i].purge_at == 0) return i;
+    }
+    return (unsigned)__builtin_ctzll(seg->free_mask);
+}
+
 sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     unsigned kind = class_idx <= SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
     if ((++heap->page_allocs & 15) == 0) {
         sf_segment_collect_purges(heap, false);
         sf_heaps_purge_abandoned();
     }
-    sf_segment_t *seg = heap->free_segs[kind];
-    if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
-    unsigned idx = (unsigned)__builtin_ctzll(seg->free_mask);
-    seg->free_mask &= seg->free_mask - 1;
+    sf_page_t *page = purge_queue_find(heap, class_idx);
+    sf_segment_t *seg;
+    unsigned idx;
+    if (page != NULL) {
+        seg = sf_segment_of(page);
+        idx = (unsigned)(page - seg->pages);
+        if (seg->free_mask == ((uint64_t)1 << idx)) heap_seglist_remove(heap, seg);
+        seg->free_mask &= ~((uint64_t)1 << idx);
+    } else {
+        seg = heap->free_segs[kind];
+        if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
+        idx = free_page_index(seg);
+        seg->free_mask &= ~((uint64_t)1 << idx);
+        if (seg->free_mask == 0) heap_seglist_remove(heap, seg);
+        page = &seg->pages[idx];
+    }
     seg->used_pages++;
-    if (seg->free_mask == 0) heap_seglist_remove(heap, seg);
-    sf_page_t *page = &seg->pages[idx];
     if (page->purge_at) {
         sf_queue_remove(&heap->purge, page);
         page->purge_at = 0;
@@ -324,7 +363,6 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
         sf_os_protect((uint8_t *)seg + OS_PAGE, OS_PAGE, false);
         sf_os_protect((uint8_t *)seg + span - OS_PAGE, OS_PAGE, false);
     }
-    page->carved_bytes = 1; /* only the block start itself is a valid free */
     page->divmagic = UINT64_MAX;
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;

@@ -136,7 +136,7 @@ static bool copy_page(const sf_segment_t *seg, unsigned i, sf_snap_page_t *out) 
     out->block_size = bs;
     out->class_idx = (uint8_t)sf_class_of(bs);
     out->capacity = page_fit(page, bs);
-    out->carved = SF_GET(page->carved_bytes) / bs;
+    out->carved = SF_GET(page->capacity);
     out->used = SF_GET(page->used);
     /* relaxed reads of a page being re-initialised may disagree for a moment */
     if (out->carved > out->capacity) out->carved = out->capacity;
@@ -144,10 +144,10 @@ static bool copy_page(const sf_segment_t *seg, unsigned i, sf_snap_page_t *out) 
     return true;
 }
 
-static int16_t owner_of(const sf_segment_t *seg) {
+static int64_t owner_of(const sf_segment_t *seg) {
     if (seg->heap == NULL) return SF_SNAP_NO_OWNER;
     if (seg->heap == &sf_heap_fallback) return SF_SNAP_FALLBACK;
-    return (int16_t)(seg->heap - sf_registry);
+    return (int64_t)seg->heap->slot;
 }
 
 /* Copies a live segment and its pages in use.  Holds sf_seg_lock. */
@@ -234,7 +234,7 @@ void sf_snapshot_release(sf_snapshot_t *s) {
 
 /* ---- heap slots ---------------------------------------------------------- */
 
-static void copy_heap(sf_heap_t *heap, uint16_t slot, sf_snap_heap_t *out) {
+static void copy_heap(sf_heap_t *heap, uint32_t slot, sf_snap_heap_t *out) {
     memset(out, 0, sizeof *out);
     out->slot = slot;
     out->ever_used = __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) == SF_HEAP_REAL;
@@ -243,6 +243,7 @@ static void copy_heap(sf_heap_t *heap, uint16_t slot, sf_snap_heap_t *out) {
     if (!out->ever_used) return;
     out->allocs = SF_GET(heap->allocs);
     out->remote_frees = SF_GET(heap->remote_frees);
+    out->remote_collected = SF_GET(heap->remote_collected);
     out->overflow_waiting = atomic_load_explicit(&heap->overflow, memory_order_relaxed) != NULL;
     if (heap->ring.cells == NULL) return; /* the fallback heap has no ring */
     out->has_ring = true;
@@ -254,13 +255,38 @@ static void copy_heap(sf_heap_t *heap, uint16_t slot, sf_snap_heap_t *out) {
     out->ring_overflowed = atomic_load_explicit(&heap->ring.overflowed, memory_order_relaxed);
 }
 
-void sf_snapshot_heaps(sf_snap_heap_t *out) {
+size_t sf_snapshot_heaps(sf_snap_heap_t *out, uint64_t offset, uint64_t limit, uint64_t *total) {
     sf_ensure_init();
-    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) copy_heap(&sf_registry[i], (uint16_t)i, &out[i]);
-    copy_heap(&sf_heap_fallback, SF_SNAP_FALLBACK, &out[SF_REGISTRY_SLOTS]);
-    /* the fallback heap serves whoever holds its lock: always usable */
-    out[SF_REGISTRY_SLOTS].state = SF_HEAP_LIVE;
-    out[SF_REGISTRY_SLOTS].tid = 0;
+    uint32_t slots = sf_heap_slots();
+    *total = (uint64_t)slots + 1;
+    size_t n = 0;
+    for (uint64_t i = offset; i < *total && n < limit; i++) {
+        sf_snap_heap_t *h = &out[n++];
+        if (i == slots) {
+            copy_heap(&sf_heap_fallback, SF_HEAP_FALLBACK_SLOT, h);
+            /* the fallback heap serves whoever holds its lock: always usable */
+            h->state = SF_HEAP_LIVE;
+            h->tid = 0;
+            continue;
+        }
+        sf_heap_t *heap = sf_heap_at((uint32_t)i);
+        if (heap != NULL) copy_heap(heap, (uint32_t)i, h);
+        else *h = (sf_snap_heap_t){.slot = (uint32_t)i, .state = SF_HEAP_FREE}; /* being made */
+    }
+    return n;
+}
+
+uint64_t sf_snapshot_ring_pending(void) {
+    uint64_t pending = 0;
+    uint32_t slots = sf_heap_slots();
+    for (uint32_t i = 0; i < slots; i++) {
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
+        uint64_t head = atomic_load_explicit(&heap->ring.head, memory_order_acquire);
+        uint64_t tail = atomic_load_explicit(&heap->ring.tail, memory_order_acquire);
+        pending += tail > head ? tail - head : 0;
+    }
+    return pending;
 }
 
 /* ---- /proc ------------------------------------------------------------------ */

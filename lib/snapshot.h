@@ -24,8 +24,8 @@
 
 #define SF_SNAP_LIST_BATCH 64  /* segments listed per hold of sf_seg_lock */
 #define SF_SNAP_BATCH 64       /* segments copied per hold of sf_seg_lock */
-#define SF_SNAP_FALLBACK SF_REGISTRY_SLOTS /* owner "slot" of the fallback heap */
-#define SF_SNAP_NO_OWNER (-1) /* spans belong to no heap */
+#define SF_SNAP_FALLBACK ((int64_t)SF_HEAP_FALLBACK_SLOT) /* owner "slot" of the fallback heap */
+#define SF_SNAP_NO_OWNER ((int64_t)-1) /* spans belong to no heap */
 
 /* One page in use (free pages of a segment are not listed). */
 typedef struct {
@@ -43,7 +43,7 @@ typedef struct {
     uint64_t id;        /* sefer's segment number, in creation order */
     uintptr_t base;     /* address of the header (the segment's start) */
     uint8_t kind;       /* enum sf_seg_kind */
-    int16_t owner;      /* registry slot, SF_SNAP_FALLBACK, or SF_SNAP_NO_OWNER */
+    int64_t owner;      /* registry slot, SF_SNAP_FALLBACK, or SF_SNAP_NO_OWNER */
     uint16_t page_count; /* pages the segment is cut into */
     uint64_t size;      /* bytes mapped */
     uint64_t committed; /* bytes counted in bytes_committed */
@@ -69,21 +69,25 @@ typedef struct {
 SF_HIDDEN int sf_snapshot_segments(sf_snapshot_t *s, uint64_t offset, uint64_t limit);
 SF_HIDDEN void sf_snapshot_release(sf_snapshot_t *s);
 
-/* One heap registry slot (SF_REGISTRY_SLOTS of them, then the fallback). */
+/* One heap registry slot (or the fallback heap: slot SF_SNAP_FALLBACK). */
 typedef struct {
-    uint16_t slot;
+    uint32_t slot;
     uint8_t state;   /* enum sf_heap_state; the fallback heap reads LIVE */
     bool ever_used;  /* the slot has been claimed at least once */
     int tid;         /* owning thread's id, 0 if none */
-    uint64_t allocs, remote_frees;
+    uint64_t allocs, remote_frees, remote_collected;
     bool has_ring;
     uint64_t ring_capacity, ring_pushed, ring_drained, ring_overflowed;
     bool overflow_waiting; /* blocks wait on the overflow list */
 } sf_snap_heap_t;
 
-#define SF_SNAP_HEAPS (SF_REGISTRY_SLOTS + 1)
-/* Fills out[SF_SNAP_HEAPS]: no lock is taken. */
-SF_HIDDEN void sf_snapshot_heaps(sf_snap_heap_t *out);
+/* The heaps in order: registry slots 0, 1, ... then the fallback heap.
+ * Copies entries [offset, offset + limit) of that list into out[] (room
+ * for limit); returns how many, and the list's length in *total.  No lock
+ * is taken. */
+SF_HIDDEN size_t sf_snapshot_heaps(sf_snap_heap_t *out, uint64_t offset, uint64_t limit, uint64_t *total);
+/* Remote frees waiting in every heap's ring for their owner. */
+SF_HIDDEN uint64_t sf_snapshot_ring_pending(void);
 
 /* Resident set size from /proc/self/statm; false (with the reason in why)
  * if it cannot be read. */

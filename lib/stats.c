@@ -9,6 +9,7 @@ struct sf_global_stats sf_gstats;
 static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
     out->allocs += SF_GET(heap->allocs);
     out->remote_frees += SF_GET(heap->remote_frees);
+    out->remote_list_frees += SF_GET(heap->remote_collected);
     if (heap->ring.cells) {
         out->ring_pushes += LOAD(heap->ring.tail);
         out->ring_overflows += LOAD(heap->ring.overflowed);
@@ -41,15 +42,17 @@ void sf_stats_collect(struct sefer_stats *out) {
     memset(out, 0, sizeof *out);
     out->size = sizeof *out;
     out->version = SEFER_STATS_VERSION;
-    for (unsigned i = 0; i < SF_REGISTRY_SLOTS; i++) {
-        sf_heap_t *heap = &sf_registry[i];
+    uint32_t slots = sf_heap_slots();
+    for (uint32_t i = 0; i < slots; i++) {
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
         int st = atomic_load_explicit(&heap->state, memory_order_relaxed);
-        if (__atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
         add_heap(out, heap);
         out->heaps_live += st == SF_HEAP_LIVE;
         out->heaps_abandoned += st == SF_HEAP_ABANDONED || st == SF_HEAP_COLLECTING;
     }
     add_heap(out, &sf_heap_fallback);
+    out->heap_slots = slots;
     out->allocs += LOAD(sf_gstats.shared_allocs);
     out->remote_frees += LOAD(sf_gstats.shared_remote_frees);
     /* frees are not counted on the fast path: every block handed out is
@@ -59,7 +62,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->frees = out->allocs > live ? out->allocs - live : 0;
     out->bytes_committed = LOAD(sf_gstats.committed);
     out->bytes_reserved = LOAD(sf_gstats.reserved);
-    out->bytes_metadata = LOAD(sf_gstats.metadata) + sizeof sf_registry;
+    out->bytes_metadata = LOAD(sf_gstats.metadata); /* heap chunks and rings included */
     out->bytes_decommitted_total = LOAD(sf_gstats.decommitted_total);
     out->segments = LOAD(sf_gstats.segments);
     out->segments_peak = LOAD(sf_gstats.segments_peak);

@@ -163,7 +163,11 @@ static struct {
     unsigned char **blocks;
 } storm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PH_START, 0, 0, 0, NULL};
 
-#define STORM_SIZE 32
+/* 1 KiB blocks: 64 to a 64 KiB page.  A remote free goes onto its page's
+ * own list, except the first into each full page, which tells the owner
+ * through its ring: so 2 x capacity full pages make the ring overflow. */
+#define STORM_SIZE 1024
+#define STORM_PAGE_BLOCKS 64
 #define STORM_FREERS 2
 
 static void storm_set(enum storm_phase ph)
@@ -249,9 +253,7 @@ static void *storm_freer(void *argp)
 START_TEST(test_ring_overflow_storm)
 {
     unsigned long long cap = st_knob_ull("rings.capacity");
-    size_t n = 200000;
-    if (n < cap * 8)
-        n = (size_t)cap * 8;
+    size_t n = (size_t)cap * 2 * STORM_PAGE_BLOCKS;
     storm.n = n;
     storm.blocks = st_map(n * sizeof *storm.blocks);
 
@@ -299,16 +301,23 @@ START_TEST(test_ring_overflow_storm)
                   "%zu cross-thread frees counted %" PRId64 " remote frees", n,
                   ST_DELTA(s1, s0, remote_frees));
     ck_assert_msg(ST_DELTA(s1, s0, ring_overflows) > 0,
-                  "%zu remote frees to an idle owner (ring capacity %llu) never overflowed", n,
-                  cap);
-    ck_assert_msg(ST_DELTA(s1, s0, ring_pushes) + ST_DELTA(s1, s0, ring_overflows) == (int64_t)n,
-                  "ring pushes %" PRId64 " + overflows %" PRId64 " != %zu remote frees",
-                  ST_DELTA(s1, s0, ring_pushes), ST_DELTA(s1, s0, ring_overflows), n);
+                  "%zu remote frees into %zu full pages of an idle owner (ring capacity %llu) never"
+                  " overflowed", n, n / STORM_PAGE_BLOCKS, cap);
+    /* one notification per full page (the page the owner last allocated
+     * from may not be full), every other free onto the page's list */
+    int64_t told = ST_DELTA(s1, s0, ring_pushes) + ST_DELTA(s1, s0, ring_overflows);
+    ck_assert_msg(told >= (int64_t)(n / STORM_PAGE_BLOCKS) - 1 && told <= (int64_t)(n / STORM_PAGE_BLOCKS),
+                  "ring pushes %" PRId64 " + overflows %" PRId64 " for %zu full pages",
+                  ST_DELTA(s1, s0, ring_pushes), ST_DELTA(s1, s0, ring_overflows), n / STORM_PAGE_BLOCKS);
     /* the owner allocating once more, then a second round: by then every
      * block freed by the others is back and counted, exactly once */
     ck_assert_int_eq(ST_DELTA(s2, s1, allocs), 1);
     ck_assert_int_ge(ST_DELTA(s2, s1, frees), 1);
     ck_assert_int_eq(ST_DELTA(s3, s2, allocs), (int64_t)n);
+    /* by now the owner took back every block from its pages' lists too */
+    ck_assert_msg(told + ST_DELTA(s3, s0, remote_list_frees) == (int64_t)n,
+                  "%" PRId64 " through the ring + %" PRId64 " from page lists != %zu remote frees", told,
+                  ST_DELTA(s3, s0, remote_list_frees), n);
     ck_assert_msg(ST_DELTA(s3, s0, frees) == (int64_t)n + 1,
                   "%zu remote frees + 1 local: stats.frees grew by %" PRId64
                   " once the owner allocated again",

@@ -92,15 +92,17 @@ static void print_heaps(const cJSON *heaps) {
     for (cJSON *h = list ? list->child : NULL; h; h = h->next)
         if (num(h, "bytes_in_blocks") > 0 || num(h, "allocs") > 0) sorted[used++] = h;
     qsort(sorted, (size_t)used, sizeof *sorted, by_bytes);
-    printf("heaps      %.0f live, %.0f abandoned (of %.0f slots + fallback)\n", num(heaps, "live"),
-           num(heaps, "abandoned"), num(heaps, "registry_slots"));
+    printf("heaps      %.0f live, %.0f abandoned (of %.0f made + fallback)\n", num(heaps, "live"),
+           num(heaps, "abandoned"), num(heaps, "total") - 1);
     for (int i = 0; i < used && i < 8; i++) {
         const cJSON *h = sorted[i], *t = cJSON_GetObjectItemCaseSensitive(h, "thread");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(h, "state");
-        char b[32], tid[24] = "-";
+        char b[32], tid[24] = "-", slot[24] = "fallback";
         if (cJSON_IsObject(t)) snprintf(tid, sizeof tid, "%.0f", num(t, "tid"));
-        printf("  slot %3.0f %-9s tid %-7s %-16s %10s in blocks, %.0f allocs\n", num(h, "slot"),
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "fallback")))
+            snprintf(slot, sizeof slot, "%.0f", num(h, "slot"));
+        printf("  slot %-8s %-9s tid %-7s %-16s %10s in blocks, %.0f allocs\n", slot,
                cJSON_IsString(state) ? state->valuestring : "?", tid,
                cJSON_IsString(name) ? name->valuestring : "", human(num(h, "bytes_in_blocks"), b, sizeof b),
                num(h, "allocs"));

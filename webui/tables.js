@@ -5,7 +5,8 @@
 // other string come from the process and are shown as text, never parsed
 // as HTML.
 //
-// The heap registry has 256 slots and the fallback heap.  One row per slot
+// The heap registry has a slot per heap ever made (as many as threads were
+// alive at once) and the fallback heap, last.  One row per slot
 // that is live, abandoned or the fallback ("shared"); runs of free slots
 // collapse into one row.  A row's data-slot and data-state carry the slot
 // and its state (the browser test compares them with /heaps).  Clicking a
@@ -94,12 +95,12 @@ function ringCell(ring) {
 
 function heapRow(h, ring, expanded) {
   const tr = el('tr', null, 'heap state-' + h.state + (expanded ? ' open' : ''));
-  tr.dataset.slot = h.slot;
+  tr.dataset.slot = h.fallback ? 'fallback' : h.slot;
   tr.dataset.state = h.state;
   const tid = h.thread ? h.thread.tid : '-';
   const name = h.thread ? (h.thread.name === null ? '?' : h.thread.name) : '-';
   const overflow = ring ? count(ring.overflowed) + (ring.overflow_waiting ? ' (waiting)' : '') : '-';
-  tr.append(el('td', h.slot === 256 ? '256 (fallback)' : h.slot), el('td', h.state), el('td', tid), el('td', name),
+  tr.append(el('td', h.fallback ? 'fallback' : h.slot), el('td', h.state), el('td', tid), el('td', name),
       el('td', bytes(h.bytes_in_blocks), 'num'), el('td', count(h.blocks), 'num'), el('td', count(h.pages), 'num'),
       el('td', count(h.segments), 'num'), el('td', count(h.allocs), 'num'), el('td', count(h.frees), 'num'),
       el('td', count(h.remote_frees), 'num'), ringCell(ring), el('td', ring ? count(ring.pushed) : '-', 'num'),

@@ -209,7 +209,7 @@ async function soakChecks(browser) {
   await check('the heap table lists the live heaps of /heaps', async () => {
     const rows = await page.$$eval('#heaps-body tr.heap', (trs) => trs.map((tr) => tr.dataset.slot + ':' + tr.dataset.state));
     const replies = rec.heaps.filter(Boolean).slice(-2);
-    const want = (h) => h.heaps.filter((x) => x.state !== 'free').map((x) => x.slot + ':' + x.state);
+    const want = (h) => h.heaps.filter((x) => x.state !== 'free').map((x) => (x.fallback ? 'fallback' : x.slot) + ':' + x.state);
     const match = replies.find((h) => JSON.stringify(want(h)) === JSON.stringify(rows));
     assert(match, 'table ' + rows.join(' ') + '; last /heaps: ' + replies.map((h) => want(h).join(' ')).join(' | '));
     const live = rows.filter((r) => r.endsWith(':live')).length;

@@ -1,0 +1,163 @@
+/* remote.c - frees by a thread that does not own the block.
+ *
+ * Two channels, both lock-free and both lossless:
+ *
+ *   the page's list (page->xfree): the common case.  The freeing thread
+ *     pushes the block onto a stack threaded through the blocks of that
+ *     page with one CAS on the page's second cache line (the owner's fast
+ *     paths never read it), and is done.  The owner takes the whole stack
+ *     with one exchange when it next needs blocks from that page (its free
+ *     and local lists ran dry), when it collects the heap, or before it
+ *     decides a block is a double free.  Contention spreads over pages, and
+ *     nothing is queued per block for the owner to drain.
+ *
+ *   the owner's ring (and its overflow list): for what the owner must be
+ *     told about because it would not look at the page otherwise.  A full
+ *     page is on the heap's full list, where the owner never looks: when the
+ *     owner moves a page there, it sets SF_XFREE_NOTIFY in xfree (a CAS, so
+ *     no block can slip in unseen), and the first remote free that finds the
+ *     flag clears it and sends its block through the ring; draining it brings
+ *     the page back to its class queue, and later remote frees go to the
+ *     page's list again.  The ring also carries every remote free into a heap
+ *     whose owner is gone (so frees into an abandoned heap make it collected
+ *     now and then), into guarded pages (levels 2-3 and valgrind: their checks
+ *     run when the owner drains), into the fallback heap (taken under its
+ *     lock, never through xfree) and of a block that already carries its
+ *     free mark (a suspected double free, checked by the owner).  A full ring
+ *     spills onto the heap's overflow list.  The ring and the overflow list
+ *     live in the heap slot, which is never unmapped.
+ *
+ * Why a page is never released under a pushing thread: a block on xfree is
+ * still counted in page->used until the owner takes it, so the page, and
+ * its segment, stay in use at least until the push is complete; the pusher
+ * touches nothing of the page after its CAS succeeded.  This is also why
+ * the notification goes through the heap and not the page: "the page has
+ * new blocks" would have to be said after the block was published, when the
+ * page may already be gone.
+ *
+ * The xfree links are plain pointers: guarded pages never use the list. */
+#include "internal.h"
+
+/* ---- the ring path ---------------------------------------------------------- */
+
+void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
+    if (sf_ring_push(&owner->ring, b)) {
+        /* nobody drains an abandoned heap: collect it now and then */
+        if (unlikely(atomic_load_explicit(&owner->state, memory_order_relaxed) ==
+                     SF_HEAP_ABANDONED) &&
+            sf_ring_pending(&owner->ring) >= 64)
+            sf_heap_try_collect_abandoned(owner);
+        return;
+    }
+    if (atomic_load_explicit(&owner->state, memory_order_relaxed) == SF_HEAP_ABANDONED &&
+        sf_heap_try_collect_abandoned(owner) && sf_ring_push(&owner->ring, b))
+        return;
+    atomic_fetch_add_explicit(&owner->ring.overflowed, 1, memory_order_relaxed);
+    sf_block_t *head = atomic_load_explicit(&owner->overflow, memory_order_relaxed);
+    do {
+        b->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&owner->overflow, &head, b,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+/* ---- the page path ------------------------------------------------------------ */
+
+void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
+    uintptr_t cookie = sf_page_cookie(page);
+    if ((SF_GET(page->flags) & SF_PAGE_GUARDED) || b->cookie == cookie ||
+        atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
+        sf_heap_remote_free(owner, b);
+        return;
+    }
+    uintptr_t old = atomic_load_explicit(&page->xfree, memory_order_relaxed);
+    for (;;) {
+        if (old & SF_XFREE_NOTIFY) {
+            /* the page is full: take the flag, then tell the owner */
+            if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, old & ~SF_XFREE_NOTIFY,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                sf_heap_remote_free(owner, b);
+                return;
+            }
+            continue;
+        }
+        b->next = (sf_block_t *)old;
+        b->cookie = cookie; /* free from now on: a second free of it is suspect */
+        if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, (uintptr_t)b, memory_order_release,
+                                                  memory_order_relaxed))
+            return;
+    }
+}
+
+/* Takes the page's remote frees into its local free list (owner context).
+ * Returns how many; a full page they arrive in goes back to its queue. */
+uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
+    if ((atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~SF_XFREE_NOTIFY) == 0) return 0;
+    uintptr_t got = atomic_exchange_explicit(&page->xfree, 0, memory_order_acquire);
+    sf_block_t *first = (sf_block_t *)(got & ~SF_XFREE_NOTIFY), *last = first;
+    uint32_t n = 1;
+    while (last->next != NULL) {
+        if (n == page->used) { /* more blocks than are out: one was freed twice at once */
+            sf_guard_report(SF_GUARD_DOUBLE, last);
+            last->next = NULL; /* the rest of the list is lost, not followed round */
+            break;
+        }
+        last = last->next;
+        n++;
+    }
+    last->next = page->local_free;
+    page->local_free = first;
+    SF_SET(page->used, page->used - n);
+    heap->remote_collected += n;
+    if (page->flags & SF_PAGE_FULL) sf_page_unfull(heap, page); /* (the exchange took the flag) */
+    return n;
+}
+
+/* The owner is about to put a page with nothing left on its full list:
+ * from now on the first remote free must tell it.  False if a remote free
+ * came in first (collect it instead). */
+bool sf_page_set_notify(sf_page_t *page) {
+    uintptr_t empty = 0;
+    return atomic_compare_exchange_strong_explicit(&page->xfree, &empty, SF_XFREE_NOTIFY,
+                                                   memory_order_relaxed, memory_order_relaxed);
+}
+
+/* The owner freed into its full page itself and brings it back: the
+ * remote frees that follow can use the page's list again. */
+void sf_page_clear_notify(sf_page_t *page) {
+    uintptr_t old = atomic_load_explicit(&page->xfree, memory_order_relaxed);
+    while ((old & SF_XFREE_NOTIFY) &&
+           !atomic_compare_exchange_weak_explicit(&page->xfree, &old, old & ~SF_XFREE_NOTIFY,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+/* ---- draining the ring (owner or collector context) --------------------------- */
+
+/* A block that came through the ring.  One that already carries its free
+ * mark was freed twice if it is on the page's lists now (the page's remote
+ * frees are taken first, so those count too): reported, and dropped.  (At
+ * level 3 every block arrives marked: its free set the mark with an atomic
+ * exchange, which is where level 3 catches a second free.) */
+static void drain_block(sf_heap_t *heap, sf_block_t *b) {
+    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+    if (sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
+        sf_page_collect_remote(heap, page);
+        if (sf_page_holds_free_block(page, b)) {
+            sf_guard_report(SF_GUARD_DOUBLE, b);
+            return;
+        }
+    }
+    sf_heap_owner_free(heap, page, b);
+}
+
+void sf_heap_drain_remote(sf_heap_t *heap) {
+    void *p;
+    while ((p = sf_ring_pop(&heap->ring)) != NULL) drain_block(heap, p);
+    if (atomic_load_explicit(&heap->overflow, memory_order_relaxed) == NULL) return;
+    sf_block_t *list = atomic_exchange_explicit(&heap->overflow, NULL, memory_order_acquire);
+    while (list != NULL) {
+        sf_block_t *next = list->next;
+        drain_block(heap, list);
+        list = next;
+    }
+}
