@@ -36,6 +36,7 @@ struct bu_opts {
 
 static const char *bu_prog = "bench";
 static const char *bu_usage_text = "";
+static unsigned bu_max_threads = 1024; /* -t above this is refused */
 
 static inline double bu_now(void) {
     struct timespec ts;
@@ -123,7 +124,7 @@ static inline void bu_parse(int argc, char **argv, struct bu_opts *o, const char
             bu_usage();
         }
     }
-    if (optind != argc || o->threads == 0 || o->threads > 1024 || !(o->scale > 0) ||
+    if (optind != argc || o->threads == 0 || o->threads > bu_max_threads || !(o->scale > 0) ||
         !(o->seconds > 0))
         bu_usage();
 }
