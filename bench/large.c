@@ -1,6 +1,6 @@
 /* large.c - large blocks: alloc/free, realloc growth and vector push.
  *
- *   large [-m alloc|realloc|neighbour|vector] [-z SIZES_MIB] [-t THREADS]
+ *   large [-m alloc|random|realloc|neighbour|vector] [-z SIZES_MIB] [-t THREADS]
  *         [-s SCALE] [-d SECONDS]
  *
  * Every thread runs the same loop on its own blocks until the main thread
@@ -10,6 +10,11 @@
  *   alloc      malloc(size), write one byte in every 4 KiB page (so the
  *              memory is really faulted in), free.  Sizes from -z in MiB,
  *              used in turn (default 4,16,64).  One op: one malloc+touch+free.
+ *   random     each thread keeps 8 live blocks; one op frees a random one
+ *              and mallocs a block of a random size in [5, 25] MiB in its
+ *              place, writing one byte in every page (the malloc-large
+ *              pattern: big buffers of varying sizes, reused at once).
+ *              One op: one free + malloc + touch.
  *   realloc    geometric growth: malloc(64), then realloc to twice the size
  *              until 64 MiB; after each realloc the new part gets one byte
  *              per page and the old part's bytes are checked (realloc must
@@ -40,11 +45,13 @@
 #define PAGE 4096
 #define MIB ((size_t)1 << 20)
 
-enum mode { M_ALLOC, M_REALLOC, M_NEIGHBOUR, M_VECTOR };
+enum mode { M_ALLOC, M_RANDOM, M_REALLOC, M_NEIGHBOUR, M_VECTOR };
+#define RANDOM_LIVE 8
 
 struct worker {
     unsigned index;
-    uint64_t ops, errors;
+    uint64_t ops, errors, rng;
+    unsigned char *live[RANDOM_LIVE];
     double end;
     char pad[64];
 };
@@ -72,12 +79,29 @@ static inline uint64_t check(const unsigned char *p, size_t to, unsigned salt) {
     return bad;
 }
 
+/* Writes one byte in every page of p's first size bytes. */
+static void touch_pages(unsigned char *p, size_t size) {
+    for (size_t o = 0; o < size; o += PAGE)
+        ((volatile unsigned char *)p)[o] = (unsigned char)o;
+}
+
 static uint64_t op_alloc(size_t size) {
     unsigned char *p = malloc(size);
     if (!p) bu_die("malloc", ENOMEM);
-    for (size_t o = 0; o < size; o += PAGE)
-        ((volatile unsigned char *)p)[o] = (unsigned char)o;
+    touch_pages(p, size);
     free(p);
+    return 1;
+}
+
+/* Replaces one of the worker's live blocks by one of a random size. */
+static uint64_t op_random(struct worker *w) {
+    uint64_t r = xorshift64(&w->rng);
+    size_t k = below((uint32_t)(r >> 32), RANDOM_LIVE);
+    size_t size = (size_t)((double)(5 * MIB + below((uint32_t)r, 20 * MIB + 1)) * opt.scale);
+    free(w->live[k]);
+    w->live[k] = malloc(size);
+    if (!w->live[k]) bu_die("malloc", ENOMEM);
+    touch_pages(w->live[k], size);
     return 1;
 }
 
@@ -138,6 +162,9 @@ static void *worker_main(void *arg) {
         case M_ALLOC:
             ops += op_alloc(sizes[n % nsizes]);
             break;
+        case M_RANDOM:
+            ops += op_random(w);
+            break;
         case M_REALLOC:
         case M_NEIGHBOUR:
             ops += op_chain(mode == M_NEIGHBOUR, (unsigned)(n + w->index), &errors);
@@ -148,18 +175,21 @@ static void *worker_main(void *arg) {
         }
         n++;
     }
+    w->end = bu_now();
+    for (size_t k = 0; k < RANDOM_LIVE; k++) free(w->live[k]);
     w->ops = ops;
     w->errors = errors;
-    w->end = bu_now();
     return NULL;
 }
 
 int main(int argc, char **argv) {
     bu_prog = "large";
-    bu_usage_text = "[-m alloc|realloc|neighbour|vector] [-z SIZES_MIB]";
+    bu_usage_text = "[-m alloc|random|realloc|neighbour|vector] [-z SIZES_MIB]";
     bu_parse(argc, argv, &opt, "alloc");
     if (strcmp(opt.mode, "alloc") == 0)
         mode = M_ALLOC;
+    else if (strcmp(opt.mode, "random") == 0)
+        mode = M_RANDOM;
     else if (strcmp(opt.mode, "realloc") == 0)
         mode = M_REALLOC;
     else if (strcmp(opt.mode, "neighbour") == 0)
@@ -182,6 +212,7 @@ int main(int argc, char **argv) {
     double t0 = bu_now();
     for (unsigned i = 0; i < opt.threads; i++) {
         ws[i].index = i;
+        ws[i].rng = bu_seed(opt.seed, i);
         tids[i] = bu_start(worker_main, &ws[i]);
     }
     bu_sleep(opt.seconds);

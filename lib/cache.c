@@ -3,6 +3,14 @@
  * Holds both freed large spans and empty small/medium segments (a one-segment
  * span), so a program that frees and reallocates big buffers, or whose pages
  * come and go, swaps pointers instead of calling mmap and faulting pages in.
+ *
+ * A request takes the smallest cached span that holds it.  A bigger one is
+ * split at a segment boundary: the front is handed out and the rest stays
+ * cached, with its resident pages, for the next request (dropping the
+ * unused tail instead, as this cache once did, made a loop over buffers of
+ * varying sizes fault the same pages in again and again).  A span put back
+ * merges with a cached span it touches, so the pieces of a split come
+ * together again once both are free.
  * Process-wide budget: large_cache.slots entries and large_cache.max_bytes
  * bytes; entries older than large_cache.ttl are unmapped on the next cache
  * operation or trim.  With decommit.policy = eager a span is decommitted as
@@ -19,7 +27,9 @@ struct cache_entry {
     uint8_t *base;
     size_t size;
     uint64_t since_ms;
-    size_t committed; /* bytes of it counted in stats.bytes_committed */
+    size_t committed; /* bytes of it counted in stats.bytes_committed: from
+                         its start, an upper bound of what may be resident
+                         (what lies past it reads as zero) */
 };
 
 pthread_mutex_t sf_cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -66,23 +76,44 @@ static size_t expire_locked(uint64_t now, bool all) {
     return freed;
 }
 
-/* Takes a cached span of size in [min_size, max_size]: the smallest fit.
- * *zero_out tells whether its memory is known to read as zero. */
+/* Cuts entry i to its part from `at` bytes on; returns what was in front:
+ * the caller's now (its committed share no longer counted by the cache). */
+static struct cache_entry entry_split_front(size_t i, size_t at) {
+    struct cache_entry *e = &entries[i], front = *e;
+    front.size = at;
+    front.committed = e->committed < at ? e->committed : at;
+    e->base += at;
+    e->size -= at;
+    e->committed -= front.committed;
+    sf_stat_sub(&sf_gstats.cache_bytes, at);
+    sf_stat_sub(&sf_gstats.committed, front.committed);
+    return front;
+}
+
+/* Takes a cached span of at least min_size bytes: the smallest that holds
+ * it, whole if it is at most max_size, else its first min_size bytes (see
+ * the top of the file).  *committed_out: how many bytes from its start may
+ * still be resident (0: it all reads as zero). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out) {
     sf_lock(&sf_cache_lock);
     expire_locked(sf_now_ms(), false);
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
-        if (s >= min_size && s <= max_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
+        if (s >= min_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
     }
     void *p = NULL;
     if (best != SIZE_MAX) {
-        struct cache_entry e = entries[best];
-        entry_remove(best);
-        /* the new owner counts what it uses; the span's old pages that are
-         * still resident are not "handed out" until it does */
-        sf_stat_sub(&sf_gstats.committed, e.committed);
+        struct cache_entry e;
+        if (entries[best].size > max_size) {
+            e = entry_split_front(best, min_size);
+        } else {
+            e = entries[best];
+            entry_remove(best);
+            /* the new owner counts what it uses; the span's old pages that
+             * are still resident are not "handed out" until it does */
+            sf_stat_sub(&sf_gstats.committed, e.committed);
+        }
         p = e.base;
         *size_out = e.size;
         *committed_out = e.committed; /* 0: all zero, as mapped or decommitted */
@@ -92,6 +123,53 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     }
     sf_unlock(&sf_cache_lock);
     return p;
+}
+
+/* The committed figure of two adjacent spans joined (lo, then hi): an upper
+ * bound of the resident prefix, so a resident upper part makes the whole
+ * lower part count. */
+static size_t joined_committed(const struct cache_entry *lo, const struct cache_entry *hi) {
+    return hi->committed > 0 ? lo->size + hi->committed : lo->committed;
+}
+
+/* Joins the freed span `e` to the cached spans it touches, below and above,
+ * if there are any and the budget allows the whole: the neighbours leave
+ * their slots and the whole takes one.  False if it touches none.  Holds
+ * sf_cache_lock. */
+static bool merge_locked(struct cache_entry e) {
+    size_t below = SIZE_MAX, above = SIZE_MAX;
+    for (size_t i = 0; i < entry_count; i++) {
+        if (entries[i].base + entries[i].size == e.base) below = i;
+        if (e.base + e.size == entries[i].base) above = i;
+    }
+    if (below == SIZE_MAX && above == SIZE_MAX) return false;
+    if (atomic_load(&sf_gstats.cache_bytes) + e.size > sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES)) return false;
+    size_t counted = e.committed; /* already in stats.bytes_committed */
+    if (above != SIZE_MAX) {
+        struct cache_entry hi = entries[above];
+        counted += hi.committed;
+        e.committed = joined_committed(&e, &hi);
+        e.size += hi.size;
+    }
+    if (below != SIZE_MAX) {
+        struct cache_entry lo = entries[below];
+        counted += lo.committed;
+        e.committed = joined_committed(&lo, &e);
+        e.base = lo.base;
+        e.size += lo.size;
+    }
+    /* the higher slot first, so that removing it cannot move the other */
+    size_t first = below != SIZE_MAX && (above == SIZE_MAX || below > above) ? below : above;
+    size_t second = first == below ? above : below;
+    entry_remove(first);
+    if (second != SIZE_MAX) entry_remove(second);
+    entries[entry_count] = e;
+    sf_stat_add(&sf_gstats.cache_bytes, e.size);
+    sf_stat_add(&sf_gstats.cache_spans, 1);
+    sf_stat_add(&sf_gstats.committed, e.committed - counted);
+    if (sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_EAGER) entry_decommit(entry_count);
+    entry_count++;
+    return true;
 }
 
 /* Offers a span (its segmap entries already clear; `committed` of its bytes
@@ -105,6 +183,10 @@ bool sf_cache_put(void *base, size_t size, size_t committed) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
     expire_locked(now, false);
+    if (merge_locked((struct cache_entry){base, size, now, committed})) {
+        sf_unlock(&sf_cache_lock);
+        return true;
+    }
     /* make room: evict the oldest entries */
     while (entry_count > 0 &&
            (entry_count >= slots || atomic_load(&sf_gstats.cache_bytes) + size > budget)) {

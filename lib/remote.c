@@ -107,7 +107,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
     last->next = page->local_free;
     page->local_free = first;
     SF_SET(page->used, page->used - n);
-    heap->remote_collected += n;
+    SF_SET(heap->remote_collected, heap->remote_collected + n); /* read by statistics */
     if (page->flags & SF_PAGE_FULL) sf_page_unfull(heap, page); /* (the exchange took the flag) */
     return n;
 }

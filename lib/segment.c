@@ -327,17 +327,18 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     size_t span = sf_align_up(rounded + lead + guard, SEG_SIZE);
     bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
     size_t resident = 0;
-    sf_segment_t *seg = span_take(&span, span * 2, cacheable, &resident);
+    sf_segment_t *seg = span_take(&span, span, cacheable, &resident);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
     }
     bool zero = resident == 0;
     uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + OS_PAGE + guard, lead);
-    /* a bigger cached span: its old pages past the new block would stay
-     * resident without being counted anywhere */
+    /* a reused span may hold old pages past the new block (in its last
+     * segment): they stay, counted as committed, for a later growth or the
+     * next block of this span, instead of being dropped and faulted in again */
     size_t used = (size_t)(block - (uint8_t *)seg) + rounded;
-    if (resident > used) sf_os_decommit(block + rounded, sf_align_up(resident, OS_PAGE) - used);
+    resident = sf_align_up(resident, OS_PAGE);
     if (!zero) memset(seg, 0, header_bytes(1));
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = NULL;
@@ -349,7 +350,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->used_pages = 1;
     seg->span_size = span;
     seg->committed_bytes = 0;
-    commit_add(seg, (size_t)(block - (uint8_t *)seg) + rounded);
+    commit_add(seg, used > resident ? used : resident);
     sf_page_t *page = &seg->pages[0];
     SF_SET(page->flags, SF_PAGE_SPAN);
     SF_SET(page->in_use, 1);
@@ -383,18 +384,21 @@ void sf_span_free(sf_segment_t *seg) {
 }
 
 /* Grows or shrinks a span's block in place if the span has room; shrinking
- * by a megabyte or more gives the tail's pages back. */
+ * by a megabyte or more gives the pages past the new end back.  The span's
+ * committed bytes run from its start to the block's end, or further where
+ * old pages of a reused span are still resident (sf_span_alloc). */
 bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size) {
     size_t rounded = sf_align_up(new_size, OS_PAGE);
     if (rounded < new_size || rounded > page->page_bytes) return false;
-    size_t old = page->span_bytes;
+    size_t old = page->span_bytes, lead = (size_t)(page->block_start - (uint8_t *)seg);
     if (rounded > old) {
-        commit_add(seg, rounded - old);
+        if (lead + rounded > seg->committed_bytes) commit_add(seg, lead + rounded - seg->committed_bytes);
     } else if (old - rounded >= ((size_t)1 << 20)) {
-        sf_os_decommit(page->block_start + rounded, old - rounded);
-        SF_SET(seg->committed_bytes, seg->committed_bytes - (old - rounded));
-        sf_stat_sub(&sf_gstats.committed, old - rounded);
-        sf_stat_add(&sf_gstats.decommitted_total, old - rounded);
+        size_t drop = seg->committed_bytes - (lead + rounded);
+        sf_os_decommit(page->block_start + rounded, drop);
+        SF_SET(seg->committed_bytes, lead + rounded);
+        sf_stat_sub(&sf_gstats.committed, drop);
+        sf_stat_add(&sf_gstats.decommitted_total, drop);
     } else {
         return true; /* small shrink: keep the pages, keep the size */
     }

@@ -442,10 +442,10 @@ START_TEST(test_large_cache_hit_no_mapping)
 }
 END_TEST
 
-/* A cached span reused for a smaller block (up to half its size) must not
- * keep its old pages past the new block resident and uncounted: RSS stays
- * close to what sefer says is committed. */
-START_TEST(test_large_cache_reuse_smaller_releases_tail)
+/* A cached span reused for a smaller block must not keep its old pages past
+ * the new block resident and uncounted: RSS stays close to what sefer says
+ * is committed (the rest of a split span stays cached, and counted). */
+START_TEST(test_large_cache_reuse_smaller_counts_tail)
 {
     void *v[16];
     for (int i = 0; i < 16; i++) {
@@ -469,6 +469,49 @@ START_TEST(test_large_cache_reuse_smaller_releases_tail)
                   (size_t)(s.bytes_committed / ST_MIB), base / ST_MIB);
     for (int i = 0; i < 16; i++)
         sefer_free(v[i]);
+}
+END_TEST
+
+/* A cached span bigger than a request is split: the front serves it, the
+ * rest stays cached with its pages; freed again, the pieces merge back into
+ * one span that serves the big request with no new mapping. */
+START_TEST(test_large_cache_splits_and_merges)
+{
+    sefer_trim(); /* an empty cache to start from */
+    const size_t big = 22 * ST_MIB, part = 6 * ST_MIB; /* spans of 24 and 8 MiB */
+    char *p = sefer_malloc(big);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 1, big);
+    sefer_free(p);
+    struct sefer_stats s0 = st_stats();
+    ck_assert_uint_eq(s0.large_cache_spans, 1);
+    ck_assert_uint_eq(s0.large_cache_bytes, 24 * ST_MIB);
+    char *a = sefer_malloc(part), *b = sefer_malloc(part);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    struct sefer_stats s1 = st_stats();
+    ck_assert_int_eq(ST_DELTA(s1, s0, os_maps), 0);
+    ck_assert_int_eq(ST_DELTA(s1, s0, large_cache_hits), 2);
+    ck_assert_uint_eq(s1.large_cache_bytes, 8 * ST_MIB); /* the third piece */
+    ck_assert_uint_ge(sefer_usable_size(a), part);
+    memset(a, 2, part);
+    memset(b, 3, part);
+    sefer_free(a);
+    struct sefer_stats s2 = st_stats();
+    ck_assert_uint_eq(s2.large_cache_spans, 2); /* a does not touch the cached piece */
+    sefer_free(b); /* b touches both: one span again */
+    struct sefer_stats s3 = st_stats();
+    ck_assert_uint_eq(s3.large_cache_spans, 1);
+    ck_assert_uint_eq(s3.large_cache_bytes, 24 * ST_MIB);
+    p = sefer_malloc(big);
+    ck_assert_ptr_nonnull(p);
+    struct sefer_stats s4 = st_stats();
+    ck_assert_int_eq(ST_DELTA(s4, s0, os_maps), 0);
+    ck_assert_uint_eq(s4.large_cache_spans, 0);
+    /* still the same memory, every byte usable */
+    memset(p, 4, big);
+    sefer_free(p);
+    ck_assert_uint_le(st_rss(), s4.bytes_committed + 32 * ST_MIB);
 }
 END_TEST
 
@@ -595,7 +638,8 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_large_cache_hit_no_mapping);
     tcase_add_test(tc, test_large_cache_knobs);
-    tcase_add_test(tc, test_large_cache_reuse_smaller_releases_tail);
+    tcase_add_test(tc, test_large_cache_reuse_smaller_counts_tail);
+    tcase_add_test(tc, test_large_cache_splits_and_merges);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }
