@@ -100,6 +100,8 @@ START_TEST(test_stats_fields_and_figures)
         "guard_overflow", "guard_use_after_free", "rss_bytes"};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         it_u64(s0, fields[i]);
+    ck_assert_str_eq(it_str(s0, "build"), sefer_build());
+    ck_assert_str_eq(it_str(s0, "build_options"), sefer_build_options());
     ck_assert(cJSON_IsNull(it_item(s0, "bytes_requested")));
     ck_assert(strlen(it_str(s0, "bytes_requested_reason")) > 10);
     const cJSON *rate = it_item(s0, "large_cache_hit_rate");
@@ -515,6 +517,10 @@ START_TEST(test_metrics_exposition)
     ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_block_bytes "));
     ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_guard_detections_total{kind=\"double_free\"} "));
     ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_introspect_auth_failures_total "));
+    char info[160];
+    snprintf(info, sizeof info, "\nsefer_info{version=\"%s\",build=\"%s\"} 1\n", sefer_version(),
+             sefer_build());
+    ck_assert_msg(strstr(r.body, info) != NULL, "no \"%s\" in /metrics", info + 1);
     if (system("command -v promtool >/dev/null 2>&1") != 0) {
         fprintf(stderr, "SKIP promtool check: promtool not installed (Debian package prometheus)\n");
     } else {
@@ -540,6 +546,8 @@ START_TEST(test_methods_paths_and_small_endpoints)
     it_resp_t r;
     cJSON *ok = it_json(port, "/healthz");
     ck_assert_str_eq(it_str(ok, "status"), "ok");
+    ck_assert_str_eq(it_str(ok, "version"), sefer_version());
+    ck_assert_str_eq(it_str(ok, "build"), sefer_build());
     cJSON_Delete(ok);
 
     it_get(port, "/", &r);

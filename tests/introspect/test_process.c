@@ -544,6 +544,11 @@ START_TEST(test_cli_run_and_stat)
     ck_assert_msg(rc == 0, "sefer stat: %d: %s", rc, out);
     ck_assert_msg(strstr(out, "bytes in blocks") && strstr(out, "it-host") && strstr(out, "rings"),
                   "sefer stat printed: %s", out);
+    /* the host preloads the library this test links: the same build */
+    char build_line[512];
+    snprintf(build_line, sizeof build_line, ": build %s\n  build options: %s\n", sefer_build(),
+             sefer_build_options());
+    ck_assert_msg(strstr(out, build_line) != NULL, "no \"%s\" in sefer stat's output: %s", build_line, out);
     finish_ok(&p);
 
     snprintf(cmd, sizeof cmd, "%s stat http://127.0.0.1:%d/ >/dev/null 2>&1", cli, port);
