@@ -40,6 +40,23 @@ static inline int it_start(void)
 
 /* ---- sockets ------------------------------------------------------------ */
 
+/* why_not of the optional "ipv6" cases (tests/sefer_test.h): NULL when a
+ * socket can be bound to [::1], else why not. */
+static inline const char *it_ipv6_why_not(void)
+{
+    static char why[128];
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        close(fd);
+        return NULL;
+    }
+    snprintf(why, sizeof why, "no IPv6 loopback here: %s [::1]: %s", fd < 0 ? "socket" : "bind", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return why;
+}
+
 /* A blocking socket connected to 127.0.0.1:port (-1 if refused); reads and
  * writes time out after timeout_ms. */
 static inline int it_connect_t(int port, int timeout_ms)
