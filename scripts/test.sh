@@ -3,10 +3,11 @@
 #
 #   build/        release (scripts/setup.sh): every test suite
 #   build-ubsan/  -Db_sanitize=undefined, debugoptimized: every test suite
-#                 (the preload suite too: libubsan comes in as a dependency
-#                 of libsefer.so, so uninstrumented programs can load it)
+#                 but valgrind-memcheck (the preload suite too: libubsan
+#                 comes in as a dependency of libsefer.so, so uninstrumented
+#                 programs can load it)
 #   build-asan/   -Db_sanitize=address -Doverride=false: the same tests as
-#                 build-tsan plus "limits"
+#                 build-tsan plus "limits" and "limits-rss" (which skips)
 #   build-tsan/   -Db_sanitize=thread -Doverride=false, debugoptimized: only
 #                 the tests whose name contains "tsan" (multi-thread stress
 #                 through the sefer_* API; with override=false sefer does
