@@ -1,10 +1,15 @@
-"""Shared helpers of the bench/ runner scripts (compare-larson, instructions).
+"""Shared helpers of the bench/ runner scripts (compare, compare-larson,
+instructions, realprogs, guard-levels, introspect-cost, profile).
 
 Knows where each allocator lives, installs missing Debian packages, finds the
 benchmark binaries in a meson build directory, checks that an LD_PRELOAD took
-effect and formats markdown tables.  Standard library only (python3 of
+effect, records what was measured (the sefer build, read from the library
+itself; the machine and its load) and writes result files named by that
+build, and formats markdown tables.  Standard library only (python3 of
 Debian 12)."""
 
+import datetime
+import json
 import os
 import platform
 import shutil
@@ -130,6 +135,12 @@ def result_line(stdout, word):
     return None
 
 
+def describe(res):
+    """'sefer 0.1.0 build a3f9c2e (/path/libsefer.so)' from a result line."""
+    return (f"{res.get('allocator')} {res.get('version')}" + (f" build {res['build']}" if "build" in res else "")
+            + f" ({res.get('malloc_from')})")
+
+
 def verify_allocator(alloc, preload, res, cmd):
     """Fails loudly unless the process's malloc came from the expected object."""
     got = res.get("malloc_from", "?")
@@ -163,14 +174,120 @@ def shell_cmd(preload, argv):
     return pre + " ".join(argv)
 
 
-def git_describe(root):
-    r = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                       stderr=subprocess.DEVNULL, text=True)
-    if r.returncode:
-        return "none yet"
-    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
-    return r.stdout.strip() + (" (uncommitted changes)" if dirty.strip() else "")
+# ---- provenance: what was measured, on what, under which load ----
+#
+# A figure is traced to the library that produced it, never to the
+# repository's HEAD (which may have moved since the build, or hold edits the
+# build never saw).  The bench programs print, on every run, the build of the
+# sefer that served them (bench/whichalloc.h: build=, build_options=,
+# guard_level=); scripts that run other programs ask the library with
+# library_build().  Result files are named <date>-<build>-<script>.json in
+# bench/results/; a build ending in -dirty came from uncommitted changes and
+# every table says so.
+
+RESULTS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+_BUILD_PROBE = ("import ctypes, sys\n"
+                "lib = ctypes.CDLL(None)\n"
+                "def s(name):\n"
+                "    try:\n"
+                "        f = getattr(lib, name)\n"
+                "    except AttributeError:\n"
+                "        return 'unknown'\n"
+                "    f.restype = ctypes.c_char_p\n"
+                "    return f().decode()\n"
+                "print(s('sefer_version')); print(s('sefer_build')); print(s('sefer_build_options'))\n")
+
+
+def library_build(lib):
+    """{"version", "build", "build_options", "library"} of a libsefer.so, from
+    the library itself: a python3 process preloading it calls sefer_build()
+    and sefer_build_options() (a library from before they existed says
+    "unknown")."""
+    r = subprocess.run([sys.executable, "-c", _BUILD_PROBE], env=dict(env_for(lib), PYTHONMALLOC="malloc"),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    lines = r.stdout.splitlines()
+    if r.returncode or len(lines) != 3 or lines[0] == "unknown":
+        die(f"could not ask {lib} which build it is (is it a libsefer.so?):\n{r.stderr[-2000:]}")
+    return {"version": lines[0], "build": lines[1], "build_options": lines[2],
+            "library": os.path.realpath(lib)}
+
+
+class BuildSeen:
+    """The sefer build that answered the runs of one script: every run's
+    result line must name the same one (a library rebuilt in the middle of a
+    run would mix two builds' figures)."""
+
+    def __init__(self, expected=None):
+        self.build = expected  # dict as from library_build(), or None until a run says
+
+    def check(self, res, cmd):
+        """res: a parsed result line of a run under sefer."""
+        got = {"version": res.get("version", "?"), "build": res.get("build", "unknown"),
+               "build_options": res.get("build_options", "unknown").replace(",", " "),
+               "library": os.path.realpath(res.get("malloc_from", "?"))}
+        if self.build is None:
+            self.build = got
+        elif (got["build"], got["build_options"]) != (self.build["build"], self.build["build_options"]):
+            die(f"two sefer builds in one run: {self.build['build']} ({self.build['build_options']}) and"
+                f" {got['build']} ({got['build_options']})\n  (was the library rebuilt meanwhile?)"
+                f"\n  command: {cmd}")
+        return got
+
+    def name(self):
+        return self.build["build"] if self.build else "no-sefer"
+
+
+def is_dirty(build):
+    return build.endswith("-dirty") or build == "unknown"
+
+
+def build_note(build):
+    """One line for a table's header about the sefer build measured."""
+    if build is None:
+        return "sefer: not measured in this run."
+    text = (f"sefer build {build['build']} ({build['library']}), sefer {build['version']};"
+            f" build options: {build['build_options']}.")
+    if build["build"].endswith("-dirty"):
+        text += ("\n\n**DIRTY BUILD: this library was built from uncommitted changes; its figures"
+                 " belong to no commit and cannot be reproduced from the repository.**")
+    elif build["build"] == "unknown":
+        text += "\n\n**UNKNOWN BUILD: the library does not say which commit it was built from.**"
+    return text
+
+
+def machine():
+    """The machine and its load now: CPU, CPUs, kernel, load averages (1, 5
+    and 15 minutes) and the processes busiest at this moment."""
+    try:
+        with open("/proc/loadavg") as f:
+            la = f.read().split()
+    except OSError:
+        la = ["?"] * 5
+    try:
+        ps = subprocess.run(["ps", "-eo", "pcpu,pid,comm", "--sort=-pcpu"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, timeout=10).stdout.splitlines()[1:6]
+    except (OSError, subprocess.TimeoutExpired):
+        ps = []
+    return {"cpu": cpu_name(), "cpus": os.cpu_count(), "kernel": platform.release(),
+            "loadavg": " ".join(la[:3]), "running_total": la[3] if len(la) > 3 else "?",
+            "busiest": [" ".join(line.split()) for line in ps]}
+
+
+def load_note(before, after):
+    return (f"load average (1/5/15 min) {before['loadavg']} before, {after['loadavg']} after,"
+            f" on {before['cpus']} CPUs")
+
+
+def write_result(script, build, data, text, started=None):
+    """Writes bench/results/<date>-<build>-<script>.json (data, plus the
+    markdown table as "table") and returns its path."""
+    started = started or datetime.datetime.now()
+    name = build["build"] if build else "no-sefer"
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{started.strftime('%Y-%m-%d')}-{name}-{script}.json")
+    with open(path, "w") as f:
+        json.dump(dict(data, script=script, sefer=build, table=text), f, indent=1)
+    return path
 
 
 def cpu_name():
@@ -182,15 +299,6 @@ def cpu_name():
     except OSError:
         pass
     return platform.processor() or "unknown cpu"
-
-
-def loadavg():
-    """The 1-minute load average, as text."""
-    try:
-        with open("/proc/loadavg") as f:
-            return f.read().split()[0]
-    except OSError:
-        return "?"
 
 
 def median(xs):

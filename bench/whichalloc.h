@@ -12,7 +12,8 @@
  * to); the runner scripts compare it with the library they preloaded.  NAME is
  * guessed from that path; TEXT comes from the allocator's own version call
  * when it has one (sefer_version, mi_version, jemalloc's "version" mallctl,
- * tc_version, gnu_get_libc_version). */
+ * tc_version, gnu_get_libc_version).  Under sefer the line also says which
+ * build answered and with which guard level (wa_print_sefer). */
 #ifndef SEFER_BENCH_WHICHALLOC_H
 #define SEFER_BENCH_WHICHALLOC_H
 
@@ -63,7 +64,28 @@ static inline void wa_version(const char *name, char *buf, size_t len) {
         if (*c == ' ') *c = '_';
 }
 
-/* Prints " allocator=... version=... malloc_from=..." (no newline) to out. */
+typedef int (*wa_config_get_fn)(const char *, char *, size_t);
+
+/* Under sefer, what the runner scripts record as the provenance of a
+ * figure, read from the library that served this very process:
+ *   build=COMMIT[-dirty]     sefer_build() ("unknown" for a build without it)
+ *   build_options=K=V,K=V    sefer_build_options(), spaces made commas
+ *   guard_level=N            the guard.level in force
+ * (no newline) to out. */
+static inline void wa_print_sefer(FILE *out) {
+    wa_str_fn build = (wa_str_fn)dlsym(RTLD_DEFAULT, "sefer_build");
+    wa_str_fn options = (wa_str_fn)dlsym(RTLD_DEFAULT, "sefer_build_options");
+    wa_config_get_fn get = (wa_config_get_fn)dlsym(RTLD_DEFAULT, "sefer_config_get");
+    char opts[512], level[32] = "?";
+    snprintf(opts, sizeof opts, "%s", options ? options() : "unknown");
+    for (char *c = opts; *c; c++)
+        if (*c == ' ') *c = ',';
+    if (get == NULL || get("guard.level", level, sizeof level) != 0) snprintf(level, sizeof level, "?");
+    fprintf(out, " build=%s build_options=%s guard_level=%s", build ? build() : "unknown", opts, level);
+}
+
+/* Prints " allocator=... version=... malloc_from=..." (no newline) to out,
+ * and for sefer the words of wa_print_sefer. */
 static inline void wa_print(FILE *out) {
     void *m = dlsym(RTLD_DEFAULT, "malloc");
     Dl_info info;
@@ -73,6 +95,7 @@ static inline void wa_print(FILE *out) {
     char version[128];
     wa_version(name, version, sizeof version);
     fprintf(out, " allocator=%s version=%s malloc_from=%s", name, version, path);
+    if (strcmp(name, "sefer") == 0) wa_print_sefer(out);
 }
 
 #endif

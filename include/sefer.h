@@ -31,6 +31,15 @@ extern "C" {
 
 SEFER_EXPORT const char *sefer_version(void);
 
+/* What this library was built from (docs/api.md): sefer_build() is the git
+ * commit ("a3f9c2e"), with "-dirty" when the tree had uncommitted changes
+ * to tracked files, the BUILD_ID of a `meson dist` tarball, or "unknown";
+ * sefer_build_options() is the build's configuration as space-separated
+ * key=value words ("buildtype=release optimization=3 ... b_sanitize=none
+ * override=true ...").  Both are static strings, safe to call at any time. */
+SEFER_EXPORT const char *sefer_build(void);
+SEFER_EXPORT const char *sefer_build_options(void);
+
 /* The prefixed API behaves exactly like the standard function of the same
  * name (errno included). */
 SEFER_EXPORT void *sefer_malloc(size_t size);

@@ -325,6 +325,8 @@ void sf_ep_stats(const sf_query_t *q, const char *body, size_t len, sf_reply_t *
     struct sefer_stats st = {.size = sizeof st};
     sefer_stats_get(&st, sizeof st);
     cJSON *root = cJSON_CreateObject();
+    sf_json_str(root, "build", sefer_build());
+    sf_json_str(root, "build_options", sefer_build_options());
 #define SF_STAT_JSON_(name, doc) sf_json_u64(root, #name, st.name);
     SEFER_STATS_FIELDS(SF_STAT_JSON_)
 #undef SF_STAT_JSON_
@@ -476,5 +478,7 @@ void sf_ep_healthz(const sf_query_t *q, const char *body, size_t len, sf_reply_t
     (void)q, (void)body, (void)len;
     cJSON *root = cJSON_CreateObject();
     sf_json_str(root, "status", "ok");
+    sf_json_str(root, "version", sefer_version());
+    sf_json_str(root, "build", sefer_build());
     sf_reply_json(r, 200, root, false);
 }

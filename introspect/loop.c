@@ -33,6 +33,16 @@
  *     closes the connections) is called only if every one of them is intact
  *     and the thread has ended; otherwise the daemon is forgotten as it is.
  *     The wait for the thread is bounded (SF_LOOP_JOIN_MS): exit never hangs;
+ *   - a client that shuts its side down right after a partial request
+ *     (its data and its FIN queued before libmicrohttpd's first read) would
+ *     wait for the idle timeout: libmicrohttpd's epoll is edge-triggered,
+ *     it takes a short read for "drained" and so never reads the EOF that
+ *     was already there.  The thread also polls each connection for
+ *     POLLRDHUP, once, and when it shows, lets the daemon run (it reads what
+ *     the peer sent before its EOF) and then does shutdown(SHUT_RD) on the
+ *     socket: that wakes the epoll registration again, so the daemon's next
+ *     run reads the EOF and answers or closes at once (a kick made before
+ *     that read would only deliver the data; tests/introspect/test_hostile.c);
  *   - accepting is ours, so a host at its descriptor limit (EMFILE) does not
  *     make the thread spin (libmicrohttpd retries accept at once): the
  *     listening socket is left alone for SF_LOOP_BACKOFF_MS and tried again;
@@ -72,6 +82,7 @@ struct sf_conn {
     dev_t dev;
     ino_t ino;
     struct sockaddr_storage peer;
+    bool eof_kicked; /* the peer's EOF was seen and passed on (loop_once) */
 };
 
 /* One server.  Allocated per start and never reused: a thread that could
@@ -227,6 +238,7 @@ static void conn_add(struct sf_loop *lp, int fd, const struct sockaddr_storage *
     c->dev = o.dev;
     c->ino = o.ino;
     c->peer = *peer;
+    c->eof_kicked = false;
     atomic_store(&c->fd, fd);
     lp->open++;
     lp->adding = c;
@@ -289,14 +301,43 @@ static void mark_lost(struct sf_loop *lp) {
     atomic_compare_exchange_strong(lp->port, &port, 0);
 }
 
+/* The connections whose peer's EOF is still to be passed on, as pollfds
+ * after the first 3 of p; their slots in which.  Returns how many. */
+static nfds_t watch_eofs(struct sf_loop *lp, struct pollfd *p, struct sf_conn **which) {
+    nfds_t n = 0;
+    for (unsigned i = 0; i < SF_CONN_MAX; i++) {
+        int fd = atomic_load(&lp->conn[i].fd);
+        if (fd < 0 || lp->conn[i].eof_kicked) continue;
+        p[n] = (struct pollfd){fd, POLLRDHUP, 0};
+        which[n++] = &lp->conn[i];
+    }
+    return n;
+}
+
+/* The peer shut its side down, and the daemon has read what came before:
+ * wake its edge-triggered epoll registration of the socket so that it reads
+ * the EOF too (the header comment says why).  A slot the daemon closed
+ * during its run is free again (or holds another connection): skipped. */
+static void pass_eofs(const struct pollfd *p, struct sf_conn **which, nfds_t n) {
+    for (nfds_t i = 0; i < n; i++) {
+        struct sf_conn *c = which[i];
+        if (!(p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) || (p[i].revents & POLLNVAL)) continue;
+        if (atomic_load(&c->fd) != p[i].fd || c->eof_kicked) continue;
+        c->eof_kicked = true;
+        if (same_file(p[i].fd, c->dev, c->ino)) shutdown(p[i].fd, SHUT_RD);
+    }
+}
+
 /* One wait and what follows; false when the thread is to end. */
 static bool loop_once(struct sf_loop *lp) {
     bool listen_ready;
     int timeout = poll_timeout(lp, &listen_ready);
-    struct pollfd p[3] = {{lp->wake_r.fd, POLLIN, 0},
-                          {lp->epoll.fd, POLLIN, 0},
-                          {listen_ready ? lp->listen.fd : -1, POLLIN, 0}};
-    int n = poll(p, 3, timeout);
+    struct pollfd p[3 + SF_CONN_MAX] = {{lp->wake_r.fd, POLLIN, 0},
+                                        {lp->epoll.fd, POLLIN, 0},
+                                        {listen_ready ? lp->listen.fd : -1, POLLIN, 0}};
+    struct sf_conn *which[SF_CONN_MAX];
+    nfds_t conns = watch_eofs(lp, p + 3, which);
+    int n = poll(p, 3 + conns, timeout);
     if (atomic_load(&lp->stopping)) return false;
     if (n < 0 && errno != EINTR) return mark_lost(lp), false;
     for (int i = 0; i < 3; i++)
@@ -305,6 +346,7 @@ static bool loop_once(struct sf_loop *lp) {
     if ((p[2].revents & (POLLIN | POLLERR | POLLHUP)) && !accept_some(lp))
         return mark_lost(lp), false;
     lp->mhd->run(lp->daemon);
+    if (n > 0) pass_eofs(p + 3, which, conns);
     return true;
 }
 

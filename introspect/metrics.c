@@ -123,8 +123,8 @@ static void extra_metrics(sf_text_t *t) {
     sf_text_addf(t, "sefer_introspect_auth_failures_total %" PRIu64 "\n", atomic_load(&c->auth_failures));
     family(t, "sefer_introspect_connections", "gauge", "connections open to the introspection server");
     sf_text_addf(t, "sefer_introspect_connections %" PRIu64 "\n", atomic_load(&c->connections_open));
-    family(t, "sefer_info", "gauge", "sefer version (always 1)");
-    sf_text_add(t, "sefer_info{version=\"" SEFER_VERSION_STRING "\"} 1\n");
+    family(t, "sefer_info", "gauge", "sefer version and build (always 1)");
+    sf_text_addf(t, "sefer_info{version=\"%s\",build=\"%s\"} 1\n", SEFER_VERSION_STRING, sefer_build());
 }
 
 void sf_ep_metrics(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {

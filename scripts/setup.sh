@@ -11,6 +11,9 @@
 #   SEFER_SETUP_NO_BUILD=1   install packages only, do not configure/compile
 #   SEFER_SETUP_CLANG=1      also install clang (not needed by anything here:
 #                            the sanitizer builds use gcc's libubsan/libtsan)
+#   SEFER_SETUP_MESON_OPTIONS="-Dx=y ..."  more options for the release build's
+#                            meson setup (scripts/test.sh passes
+#                            -Dintrospect=enabled)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -100,6 +103,8 @@ fi
 # Release build in build/.  A valid build dir is reconfigured (keeps ninja's
 # incremental state); if that fails the dir is wiped and set up again.
 opts=(--buildtype=release -Doverride=true)
+# shellcheck disable=SC2206  # word splitting wanted: a list of options
+opts+=(${SEFER_SETUP_MESON_OPTIONS:-})
 if [ -f build/meson-private/coredata.dat ]; then
     meson setup --reconfigure build "${opts[@]}" ||
         meson setup --wipe build "${opts[@]}"

@@ -3,18 +3,30 @@
 #
 #   build/        release (scripts/setup.sh): every test suite
 #   build-ubsan/  -Db_sanitize=undefined, debugoptimized: every test suite
-#                 (the preload suite too: libubsan comes in as a dependency
-#                 of libsefer.so, so uninstrumented programs can load it)
+#                 but valgrind-memcheck (the preload suite too: libubsan
+#                 comes in as a dependency of libsefer.so, so uninstrumented
+#                 programs can load it)
 #   build-asan/   -Db_sanitize=address -Doverride=false: the same tests as
-#                 build-tsan plus "limits"
+#                 build-tsan plus "limits" and "limits-rss" (which skips)
 #   build-tsan/   -Db_sanitize=thread -Doverride=false, debugoptimized: only
 #                 the tests whose name contains "tsan" (multi-thread stress
 #                 through the sefer_* API; with override=false sefer does
 #                 not interpose malloc, which TSan itself intercepts)
 #
-# The last line is "N passed, M failed, K skipped", summed over the
-# testlog.json that meson wrote for each build in this run; a build that
-# could not be configured or compiled counts as one failure.  Exit status is
+# Every build is configured with -Dintrospect=enabled: a machine without
+# libmicrohttpd-dev or libcjson-dev fails the build instead of quietly
+# leaving out the introspection server and its tests.
+#
+# Each build's tests are compared with tests/expected/<build>.txt, the
+# tests it must have (one name a line; README.md says how to edit them): a
+# listed test that meson did not register, or that has no result, counts as
+# failed; a registered test that is not listed is named as unexpected (not
+# a failure: add it to the list).
+#
+# The last line is "N passed, M failed, K skipped (BUILD/NAME ...)", summed
+# over the testlog.json that meson wrote for each build in this run, with
+# the skipped tests named; a build that could not be configured or compiled
+# counts as one failure, and so does each missing test.  Exit status is
 # non-zero iff M > 0.
 set -uo pipefail
 
@@ -28,7 +40,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
 
 start=$(date +%s)
-logs=()          # "label=path" of every testlog.json this run produced
+logs=()          # "label=testlog=registered=expected" of every build whose tests ran
 infra_failed=()  # steps that failed before any test could run
 
 step() { printf '\n=== %s (%ss) ===\n' "$*" "$(($(date +%s) - start))"; }
@@ -45,9 +57,23 @@ configure() {
     fi
 }
 
+# registered DIR REGEX: the names of the tests meson registered in DIR that
+# match REGEX, one a line, into DIR/meson-logs/registered-tests.txt.
+registered() {
+    local dir=$1 regex=$2
+    mkdir -p "$dir/meson-logs"
+    (cd "$dir" && meson introspect --tests) | "$py" -c '
+import json, re, sys
+for t in sorted(json.load(sys.stdin), key=lambda t: t["name"]):
+    if re.search(sys.argv[1], t["name"]):
+        print(t["name"])
+' "$regex" >"$dir/meson-logs/registered-tests.txt"
+}
+
 # run_tests LABEL DIR BUDGET [meson test args...]: run, remember the log.
 # Each test has its own meson timeout; BUDGET (seconds) caps the whole
-# `meson test` so that one hang cannot push CI past its limit.
+# `meson test` so that one hang cannot push CI past its limit.  registered()
+# must have listed the build's tests first.
 run_tests() {
     local label=$1 dir=$2 budget=$3 rc
     shift 3
@@ -63,7 +89,7 @@ run_tests() {
         fi
     fi
     if [ -f "$dir/meson-logs/testlog.json" ]; then
-        logs+=("$label=$dir/meson-logs/testlog.json")
+        logs+=("$label=$dir/meson-logs/testlog.json=$dir/meson-logs/registered-tests.txt=tests/expected/$label.txt")
     else
         infra "$label: meson test wrote no testlog.json"
     fi
@@ -73,8 +99,9 @@ py=$(command -v /usr/bin/python3 || command -v python3)
 
 # 1. Packages and the release build.
 step "setup: packages and release build (scripts/setup.sh)"
-if bash scripts/setup.sh; then
+if SEFER_SETUP_MESON_OPTIONS=-Dintrospect=enabled bash scripts/setup.sh; then
     step "release: meson test -C build"
+    registered build .
     run_tests release build 360
 else
     infra "release: scripts/setup.sh (install, configure or compile) failed"
@@ -82,9 +109,10 @@ fi
 
 # 2. UndefinedBehaviorSanitizer.
 step "ubsan: configure and compile build-ubsan"
-if configure build-ubsan -Db_sanitize=undefined -Dbuildtype=debugoptimized -Doverride=true &&
-    meson compile -C build-ubsan; then
+if configure build-ubsan -Db_sanitize=undefined -Dbuildtype=debugoptimized -Doverride=true \
+    -Dintrospect=enabled && meson compile -C build-ubsan; then
     step "ubsan: meson test -C build-ubsan"
+    registered build-ubsan .
     run_tests ubsan build-ubsan 360
 else
     infra "ubsan: configure or compile failed"
@@ -97,10 +125,11 @@ subset() {
     local label=$1 dir=$2 regex=$3 budget=$4 info names targets
     shift 4
     step "$label: configure $dir"
-    if ! configure "$dir" "$@"; then
+    if ! configure "$dir" "$@" -Dintrospect=enabled; then
         infra "$label: configure failed"
         return
     fi
+    registered "$dir" "$regex"
     info=$(cd "$dir" && meson introspect --tests | "$py" -c '
 import json, os, re, sys
 tests = [t for t in json.load(sys.stdin) if re.search(sys.argv[1], t["name"])]
@@ -116,7 +145,10 @@ print(" ".join(sorted(targets)))
     names=$(sed -n 1p <<<"$info")
     targets=$(sed -n 2p <<<"$info")
     if [ -z "$names" ]; then
-        echo "$label: no test matches '$regex'; nothing run, nothing counted"
+        # (an empty log: every test of tests/expected/$label.txt is then missing)
+        echo "$label: no test matches '$regex'; nothing run"
+        : >"$dir/meson-logs/testlog.json"
+        logs+=("$label=$dir/meson-logs/testlog.json=$dir/meson-logs/registered-tests.txt=tests/expected/$label.txt")
         return
     fi
     step "$label: compile ${targets:-everything} and run: $names"
@@ -136,7 +168,8 @@ subset tsan build-tsan 'tsan' 300 -Db_sanitize=thread -Dbuildtype=debugoptimized
 
 # 4. AddressSanitizer: the same prefixed-API suites plus limits (segments.max,
 #    large blocks, the cache): sefer's own code must make no invalid access.
-subset asan build-asan 'tsan|^limits$' 300 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
+#    (limits-rss runs there to be seen skipped: RSS means nothing under ASan.)
+subset asan build-asan 'tsan|^limits' 300 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
 
 # 5. The summary: one line, summed over every testlog.json of this run.
 step "summary"
@@ -151,12 +184,23 @@ PASSED = {"OK", "EXPECTEDFAIL"}
 SKIPPED = {"SKIP"}
 FAILED = {"FAIL", "UNEXPECTEDPASS", "TIMEOUT", "ERROR"}
 
+
+def names(path):
+    """Test names of a list file: one a line, # comments and blank lines ignored."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [w for w in (line.split("#", 1)[0].strip() for line in f) if w]
+    except OSError:
+        return None
+
+
 infra = int(sys.argv[1])
 total = {"passed": 0, "failed": infra, "skipped": 0}
-bad = []
+bad, skipped, notes = [], [], []
 for item in sys.argv[2:]:
-    label, path = item.split("=", 1)
+    label, path, registered_path, expected_path = item.split("=", 3)
     counts = {"passed": 0, "failed": 0, "skipped": 0}
+    results = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             line = line.strip()
@@ -164,22 +208,45 @@ for item in sys.argv[2:]:
                 continue
             rec = json.loads(line)
             res = rec.get("result", "")
+            name = rec.get("name", "?").split(" / ", 1)[-1]  # "suite / name" -> name
+            results[name] = res
             if res in PASSED:
                 counts["passed"] += 1
             elif res in SKIPPED:
                 counts["skipped"] += 1
+                skipped.append("%s/%s" % (label, name))
             else:  # FAILED, and anything unknown counts as a failure too
                 counts["failed"] += 1
-                bad.append("%s: %s %s" % (label, rec.get("name", "?"), res))
-    print("  %-8s ok %d, failed %d, skipped %d  (%s)"
-          % (label, counts["passed"], counts["failed"], counts["skipped"], path))
+                bad.append("%s: %s %s" % (label, name, res))
+    registered = names(registered_path) or []
+    expected = names(expected_path)
+    if expected is None:
+        counts["failed"] += 1
+        bad.append("%s: no list of expected tests (%s)" % (label, expected_path))
+        expected = registered
+    for t in expected:
+        if t not in registered:
+            counts["failed"] += 1
+            bad.append("%s: %s MISSING: listed in %s, not registered by meson" % (label, t, expected_path))
+        elif t not in results:
+            counts["failed"] += 1
+            bad.append("%s: %s MISSING: registered, but no result in %s" % (label, t, path))
+    for t in registered:
+        if t not in expected:
+            notes.append("%s: %s is registered but not listed in %s: add it there if it belongs"
+                         " to this build" % (label, t, expected_path))
+    print("  %-8s ok %d, failed %d, skipped %d  (%s; %d tests expected, %d registered)"
+          % (label, counts["passed"], counts["failed"], counts["skipped"], path, len(expected),
+             len(registered)))
     for k in total:
         total[k] += counts[k]
+for n in notes:
+    print("  unexpected   %s" % n)
 for b in bad:
     print("  failed test  %s" % b)
 line = "%d passed, %d failed" % (total["passed"], total["failed"])
 if total["skipped"]:
-    line += ", %d skipped" % total["skipped"]
+    line += ", %d skipped (%s)" % (total["skipped"], " ".join(skipped))
 sys.stdout.flush()
 print(line)
 sys.exit(1 if total["failed"] else 0)

@@ -217,21 +217,22 @@ static inline void st_unmap(void *p, size_t n)
     munmap(p, n);
 }
 
-/* Resident set size of this process in bytes (from /proc/self/statm). */
+/* Resident set size of this process in bytes (from /proc/self/statm).  A
+ * figure that cannot be read fails the test: a bound checked against 0
+ * would pass whatever the allocator did. */
 static inline size_t st_rss(void)
 {
     char buf[128];
     int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        ck_abort_msg("cannot read RSS: /proc/self/statm: %s", strerror(errno));
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     unsigned long long vsz = 0, rss = 0;
-    if (sscanf(buf, "%llu %llu", &vsz, &rss) != 2)
-        return 0;
+    if (n > 0)
+        buf[n] = 0;
+    if (n <= 0 || sscanf(buf, "%llu %llu", &vsz, &rss) != 2 || rss == 0)
+        ck_abort_msg("cannot read RSS from /proc/self/statm (read %zd bytes)", n);
     return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
 }
 
@@ -464,13 +465,98 @@ static inline bool st_queue_pop(struct st_queue *q, struct st_block *out)
 
 /* ---- runner ----------------------------------------------------------- */
 
+static inline enum print_output st_print_mode(void)
+{
+    return getenv("CK_VERBOSITY") ? CK_ENV : CK_VERBOSE;
+}
+
+/* Fails when no test ran (a typo in a case name, a filter in the
+ * environment): zero tests is not a pass. */
+static inline int st_verdict(SRunner *sr)
+{
+    int ran = srunner_ntests_run(sr), failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (ran == 0) {
+        printf("FAIL: no test ran\n");
+        return EXIT_FAILURE;
+    }
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 static inline int st_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, getenv("CK_VERBOSITY") ? CK_ENV : CK_VERBOSE);
-    int failed = srunner_ntests_failed(sr);
+    srunner_run_all(sr, st_print_mode());
+    return st_verdict(sr);
+}
+
+/* ---- cases that cannot run on every machine ----------------------------
+ *
+ * A case that needs something a machine may lack (an IPv6 loopback,
+ * promtool, a network namespace, RSS figures a sanitizer does not distort,
+ * ...) is optional: st_optional_case() creates it with a why_not function
+ * that names what is missing (NULL: it can run).  tests' meson.build
+ * registers it as a test of its own, running the same executable with the
+ * case's name as the argument: `test('NAME-CASE', exe, args : ['CASE'])`.
+ * There st_main() asks why_not first and, when something is missing, prints
+ * "SKIP: CASE: why" and exits 77, meson's skip status, so the case is
+ * counted and listed as skipped, never as passed.  Without an argument
+ * st_main() runs every case except the optional ones.
+ *
+ * (A test function cannot skip by itself: under CK_FORK each test runs in a
+ * child process, and check reports any exit status of that child, 77
+ * included, as a failure of that test; the decision has to be taken before
+ * the runner starts.) */
+#define ST_SKIP 77
+#define ST_OPTIONAL_TAG "st-optional"
+#define ST_OPTIONAL_MAX 8
+
+typedef const char *(*st_why_not_fn)(void);
+
+static struct {
+    const char *name;
+    st_why_not_fn why_not;
+} st_optional[ST_OPTIONAL_MAX];
+static int st_optional_count;
+
+static inline TCase *st_optional_case(Suite *s, const char *name, st_why_not_fn why_not)
+{
+    if (st_optional_count == ST_OPTIONAL_MAX) {
+        fprintf(stderr, "sefer_test.h: more than %d optional cases\n", ST_OPTIONAL_MAX);
+        exit(2);
+    }
+    TCase *tc = tcase_create(name);
+    tcase_set_tags(tc, ST_OPTIONAL_TAG);
+    suite_add_tcase(s, tc);
+    st_optional[st_optional_count].name = name;
+    st_optional[st_optional_count++].why_not = why_not;
+    return tc;
+}
+
+/* main() of a suite with optional cases: argv[1], if given, names the one
+ * optional case to run (or to skip, exit 77). */
+static inline int st_main(Suite *s, int argc, char **argv)
+{
+    SRunner *sr = srunner_create(s);
+    if (argc < 2) {
+        srunner_run_tagged(sr, NULL, NULL, NULL, ST_OPTIONAL_TAG, st_print_mode());
+        return st_verdict(sr);
+    }
+    for (int i = 0; i < st_optional_count; i++) {
+        if (strcmp(st_optional[i].name, argv[1]) != 0)
+            continue;
+        const char *why = st_optional[i].why_not ? st_optional[i].why_not() : NULL;
+        if (why != NULL) {
+            printf("SKIP: %s: %s\n", argv[1], why);
+            srunner_free(sr);
+            return ST_SKIP;
+        }
+        srunner_run(sr, NULL, argv[1], st_print_mode());
+        return st_verdict(sr);
+    }
+    printf("FAIL: no optional case named \"%s\"\n", argv[1]);
     srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return EXIT_FAILURE;
 }
 
 #endif /* SEFER_TEST_H */

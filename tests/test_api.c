@@ -996,6 +996,37 @@ START_TEST(test_version)
 }
 END_TEST
 
+/* sefer_build() says what scripts/build-id.sh says about the source tree
+ * now (meson test rebuilds first, and the build reads the commit at every
+ * build); sefer_build_options() names the configuration. */
+START_TEST(test_build)
+{
+    const char *b = sefer_build(), *src = getenv("SEFER_TEST_SRCDIR");
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(src);
+    char cmd[1024], want[128] = "";
+    snprintf(cmd, sizeof cmd, "sh '%s/scripts/build-id.sh' '%s'", src, src);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    if (fgets(want, sizeof want, f) == NULL)
+        want[0] = '\0';
+    want[strcspn(want, "\n")] = '\0';
+    ck_assert_int_eq(pclose(f), 0);
+    ck_assert_msg(strcmp(b, want) == 0, "sefer_build() \"%s\", scripts/build-id.sh \"%s\"", b, want);
+    const char *o = sefer_build_options();
+    static const char *const keys[] = {"buildtype=", " optimization=", " b_sanitize=", " override=true",
+                                       " introspect=", " cc=", " fault_injection=false",
+                                       " valgrind_requests="};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        ck_assert_msg(strstr(o, keys[i]) != NULL, "no \"%s\" in \"%s\"", keys[i], o);
+#if defined(__SANITIZE_ADDRESS__)
+    ck_assert_ptr_nonnull(strstr(o, " b_sanitize=address"));
+#elif defined(__SANITIZE_THREAD__)
+    ck_assert_ptr_nonnull(strstr(o, " b_sanitize=thread"));
+#endif
+}
+END_TEST
+
 START_TEST(test_prefixed_api)
 {
     unsigned char *p = sefer_malloc(1000);
@@ -1981,6 +2012,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_sized_frees_reuse);
     tcase_add_test(tc, test_malloc_trim_mallinfo_stats);
     tcase_add_test(tc, test_version);
+    tcase_add_test(tc, test_build);
     tcase_add_test(tc, test_prefixed_api);
     tcase_add_test(tc, test_sefer_trim);
     suite_add_tcase(s, tc);

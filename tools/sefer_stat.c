@@ -43,6 +43,12 @@ static const char *human(double v, char *buf, size_t len) {
     return buf;
 }
 
+/* A string field, or "?" (a server from before the field existed). */
+static const char *text(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
 static void bytes_line(const cJSON *st, const char *label, const char *key) {
     char h[32];
     double v = num(st, key);
@@ -154,7 +160,8 @@ int cli_stat(int argc, char **argv) {
     cJSON *st = fetch(url, "/stats?pretty=0", token);
     if (st == NULL) return 1;
     cJSON *heaps = fetch(url, "/heaps?pretty=0", token), *rings = fetch(url, "/rings?pretty=0", token);
-    printf("sefer at %s\n", url);
+    printf("sefer at %s: build %s\n", url, text(st, "build"));
+    printf("  build options: %s\n", text(st, "build_options"));
     print_stats(st);
     if (heaps) print_heaps(heaps);
     if (rings) print_rings(rings);

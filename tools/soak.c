@@ -36,7 +36,11 @@
  * the next grow phase's RSS once.  From then on a phase's RSS must stay
  * within --rss-bound of the same phase's RSS in the first cycle after the
  * warm-up (default 1.25x + 8 MiB), else status 3.  At the end every
- * remaining block is checked and freed.
+ * remaining block is checked and freed, and the verdict fails (status 1)
+ * if the workload's count of live blocks is not zero then, or if any
+ * sefer_check() found a problem; and (status 3) if RSS after freeing
+ * everything and sefer_trim() is more than --end-rss-bound MiB (default
+ * 32) above the RSS measured before the first phase.
  *
  * Phases last a time (--seconds split into about 25 phases, or --phase-ms)
  * or, with --cycles, a fixed number of operations per worker (--phase-ops):
@@ -90,8 +94,9 @@ struct opts {
     size_t large_max;    /* bytes */
     size_t large_budget; /* bytes of large buffers live at once, at most */
     unsigned warmup;     /* cycles not compared */
-    double rss_factor;   /* 0: no bound */
+    double rss_factor;   /* 0: no bound (neither this nor the end's) */
     size_t rss_slack;    /* bytes */
+    size_t end_slack;    /* bytes: RSS at the end may exceed RSS at the start by this */
     bool check, quiet;
 };
 
@@ -653,7 +658,10 @@ static void usage(FILE *f) {
                "  --rss-bound F,M       a repeated phase's RSS may reach F times its value in\n"
                "                        the first cycle after the warm-up plus M MiB (default\n"
                "                        1.25,8)\n"
-               "  --no-rss-bound        do not compare RSS\n"
+               "  --end-rss-bound M     after freeing everything (and sefer_trim), RSS may be\n"
+               "                        at most M MiB above its value before the first phase\n"
+               "                        (default 32)\n"
+               "  --no-rss-bound        do not compare RSS (neither bound)\n"
                "  --check               run sefer_check() at the end of every phase\n"
                "  --quiet               no per-phase lines\n");
 }
@@ -688,7 +696,7 @@ static int parse_option(struct opts *o, const char *name, const char *val) {
                 {"--cycles", 1, 1u << 20},    {"--phase-ops", 1, 1ull << 40},
                 {"--phase-ms", 10, 3600000},  {"--pool", 64, 1u << 26},
                 {"--large-max-mib", 1, 4096}, {"--large-budget-mib", 1, 1u << 20},
-                {"--warmup", 0, 1u << 20}};
+                {"--warmup", 0, 1u << 20},    {"--end-rss-bound", 0, 1u << 20}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         if (strcmp(name, nums[i].name)) continue;
         if (!parse_u64(val, nums[i].lo, nums[i].hi, &v)) return -1;
@@ -717,8 +725,11 @@ static int parse_option(struct opts *o, const char *name, const char *val) {
         case 7:
             o->large_budget = (size_t)v * MIB;
             break;
-        default:
+        case 8:
             o->warmup = (unsigned)v;
+            break;
+        default:
+            o->end_slack = (size_t)v * MIB;
             break;
         }
         return 0;
@@ -737,7 +748,8 @@ static int parse(int argc, char **argv, struct opts *o) {
                        .large_budget = 256 * MIB,
                        .warmup = 1,
                        .rss_factor = 1.25,
-                       .rss_slack = 8 * MIB};
+                       .rss_slack = 8 * MIB,
+                       .end_slack = 32 * MIB};
     for (int i = 1; i < argc; i++) {
         char name[32];
         const char *arg = argv[i], *eq = strchr(arg, '='), *val;
@@ -850,9 +862,20 @@ static void run_one_phase(void) {
 }
 
 struct verdict {
-    size_t first_rss[PH_COUNT], peak_rss;
+    size_t start_rss, first_rss[PH_COUNT], peak_rss, end_rss;
     unsigned phases, over_bound, check_problems;
+    uint64_t live_left; /* blocks the workload still counted as live after freeing everything */
 };
+
+/* sefer_check(); any problem fails the run (a negative count too: the
+ * check could not run). */
+static void check_now(struct verdict *v) {
+    int problems = sefer_check();
+    if (problems != 0) {
+        v->check_problems += problems > 0 ? (unsigned)problems : 1;
+        atomic_store(&S.failed, 1);
+    }
+}
 
 static void report_phase(unsigned n, uint64_t ops, struct verdict *v) {
     unsigned cycle = n / PH_COUNT;
@@ -871,13 +894,7 @@ static void report_phase(unsigned n, uint64_t ops, struct verdict *v) {
                  (double)rss / (double)(v->first_rss[S.phase] ? v->first_rss[S.phase] : 1),
                  over ? "OVER" : "ok");
     }
-    if (S.o.check) {
-        int problems = sefer_check();
-        if (problems > 0) {
-            v->check_problems += (unsigned)problems;
-            atomic_store(&S.failed, 1);
-        }
-    }
+    if (S.o.check) check_now(v);
     struct sefer_stats st = {.size = sizeof st};
     sefer_stats_get(&st, sizeof st);
     if (!S.o.quiet)
@@ -889,28 +906,31 @@ static void report_phase(unsigned n, uint64_t ops, struct verdict *v) {
 }
 
 static int finish(const struct verdict *v, uint64_t ops, double secs) {
-    bool bad = atomic_load(&S.failed) != 0;
-    size_t rss = rss_bytes();
+    bool end_over = S.o.rss_factor > 0 && v->end_rss > v->start_rss + S.o.end_slack;
+    bool bad = atomic_load(&S.failed) != 0 || v->live_left != 0;
     printf("sefer-soak: %u phases in %.1f s: %" PRIu64 " ops, %" PRIu64 " allocations, %" PRIu64
            " frees (%" PRIu64 " cross-thread), %" PRIu64 " reallocs, %" PRIu64
            " large buffers, %" PRIu64 " short-lived threads\n",
            v->phases, secs, ops, atomic_load(&S.allocs), atomic_load(&S.frees),
            atomic_load(&S.cross_frees), atomic_load(&S.reallocs), atomic_load(&S.large),
            atomic_load(&S.churn_threads));
-    printf("sefer-soak: peak RSS at phase ends %.1f MiB, after freeing everything %.1f MiB; live "
-           "blocks "
-           "left %" PRIu64 "\n",
-           mib(v->peak_rss), mib(rss), atomic_load(&S.live_blocks));
-    if (S.o.rss_factor > 0)
+    printf("sefer-soak: RSS before the first phase %.1f MiB, peak at phase ends %.1f MiB, after"
+           " freeing everything and sefer_trim %.1f MiB; live blocks left %" PRIu64 "%s\n",
+           mib(v->start_rss), mib(v->peak_rss), mib(v->end_rss), v->live_left,
+           v->live_left ? " (the workload lost track of blocks: FAIL)" : "");
+    if (S.o.rss_factor > 0) {
         printf("sefer-soak: repeated phases within %.2fx + %zu MiB of their first RSS after %u "
-               "warm-up "
-               "cycle(s): %s\n",
+               "warm-up cycle(s): %s\n",
                S.o.rss_factor, S.o.rss_slack / MIB, S.o.warmup, v->over_bound ? "NO" : "yes");
+        printf("sefer-soak: RSS after freeing everything within %zu MiB of RSS before the first"
+               " phase: %s\n", S.o.end_slack / MIB, end_over ? "NO" : "yes");
+    }
     if (S.o.check) printf("sefer-soak: sefer_check problems: %u\n", v->check_problems);
-    int rc = bad ? 1 : v->over_bound ? 3 : 0;
+    int rc = bad ? 1 : v->over_bound || end_over ? 3 : 0;
     printf("sefer-soak: %s\n", rc == 0   ? "PASS"
-                               : rc == 1 ? "FAIL (corruption or failed call: see stderr)"
-                                         : "FAIL (RSS above the bound)");
+                               : rc == 1 ? "FAIL (corruption, a failed call, a sefer_check problem or"
+                                           " blocks left live: see above and stderr)"
+                                         : "FAIL (RSS above a bound)");
     fflush(stdout);
     return rc;
 }
@@ -943,6 +963,7 @@ int sefer_soak_main(int argc, char **argv) {
         _exit(1);
     }
     struct verdict v = {0};
+    v.start_rss = rss_bytes();
     double t0 = now_s();
     uint64_t ops_before = 0;
     catch_stop_signals();
@@ -959,12 +980,13 @@ int sefer_soak_main(int argc, char **argv) {
     pthread_barrier_wait(&S.barrier);
     for (unsigned i = 0; i < S.o.threads; i++)
         pthread_join(S.w[i].thread, NULL);
-    if (!atomic_load(&S.failed)) free_everything();
-    if (S.o.check && !atomic_load(&S.failed)) {
-        int problems = sefer_check();
-        v.check_problems += problems > 0 ? (unsigned)problems : 0;
-        if (problems > 0) atomic_store(&S.failed, 1);
+    if (!atomic_load(&S.failed)) {
+        free_everything();
+        v.live_left = atomic_load(&S.live_blocks);
+        sefer_trim();
+        v.end_rss = rss_bytes();
     }
+    if (S.o.check && !atomic_load(&S.failed)) check_now(&v);
     int rc = finish(&v, total_ops(), now_s() - t0);
     teardown();
     if (interrupted && rc == 0) {

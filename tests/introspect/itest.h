@@ -40,6 +40,23 @@ static inline int it_start(void)
 
 /* ---- sockets ------------------------------------------------------------ */
 
+/* why_not of the optional "ipv6" cases (tests/sefer_test.h): NULL when a
+ * socket can be bound to [::1], else why not. */
+static inline const char *it_ipv6_why_not(void)
+{
+    static char why[128];
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        close(fd);
+        return NULL;
+    }
+    snprintf(why, sizeof why, "no IPv6 loopback here: %s [::1]: %s", fd < 0 ? "socket" : "bind", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return why;
+}
+
 /* A blocking socket connected to 127.0.0.1:port (-1 if refused); reads and
  * writes time out after timeout_ms. */
 static inline int it_connect_t(int port, int timeout_ms)
@@ -75,8 +92,12 @@ static inline bool it_send(int fd, const void *buf, size_t n)
     return true;
 }
 
+/* it_resp_t.status when there is no HTTP status to give: */
+#define IT_CLOSED (-1)  /* the server closed (or reset) the connection without a response */
+#define IT_TIMEOUT (-2) /* the server neither finished nor closed within the socket's timeout */
+
 typedef struct {
-    int status;        /* -1: closed or reset without a response */
+    int status;        /* the response's status, IT_CLOSED or IT_TIMEOUT */
     char head[8192];   /* status line and headers */
     char *body;        /* malloc, NUL-terminated (also when status is -1) */
     size_t len;
@@ -89,10 +110,13 @@ static inline void it_free(it_resp_t *r)
 }
 
 /* Reads a response into buf (malloc, cap bytes; grown as needed) until
- * the server closes the connection. */
+ * the server closes the connection.  A receive that times out (the
+ * socket's SO_RCVTIMEO) makes the status IT_TIMEOUT, whatever came before:
+ * a server that stops answering is not one that closed. */
 static inline void it_read_response_into(int fd, it_resp_t *r, char *buf, size_t cap)
 {
     size_t n = 0;
+    bool timed_out = false;
     ck_assert_ptr_nonnull(buf);
     for (;;) {
         if (n + 1 >= cap) {
@@ -103,12 +127,13 @@ static inline void it_read_response_into(int fd, it_resp_t *r, char *buf, size_t
         ssize_t got = recv(fd, buf + n, cap - 1 - n, 0);
         if (got < 0 && errno == EINTR)
             continue;
+        timed_out = got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
         if (got <= 0)
             break;
         n += (size_t)got;
     }
     buf[n] = '\0';
-    r->status = -1;
+    r->status = IT_CLOSED;
     r->head[0] = '\0';
     char *split = strstr(buf, "\r\n\r\n");
     int st;
@@ -125,6 +150,8 @@ static inline void it_read_response_into(int fd, it_resp_t *r, char *buf, size_t
     }
     r->body = buf;
     r->len = n;
+    if (timed_out)
+        r->status = IT_TIMEOUT;
 }
 
 static inline void it_read_response(int fd, it_resp_t *r)

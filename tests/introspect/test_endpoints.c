@@ -108,6 +108,8 @@ START_TEST(test_stats_fields_and_figures)
         "guard_overflow", "guard_use_after_free", "rss_bytes"};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         it_u64(s0, fields[i]);
+    ck_assert_str_eq(it_str(s0, "build"), sefer_build());
+    ck_assert_str_eq(it_str(s0, "build_options"), sefer_build_options());
     ck_assert(cJSON_IsNull(it_item(s0, "bytes_requested")));
     ck_assert(strlen(it_str(s0, "bytes_requested_reason")) > 10);
     const cJSON *rate = it_item(s0, "large_cache_hit_rate");
@@ -525,20 +527,40 @@ START_TEST(test_metrics_exposition)
     ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_block_bytes "));
     ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_guard_detections_total{kind=\"double_free\"} "));
     ck_assert_ptr_nonnull(strstr(r.body, "\nsefer_introspect_auth_failures_total "));
-    if (system("command -v promtool >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "SKIP promtool check: promtool not installed (Debian package prometheus)\n");
-    } else {
-        char path[] = "/tmp/sefer-metrics-XXXXXX";
-        int fd = mkstemp(path);
-        ck_assert_int_ge(fd, 0);
-        ck_assert(write(fd, r.body, r.len) == (ssize_t)r.len);
-        close(fd);
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "promtool check metrics < %s >&2", path);
-        int rc = system(cmd);
-        unlink(path);
-        ck_assert_msg(rc == 0, "promtool check metrics failed: %s", r.body);
-    }
+    char info[160];
+    snprintf(info, sizeof info, "\nsefer_info{version=\"%s\",build=\"%s\"} 1\n", sefer_version(),
+             sefer_build());
+    ck_assert_msg(strstr(r.body, info) != NULL, "no \"%s\" in /metrics", info + 1);
+    it_free(&r);
+    sefer_introspect_stop();
+}
+END_TEST
+
+/* The optional "promtool" case (introspect-promtool): Prometheus's own
+ * checker reads /metrics. */
+static const char *promtool_why_not(void)
+{
+    return system("command -v promtool >/dev/null 2>&1") == 0
+               ? NULL
+               : "promtool is not installed (Debian package prometheus; scripts/setup.sh installs it)";
+}
+
+START_TEST(test_metrics_promtool)
+{
+    int port = it_start();
+    it_resp_t r;
+    it_get(port, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    char path[] = "/tmp/sefer-metrics-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert(write(fd, r.body, r.len) == (ssize_t)r.len);
+    close(fd);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s >&2", path);
+    int rc = system(cmd);
+    unlink(path);
+    ck_assert_msg(rc == 0, "promtool check metrics failed: %s", r.body);
     it_free(&r);
     sefer_introspect_stop();
 }
@@ -550,6 +572,8 @@ START_TEST(test_methods_paths_and_small_endpoints)
     it_resp_t r;
     cJSON *ok = it_json(port, "/healthz");
     ck_assert_str_eq(it_str(ok, "status"), "ok");
+    ck_assert_str_eq(it_str(ok, "version"), sefer_version());
+    ck_assert_str_eq(it_str(ok, "build"), sefer_build());
     cJSON_Delete(ok);
 
     it_get(port, "/", &r);
@@ -639,26 +663,26 @@ START_TEST(test_start_stop_api)
     sefer_introspect_stop();
     close(blocker);
 
-    /* IPv6 loopback, where the machine has it */
-    int v6 = sefer_introspect_start("[::1]:0");
-    if (v6 > 0)
-        sefer_introspect_stop();
-    else
-        fprintf(stderr, "note: no IPv6 loopback here: %s\n", sefer_introspect_error());
-    /* a v4-mapped address listens on the IPv4 port (a dual-stack socket) */
-    int mapped = sefer_introspect_start("[::ffff:127.0.0.1]:0");
-    if (mapped > 0) {
-        ok = it_json(mapped, "/stats"); /* from 127.0.0.1, a loopback peer */
-        cJSON_Delete(ok);
-        sefer_introspect_stop();
-    } else {
-        fprintf(stderr, "note: no IPv6 here: %s\n", sefer_introspect_error());
-        ck_assert_int_ne(errno, EADDRNOTAVAIL);
-    }
 }
 END_TEST
 
-int main(void)
+/* The optional "ipv6" case (introspect-ipv6): the IPv6 loopback, and a
+ * v4-mapped address, which listens on the IPv4 port (a dual-stack socket). */
+START_TEST(test_start_ipv6)
+{
+    int v6 = sefer_introspect_start("[::1]:0");
+    ck_assert_msg(v6 > 0, "[::1]:0: %s", sefer_introspect_error());
+    ck_assert_int_eq(sefer_introspect_port(), v6);
+    sefer_introspect_stop();
+    int mapped = sefer_introspect_start("[::ffff:127.0.0.1]:0");
+    ck_assert_msg(mapped > 0, "[::ffff:127.0.0.1]:0: %s", sefer_introspect_error());
+    cJSON *ok = it_json(mapped, "/stats"); /* from 127.0.0.1, a loopback peer */
+    cJSON_Delete(ok);
+    sefer_introspect_stop();
+}
+END_TEST
+
+int main(int argc, char **argv)
 {
     Suite *s = suite_create("introspect");
     TCase *tc = tcase_create("endpoints");
@@ -676,5 +700,11 @@ int main(void)
     tcase_add_test(tc, test_host_header_names_this_server);
     tcase_add_test(tc, test_cjson_failure_is_503);
     suite_add_tcase(s, tc);
-    return st_run_suite(s);
+    tc = st_optional_case(s, "promtool", promtool_why_not);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_metrics_promtool);
+    tc = st_optional_case(s, "ipv6", it_ipv6_why_not);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_start_ipv6);
+    return st_main(s, argc, argv);
 }

@@ -65,16 +65,35 @@ static bool wait_port_zero(int ms)
     return sefer_introspect_port() == 0;
 }
 
+/* The "high" case (its own meson test, introspect-fds-high) needs room for
+ * descriptors at 512 and above: the server moves its own there only when
+ * RLIMIT_NOFILE allows 1024.  The soft limit is raised to the hard one if
+ * that is enough (the test processes are forked after this). */
+static const char *high_why_not(void)
+{
+    static char why[128];
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return "getrlimit(RLIMIT_NOFILE) failed";
+    if (r.rlim_cur < 1024 && r.rlim_max >= 1024) {
+        r.rlim_cur = r.rlim_max < 4096 ? r.rlim_max : 4096;
+        setrlimit(RLIMIT_NOFILE, &r);
+        getrlimit(RLIMIT_NOFILE, &r);
+    }
+    if (r.rlim_cur >= 1024)
+        return NULL;
+    snprintf(why, sizeof why, "RLIMIT_NOFILE is %llu (hard %llu): the server keeps its descriptors low",
+             (unsigned long long)r.rlim_cur, (unsigned long long)r.rlim_max);
+    return why;
+}
+
 START_TEST(test_descriptors_live_high)
 {
-    struct rlimit r;
-    getrlimit(RLIMIT_NOFILE, &r);
     int fds[16], n;
     int port = start_listing(fds, 16, &n);
     ck_assert_int_eq(n, 4); /* listening socket, wake-up pipe, libmicrohttpd's epoll */
     for (int i = 0; i < n; i++)
-        if (r.rlim_cur >= 1024)
-            ck_assert_msg(fds[i] >= 512, "the server holds fd %d", fds[i]);
+        ck_assert_msg(fds[i] >= 512, "the server holds fd %d", fds[i]);
     /* a connection's socket too: nothing new below 512 but our own client
      * (a request left unfinished, so that the server keeps the connection) */
     fdset_t before, after;
@@ -91,7 +110,7 @@ START_TEST(test_descriptors_live_high)
         k = new_fds(&before, &after, added, 16);
     }
     ck_assert_int_eq(k, 2);
-    for (int i = 0; i < k && r.rlim_cur >= 1024; i++)
+    for (int i = 0; i < k; i++)
         ck_assert_msg(added[i] == c || added[i] >= 512, "the server's connection is fd %d", added[i]);
     close(c);
     sefer_introspect_stop();
@@ -195,10 +214,7 @@ static int child_state(void)
 
 START_TEST(test_fork_during_start_stop)
 {
-    struct rlimit r;
-    getrlimit(RLIMIT_NOFILE, &r);
-    if (r.rlim_cur < 1024)
-        return; /* the server's descriptors are then not told from others by number */
+    /* (in the high case: the server's descriptors are told from others by number) */
     pthread_t t;
     pthread_create(&t, NULL, start_stop, NULL);
     for (int i = 0; i < 60; i++) {
@@ -218,16 +234,18 @@ START_TEST(test_fork_during_start_stop)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
     Suite *s = suite_create("introspect-fds");
     TCase *tc = tcase_create("fds");
     tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_descriptors_live_high);
     tcase_add_test(tc, test_closed_under_the_server);
     tcase_add_test(tc, test_replaced_under_the_server);
     tcase_add_test(tc, test_start_after_loss);
-    tcase_add_test(tc, test_fork_during_start_stop);
     suite_add_tcase(s, tc);
-    return st_run_suite(s);
+    tc = st_optional_case(s, "high", high_why_not);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_descriptors_live_high);
+    tcase_add_test(tc, test_fork_during_start_stop);
+    return st_main(s, argc, argv);
 }

@@ -229,27 +229,59 @@ START_TEST(test_decommit_failure_reads_zero)
         nonzero += q[i] != 0;
     sefer_free(q);
 
-    /* whole small segments: released to the cache, decommitted, reused */
-    enum { COUNT = 3 * 63 * 16 }; /* about three segments of 4 KiB blocks */
+    /* whole small segments: their pages decommitted as they empty (eager)
+     * and the empty segments released to the large cache, all with the
+     * decommit failing; then reused at once, as small blocks and as spans,
+     * through calloc, which must read zero either way */
+    enum { COUNT = 3 * 63 * 16, SMALL = 4000 }; /* about three segments of 4 KiB blocks */
+    const size_t span = 3 * ST_MIB;             /* takes a whole segment */
     void **v = st_map(COUNT * sizeof *v);
+    size_t small_nonzero = 0, span_nonzero = 0;
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < COUNT; i++) {
-            v[i] = sefer_malloc(4000);
+            v[i] = sefer_malloc(SMALL);
             ck_assert_ptr_nonnull(v[i]);
-            memset(v[i], 0x55, 4000);
+            memset(v[i], 0x55, SMALL);
         }
         sefer_test_fail_os(plan, 1, 100000);
         for (int i = 0; i < COUNT; i++)
             sefer_free(v[i]);
-        sefer_trim();
         disarm();
         REL_ASSERT_CONSISTENT("after segments were released with decommit failing");
+        for (int i = 0; i < COUNT; i++) {
+            unsigned char *c = sefer_calloc(1, SMALL);
+            ck_assert_ptr_nonnull(c);
+            for (size_t k = 0; k < SMALL; k++)
+                small_nonzero += c[k] != 0;
+            v[i] = c;
+        }
+        for (int i = 0; i < COUNT; i++)
+            sefer_free(v[i]);
+        for (int i = 0; i < 3; i++) {
+            unsigned char *c = sefer_calloc(1, span);
+            ck_assert_ptr_nonnull(c);
+            for (size_t k = 0; k < span; k++)
+                span_nonzero += c[k] != 0;
+            v[i] = c;
+        }
+        for (int i = 0; i < 3; i++)
+            sefer_free(v[i]);
+        sefer_trim();
     }
     st_unmap(v, COUNT * sizeof *v);
     unsigned long injected = sefer_test_os_failures(SEFER_OS_ALL) - before;
-    printf("plan %#x: %lu calls failed, %zu non-zero bytes in calloc\n", plan, injected, nonzero);
+    printf("plan %#x: %lu calls failed; non-zero bytes in calloc: %zu of the large block's span,"
+           " %zu of small blocks and %zu of spans on the small segments' pages\n", plan, injected,
+           nonzero, small_nonzero, span_nonzero);
+    fflush(stdout);
     ck_assert_msg(nonzero == 0, "calloc(%zu) after a failed decommit has %zu non-zero bytes", n,
                   nonzero);
+    ck_assert_msg(small_nonzero == 0,
+                  "calloc(1, %d) x %d on reused small-segment pages after a failed decommit: %zu"
+                  " non-zero bytes", SMALL, COUNT, small_nonzero);
+    ck_assert_msg(span_nonzero == 0,
+                  "calloc(1, %zu) x 3 on the released small segments after a failed decommit: %zu"
+                  " non-zero bytes", span, span_nonzero);
     if (plan)
         ck_assert_msg(injected > 0, "plan %#x injected nothing", plan);
     else
