@@ -19,7 +19,7 @@ archive=$2
 allowed='_GLOBAL_OFFSET_TABLE_ __errno_location _exit abort close environ fstat fstat64 getenv
 secure_getenv memchr memcmp memcpy memmove memset open open64 read write syscall
 mmap mmap64 munmap madvise mprotect clock_gettime pthread_mutex_lock pthread_mutex_unlock
-pthread_key_create strchr strcmp strlen strncmp __stack_chk_fail'
+pthread_key_create sched_yield strchr strcmp strlen strncmp __stack_chk_fail'
 # Allowed in one object only, and why:
 #   init.c: pthread_atfork, from the constructor, after sf_ensure_init() and
 #     never from inside malloc: the allocation glibc may make there is
