@@ -14,6 +14,13 @@
  *   aligned  aligned_alloc(ALIGN, s) then free                 (one pair)
  *   control  the pairs loop with no allocator call: it writes
  *            the same byte into a static buffer               (one iteration)
+ *   remote   malloc K blocks, hand them to a second thread,
+ *            which frees all K; the next burst's mallocs take
+ *            them back (a remote free and its return to the
+ *            owner)                                           (one block)
+ *   remotectl  the remote hand-off with no allocator call: the
+ *            second thread writes the same byte into the
+ *            slots the owner filled                           (one block)
  *
  * Sizes: with -s 0 (the default except for realloc) op i uses
  * 16 * (1 + i % 16), i.e. 16, 32, ... 256 bytes; -s N uses N bytes for every
@@ -45,6 +52,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +132,53 @@ __attribute__((noinline)) static void run_bursts(uint64_t n, size_t k, void **sl
     }
 }
 
+/* ---- remote: bursts freed by a second thread ---- */
+
+/* One burst in flight between the owner and the freeing thread: a mutex
+ * and a condition variable, the same hand-off under every allocator (the
+ * remotectl mode measures it alone). */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    void **slots;
+    size_t k;
+    uint64_t posted, done;
+    int control, quit;
+} hand = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0, 0};
+
+static void *remote_freer(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&hand.lock);
+    for (;;) {
+        while (hand.done == hand.posted && !hand.quit) pthread_cond_wait(&hand.cond, &hand.lock);
+        if (hand.done == hand.posted) break;
+        for (size_t j = 0; j < hand.k; j++)
+            if (hand.control) touch(hand.slots[j], 0, j);
+            else free(hand.slots[j]);
+        hand.done++;
+        pthread_cond_broadcast(&hand.cond);
+    }
+    pthread_mutex_unlock(&hand.lock);
+    return NULL;
+}
+
+__attribute__((noinline)) static void run_remote(uint64_t n, size_t k, void **slots, int control) {
+    for (uint64_t b = 0; b < n; b++) {
+        for (size_t j = 0; j < k; j++) {
+            slots[j] = control ? &control_buf[j & 255] : malloc(sizes[j & (FP_SIZES - 1)]);
+            touch(slots[j], 0, j);
+        }
+        pthread_mutex_lock(&hand.lock);
+        hand.slots = slots;
+        hand.k = k;
+        hand.control = control;
+        hand.posted++;
+        pthread_cond_broadcast(&hand.cond);
+        while (hand.done != hand.posted) pthread_cond_wait(&hand.cond, &hand.lock);
+        pthread_mutex_unlock(&hand.lock);
+    }
+}
+
 /* n chains: malloc(16), realloc to 32, 48, ... max, free. */
 __attribute__((noinline)) static void run_realloc(uint64_t n, size_t max) {
     for (uint64_t c = 0; c < n; c++) {
@@ -140,7 +195,7 @@ __attribute__((noinline)) static void run_realloc(uint64_t n, size_t max) {
 /* ---- driver ---- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control [-n OPS] [-s SIZE]"
+    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control|remote|remotectl [-n OPS] [-s SIZE]"
                     " [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e]\n");
     exit(2);
 }
@@ -231,7 +286,7 @@ static void keep_blocks(const struct fp_opts *o) {
 
 /* Ops per unit of work (a burst holds k ops, a realloc chain max/16 - 1). */
 static uint64_t ops_per_unit(const struct fp_opts *o) {
-    if (strcmp(o->mode, "bursts") == 0) return o->burst;
+    if (strcmp(o->mode, "bursts") == 0 || strncmp(o->mode, "remote", 6) == 0) return o->burst;
     if (strcmp(o->mode, "realloc") == 0) return o->size / 16 - 1;
     return 1;
 }
@@ -251,12 +306,14 @@ static void run(const struct fp_opts *o, uint64_t units, void **slots) {
         run_bursts(units, o->burst, slots, o->reverse);
     else if (strcmp(m, "realloc") == 0)
         run_realloc(units, o->size);
+    else if (strcmp(m, "remote") == 0 || strcmp(m, "remotectl") == 0)
+        run_remote(units, o->burst, slots, strcmp(m, "remotectl") == 0);
     else
         usage();
 }
 
 static const char *unit_name(const char *mode) {
-    if (strcmp(mode, "bursts") == 0) return "block";
+    if (strcmp(mode, "bursts") == 0 || strncmp(mode, "remote", 6) == 0) return "block";
     if (strcmp(mode, "realloc") == 0) return "realloc";
     if (strcmp(mode, "control") == 0) return "iteration";
     return "pair";
@@ -277,11 +334,21 @@ int main(int argc, char **argv) {
     uint64_t units = (o.ops + per - 1) / per, warm = (o.warmup + per - 1) / per;
     void **slots = calloc(o.burst, sizeof *slots);
     if (!slots) return 1;
+    pthread_t freer;
+    int remote = strncmp(o.mode, "remote", 6) == 0;
+    if (remote && pthread_create(&freer, NULL, remote_freer, NULL) != 0) return 1;
 
     run(&o, warm, slots);
     double t0 = now();
     run(&o, units, slots);
     double secs = now() - t0;
+    if (remote) {
+        pthread_mutex_lock(&hand.lock);
+        hand.quit = 1;
+        pthread_cond_broadcast(&hand.cond);
+        pthread_mutex_unlock(&hand.lock);
+        pthread_join(freer, NULL);
+    }
 
     uint64_t ops = units * per;
     printf("fastpath mode=%s size=%zu burst=%zu order=%s align=%zu keep=%d ops=%llu unit=%s "

@@ -16,18 +16,27 @@
  * free of a block another thread allocated.
  *
  *   ops_per_s = (mallocs + frees) / elapsed
- * where elapsed runs from the barrier's release to the stop flag (a thread
- * finishes the step it is in).  Threads run with 256 KiB stacks so that
+ * where elapsed runs from the barrier's release to the moment the last
+ * thread saw the stop flag: with thousands of threads on a few cores, a
+ * thread may run for a while after the flag is raised before it is
+ * scheduled and notices, and its work until then counts, so the clock runs
+ * until then too.  On a machine shared with other work, wall time also
+ * counts time the threads waited for a CPU; ops_per_cpu_s divides by the
+ * CPU time the process used in the same interval (user + system, from
+ * getrusage) and moves much less with the machine's load.  Threads run with
+ * 256 KiB stacks so that
  * thousands of them fit in any address-space limit; up to 16384 threads.
  *
  * Output (one line):
  *   manythreads threads=T scale=S seconds=D remote_every=R ops=N elapsed=E
- *     ops_per_s=X remote_frees=F errors=0 allocator=A version=V malloc_from=P
+ *     ops_per_s=X cpu_s=C ops_per_cpu_s=Y remote_frees=F errors=0 allocator=A
+ *     version=V malloc_from=P
  * Exit status 1 when a stamp did not match. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <stdatomic.h>
+#include <sys/resource.h>
 
 #include "benchutil.h"
 #include "whichalloc.h"
@@ -41,6 +50,7 @@ struct worker {
     _Alignas(64) unsigned index;
     uint64_t rng;
     uint64_t ops, remote, errors;
+    double end; /* when it saw the stop flag */
     unsigned char **slots;
     _Atomic(unsigned char *) mailbox[MAILBOX];
 };
@@ -51,6 +61,14 @@ static size_t nslots;
 static uint64_t remote_every = 128;
 static pthread_barrier_t start_line;
 static atomic_int stop_flag;
+
+/* CPU seconds the whole process has used so far. */
+static double cpu_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec * 1e-6;
+}
 
 static unsigned char *new_block(uint64_t *rng) {
     uint64_t r = xorshift64(rng);
@@ -92,6 +110,7 @@ static void *worker_main(void *arg) {
         w->slots[k] = new_block(&rng);
         ops++;
     }
+    w->end = bu_now();
     w->ops += ops;
     /* wait until every thread has stopped: a late thread must still find
      * its neighbours' mailboxes alive */
@@ -133,19 +152,22 @@ int main(int argc, char **argv) {
         if (err) bu_die("pthread_create", err);
     }
     pthread_barrier_wait(&start_line);
-    double t0 = bu_now();
+    double t0 = bu_now(), c0 = cpu_now();
     bu_sleep(opt.seconds);
     atomic_store(&stop_flag, 1);
-    double elapsed = bu_now() - t0;
     pthread_barrier_wait(&start_line);
+    double cpu = cpu_now() - c0;
 
     uint64_t ops = 0, remote = 0, errors = 0;
+    double last = t0;
     for (unsigned i = 0; i < opt.threads; i++) {
         bu_join(tids[i]);
+        if (workers[i].end > last) last = workers[i].end;
         ops += workers[i].ops;
         remote += workers[i].remote;
         errors += workers[i].errors;
     }
+    double elapsed = last - t0;
     for (unsigned i = 0; i < opt.threads; i++)
         for (unsigned c = 0; c < MAILBOX; c++) {
             unsigned char *p = atomic_load(&workers[i].mailbox[c]);
@@ -153,9 +175,10 @@ int main(int argc, char **argv) {
             free(p);
         }
     printf("manythreads threads=%u scale=%g seconds=%g remote_every=%llu ops=%llu elapsed=%.6f"
-           " ops_per_s=%.0f remote_frees=%llu errors=%llu",
+           " ops_per_s=%.0f cpu_s=%.3f ops_per_cpu_s=%.0f remote_frees=%llu errors=%llu",
            opt.threads, opt.scale, opt.seconds, (unsigned long long)remote_every,
-           (unsigned long long)ops, elapsed, (double)ops / elapsed, (unsigned long long)remote,
+           (unsigned long long)ops, elapsed, (double)ops / elapsed, cpu, (double)ops / cpu,
+           (unsigned long long)remote,
            (unsigned long long)errors);
     wa_print(stdout);
     putchar('\n');
