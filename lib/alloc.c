@@ -236,7 +236,7 @@ size_t sf_trim(void) {
     sf_lock(&sf_fallback_lock);
     sf_heap_collect(&sf_heap_fallback, true);
     sf_unlock(&sf_fallback_lock);
-    sf_heaps_collect_abandoned();
+    sf_heaps_collect_abandoned(true);
     sf_cache_purge(true);
     sf_track_quiet_end();
     return (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);

@@ -35,6 +35,8 @@ struct cache_entry {
 pthread_mutex_t sf_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_entry entries[CACHE_SLOTS_MAX];
 static size_t entry_count;
+static sf_reuse_t reuse; /* bytes handed out lately (decommit.c) */
+static uint64_t out_bytes; /* spans and segments handed out (hit or miss) and not put back */
 
 static void entry_remove(size_t i) {
     sf_stat_sub(&sf_gstats.cache_bytes, entries[i].size);
@@ -53,25 +55,52 @@ static size_t entry_unmap(size_t i) {
     return e.size;
 }
 
-static size_t entry_decommit(size_t i) {
-    size_t n = entries[i].committed;
-    if (n == 0) return 0;
-    sf_os_decommit(entries[i].base, entries[i].size);
-    entries[i].committed = 0;
+/* Decommits the last `bytes` (at most) of entry i's committed prefix, so
+ * what stays committed is still a prefix; returns the bytes given back. */
+static size_t entry_decommit_tail(size_t i, size_t bytes) {
+    struct cache_entry *e = &entries[i];
+    size_t keep = e->committed > bytes ? sf_align_up(e->committed - bytes, OS_PAGE) : 0;
+    if (keep >= e->committed) return 0;
+    size_t n = e->committed - keep;
+    sf_os_decommit(e->base + keep, keep == 0 ? e->size : n);
+    e->committed = keep;
     sf_stat_sub(&sf_gstats.committed, n);
     sf_stat_add(&sf_gstats.decommitted_total, n);
     return n;
 }
 
-/* Applies ttl and the delayed-decommit deadline.  Holds sf_cache_lock. */
+static size_t entry_decommit(size_t i) { return entry_decommit_tail(i, SIZE_MAX); }
+
+/* The oldest entry still committed and cached for at least `delay`, or
+ * SIZE_MAX. */
+static size_t oldest_committed(uint64_t now, uint64_t delay) {
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < entry_count; i++)
+        if (entries[i].committed != 0 && now - entries[i].since_ms >= delay &&
+            (best == SIZE_MAX || entries[i].since_ms < entries[best].since_ms))
+            best = i;
+    return best;
+}
+
+/* Applies ttl and the delayed or adaptive decommit: spans cached for
+ * decommit.delay are decommitted, oldest first, down to what would bring
+ * the cache's hand-outs back to their recent peak (decommit.c; nothing
+ * kept unless adaptive), the last one of them maybe in part.  Holds
+ * sf_cache_lock. */
 static size_t expire_locked(uint64_t now, bool all) {
-    size_t freed = 0;
-    uint64_t ttl = sf_knob(SF_KNOB_LARGE_CACHE_TTL), delay = sf_knob(SF_KNOB_DECOMMIT_DELAY);
-    bool delayed = sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_DELAYED;
-    for (size_t i = entry_count; i-- > 0;) {
-        uint64_t age = now - entries[i].since_ms;
-        if (all || age >= ttl) freed += entry_unmap(i);
-        else if (delayed && age >= delay) freed += entry_decommit(i);
+    size_t freed = 0, resident = 0;
+    uint64_t ttl = sf_knob(SF_KNOB_LARGE_CACHE_TTL), policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
+    for (size_t i = entry_count; i-- > 0;)
+        if (all || now - entries[i].since_ms >= ttl) freed += entry_unmap(i);
+        else resident += entries[i].committed;
+    if (policy != SF_DECOMMIT_DELAYED && policy != SF_DECOMMIT_ADAPTIVE) return freed;
+    uint64_t keep = sf_reuse_keep(&reuse, now, out_bytes), delay = sf_knob(SF_KNOB_DECOMMIT_DELAY);
+    size_t i;
+    while (resident > keep && (i = oldest_committed(now, delay)) != SIZE_MAX) {
+        size_t n = entry_decommit_tail(i, resident - keep);
+        if (n == 0) break; /* less than a page over */
+        resident -= n;
+        freed += n;
     }
     return freed;
 }
@@ -95,8 +124,10 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
  * the top of the file).  *committed_out: how many bytes from its start may
  * still be resident (0: it all reads as zero). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out) {
+    uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
-    expire_locked(sf_now_ms(), false);
+    out_bytes += min_size; /* hit or miss: that much is in use now */
+    sf_reuse_level(&reuse, now, out_bytes);
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
@@ -121,6 +152,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     } else {
         sf_stat_add(&sf_gstats.cache_misses, 1);
     }
+    expire_locked(now, false); /* after the take: what it took is not idle */
     sf_unlock(&sf_cache_lock);
     return p;
 }
@@ -179,9 +211,13 @@ bool sf_cache_put(void *base, size_t size, size_t committed) {
     uint64_t slots = sf_knob(SF_KNOB_LARGE_CACHE_SLOTS);
     uint64_t budget = sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES);
     if (slots > CACHE_SLOTS_MAX) slots = CACHE_SLOTS_MAX;
-    if (size > budget || slots == 0) return false;
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
+    out_bytes -= size < out_bytes ? size : out_bytes; /* back, cached or not */
+    if (size > budget || slots == 0) {
+        sf_unlock(&sf_cache_lock);
+        return false;
+    }
     expire_locked(now, false);
     if (merge_locked((struct cache_entry){base, size, now, committed})) {
         sf_unlock(&sf_cache_lock);

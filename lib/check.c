@@ -316,7 +316,9 @@ static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
             check_page(seg, page, heap);
         } else {
             if (!marked_free) report("unused page missing from its segment's free mask", page);
-            if (page->fast_heap != NULL || page->free != NULL || page->local_free != NULL ||
+            /* (an unused page on the purge queue holds its class links
+             * where free and local_free are) */
+            if (page->fast_heap != NULL || (page->purge_at == 0 && (page->free != NULL || page->local_free != NULL)) ||
                 page->used != 0)
                 report("unused page still has an owner or blocks", page);
         }
@@ -544,6 +546,21 @@ static void check_purge_queue(const sf_heap_t *heap, const struct heap_tally *t)
             report("purge queue holds a wrong page", page);
     }
     if (heap->purge.last != prev) report("purge queue's last page is wrong", heap);
+    if (n != heap->purge_count) report("purge queue's count is wrong", heap);
+    /* every page of the queue on exactly its class's list, and nothing else */
+    size_t listed = 0;
+    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+        const sf_page_t *cprev = NULL;
+        for (const sf_page_t *page = heap->purge_class[c]; page != NULL; cprev = page, page = page->class_next) {
+            if (listed++ > n || !valid_page(page)) {
+                report("purge class list names no queued page (or loops)", page);
+                return;
+            }
+            if (page->purge_at == 0 || page->class_idx != c || page->class_prev != cprev)
+                report("purge class list holds a wrong page", page);
+        }
+    }
+    if (listed != n) report("purge queue and its class lists disagree", heap);
 }
 
 /* Remote frees waiting for the owner: published ring cells and the overflow

@@ -24,7 +24,7 @@
 
 /* ---- the knob table -------------------------------------------------------- */
 
-static const char *const sf_decommit_names[] = {"never", "eager", "delayed", NULL};
+static const char *const sf_decommit_names[] = {"never", "eager", "delayed", "adaptive", NULL};
 static const char *const sf_on_error_names[] = {"abort", "report", NULL};
 
 const struct sf_knob_def sf_knob_defs[SF_KNOB_COUNT] = {

@@ -203,22 +203,30 @@ void sf_heaps_purge_abandoned(void) {
     if (pending) atomic_store_explicit(&abandoned_purges, true, memory_order_relaxed);
 }
 
-/* Collects an abandoned heap on behalf of its absent owner; gives the slot
- * back to the registry if nothing is left in it. */
-bool sf_heap_try_collect_abandoned(sf_heap_t *heap) {
+/* Collects an abandoned heap on behalf of its absent owner: every empty
+ * page goes back to its segment, and its delayed decommits keep their
+ * deadlines (done later by sf_heaps_purge_abandoned, or by the thread that
+ * adopts the heap) unless purge_now; the slot goes back to the registry if
+ * nothing is left in it.  (Collecting here used to decommit at once: a
+ * workload whose threads free the blocks of threads that exited refaulted
+ * the pages the next thread adopted.) */
+static bool heap_collect_abandoned(sf_heap_t *heap, bool purge_now) {
     if (!heap_claim_to_collect(heap)) return false;
-    sf_heap_collect(heap, true);
+    sf_heap_collect_ex(heap, true, purge_now);
+    if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
     return true;
 }
 
-size_t sf_heaps_collect_abandoned(void) {
+bool sf_heap_try_collect_abandoned(sf_heap_t *heap) { return heap_collect_abandoned(heap, false); }
+
+size_t sf_heaps_collect_abandoned(bool purge_now) {
     size_t n = 0;
     uint32_t slots = sf_heap_slots();
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap != NULL && atomic_load_explicit(&heap->state, memory_order_relaxed) == SF_HEAP_ABANDONED)
-            n += sf_heap_try_collect_abandoned(heap);
+            n += heap_collect_abandoned(heap, purge_now);
     }
     return n;
 }

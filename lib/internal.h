@@ -89,7 +89,7 @@ SF_INLINE unsigned sf_class_of(size_t n) {
 SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
 
 /* ---- knobs (knobs.c) ------------------------------------------------------ */
-enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED };
+enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED, SF_DECOMMIT_ADAPTIVE };
 enum sf_on_error { SF_ON_ERROR_ABORT, SF_ON_ERROR_REPORT };
 enum sf_knob_type { SF_KNOB_UINT, SF_KNOB_SIZE, SF_KNOB_MS, SF_KNOB_BOOL, SF_KNOB_ENUM, SF_KNOB_STRING };
 enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
@@ -104,10 +104,11 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       NULL, "byte budget of the large cache, process-wide")                                       \
     X(LARGE_CACHE_TTL, "large_cache.ttl", SF_KNOB_MS, 2000, 0, 3600000, 1, NULL,                    \
       "a cached span unused this long is unmapped")                                                \
-    X(DECOMMIT_POLICY, "decommit.policy", SF_KNOB_ENUM, SF_DECOMMIT_DELAYED, 0, 2, 1,               \
-      sf_decommit_names, "when empty pages go back to the OS: never, eager or delayed")           \
+    X(DECOMMIT_POLICY, "decommit.policy", SF_KNOB_ENUM, SF_DECOMMIT_ADAPTIVE, 0, 3, 1,              \
+      sf_decommit_names,                                                                          \
+      "when empty pages and cached spans go back to the OS: never, eager, delayed or adaptive")  \
     X(DECOMMIT_DELAY, "decommit.delay", SF_KNOB_MS, 100, 0, 3600000, 1, NULL,                       \
-      "with decommit.policy = delayed: how long an empty page stays committed")                   \
+      "how long an empty page or cached span stays committed at least (delayed, adaptive)")      \
     X(RINGS_CAPACITY, "rings.capacity", SF_KNOB_UINT, 1024, 2, 1u << 20, 0, NULL,                   \
       "slots in each heap's remote-free ring (rounded up to a power of two)")                     \
     X(GUARD_LEVEL, "guard.level", SF_KNOB_UINT, 1, 0, 3, 0, NULL,                                   \
@@ -249,8 +250,16 @@ enum sf_page_flag {
 
 typedef struct sf_page_s {
     /* hot: touched by malloc/free fast paths */
-    sf_block_t *free;       /* blocks ready for malloc (owner only) */
-    sf_block_t *local_free; /* blocks freed by the owner since the last collect */
+    union {
+        struct {                    /* in use */
+            sf_block_t *free;       /* blocks ready for malloc (owner only) */
+            sf_block_t *local_free; /* blocks freed by the owner since the last collect */
+        };
+        struct { /* empty, on its heap's purge queue: the heap's other such pages
+                    that last served the same class (segment.c) */
+            struct sf_page_s *class_next, *class_prev;
+        };
+    };
     struct sf_heap_s *fast_heap; /* owner heap while flags == 0, else NULL: the
                                     free fast path's one ownership test */
     uint32_t used;          /* blocks handed out and not yet returned to the owner */
@@ -353,6 +362,14 @@ typedef struct {
     sf_page_t *first, *last;
 } sf_page_queue_t;
 
+/* How much memory was in use lately (decommit.c): the most in use at once
+ * in each of the last SF_REUSE_WINDOW intervals of decommit.delay. */
+#define SF_REUSE_WINDOW 8
+typedef struct {
+    uint64_t epoch;                  /* the interval peak[epoch % WINDOW] covers */
+    uint64_t peak[SF_REUSE_WINDOW];  /* pages (a heap) or bytes (the large cache) */
+} sf_reuse_t;
+
 enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLLECTING };
 /* A thread's sf_tls_heap is a real registry heap, or one of two markers whose
  * direct table holds only the empty page, so the fast path falls through:
@@ -377,11 +394,14 @@ typedef struct sf_heap_s {
     sf_page_queue_t queues[CLASS_COUNT];
     sf_page_queue_t full;
     sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */
+    sf_page_t *purge_class[CLASS_COUNT]; /* the same pages by last class, newest first */
     sf_segment_t *free_segs[2];          /* small, medium segments with free pages */
     uint32_t pages_in_use;
     uint64_t remote_frees;    /* frees this thread sent to others */
     uint64_t remote_collected; /* blocks other threads freed, taken from page lists */
     uint64_t page_allocs;
+    sf_reuse_t page_reuse;    /* its pages in use lately (decommit.policy = adaptive) */
+    uint32_t purge_count;     /* pages on its purge queue */
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
     size_t quarantine_bytes, quarantine_count;
     /* read by other threads: written once, or rarely (at thread start and exit) */
@@ -424,7 +444,12 @@ SF_HIDDEN void sf_span_free(sf_segment_t *seg);
 SF_HIDDEN bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size);
 SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
+
 SF_HIDDEN void sf_release_segments(size_t count);
+
+/* ---- decommit.c: how much free memory stays committed ---------------------- */
+SF_HIDDEN void sf_reuse_level(sf_reuse_t *r, uint64_t now, uint64_t in_use);
+SF_HIDDEN uint64_t sf_reuse_keep(sf_reuse_t *r, uint64_t now, uint64_t in_use);
 
 /* ---- cache.c ---------------------------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
@@ -469,7 +494,7 @@ SF_HIDDEN sf_heap_t *sf_heap_for_thread(void);
 SF_HIDDEN void sf_heap_thread_done(void *value);
 SF_HIDDEN void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_heaps_after_fork_child(void);
-SF_HIDDEN size_t sf_heaps_collect_abandoned(void);
+SF_HIDDEN size_t sf_heaps_collect_abandoned(bool purge_now);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
 SF_HIDDEN bool sf_heap_try_collect_abandoned(sf_heap_t *heap);
 SF_HIDDEN uint32_t sf_heap_slots(void);           /* slots made so far: 0 .. n-1 */

@@ -195,24 +195,49 @@ static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
     sf_stat_add(&sf_gstats.decommitted_total, page->page_bytes);
 }
 
-/* Decommits pages whose delayed-decommit deadline has passed (all of them
- * with `force`).  The purge queue is ordered by deadline. */
+/* A page that emptied waits on its heap's purge queue (ordered by deadline)
+ * and on the list of the heap's waiting pages of its class. */
+static void purge_queue_add(sf_heap_t *heap, sf_page_t *page, uint64_t deadline) {
+    page->purge_at = deadline;
+    page->prev = heap->purge.last;
+    page->next = NULL;
+    if (heap->purge.last) heap->purge.last->next = page;
+    else heap->purge.first = page;
+    heap->purge.last = page;
+    sf_page_t **head = &heap->purge_class[page->class_idx];
+    page->class_prev = NULL;
+    page->class_next = *head;
+    if (*head) (*head)->class_prev = page;
+    *head = page;
+    heap->purge_count++;
+}
+
+static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
+    sf_queue_remove(&heap->purge, page);
+    if (page->class_prev) page->class_prev->class_next = page->class_next;
+    else heap->purge_class[page->class_idx] = page->class_next;
+    if (page->class_next) page->class_next->class_prev = page->class_prev;
+    page->class_next = page->class_prev = NULL; /* (they are free and local_free again) */
+    page->purge_at = 0;
+    heap->purge_count--;
+}
+
+/* Decommits pages whose delayed-decommit deadline has passed, oldest
+ * first, but keeps as many as the heap took for use lately
+ * (decommit.c: 0 unless decommit.policy = adaptive); all of them with
+ * `force`.  The purge queue is ordered by deadline. */
 size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
     if (heap->purge.first == NULL) return 0;
-    uint64_t now = sf_now_ms();
+    uint64_t now = sf_now_ms(), keep = force ? 0 : sf_reuse_keep(&heap->page_reuse, now, heap->pages_in_use);
     size_t freed = 0;
     sf_page_t *page;
-    while ((page = heap->purge.first) != NULL && (force || page->purge_at <= now)) {
-        sf_queue_remove(&heap->purge, page);
-        page->purge_at = 0;
+    while ((page = heap->purge.first) != NULL && (force || page->purge_at <= now) && heap->purge_count > keep) {
+        purge_queue_remove(heap, page);
         freed += page->committed ? page->page_bytes : 0;
         page_decommit(sf_segment_of(page), page);
     }
     return freed;
 }
-
-/* How far back in the purge queue a page of the wanted class is looked for. */
-#define PURGE_REUSE_LOOKBACK 32
 
 /* The most recently freed page that served class_idx and still waits for
  * its decommit, or NULL.  Its memory is resident up to where that class
@@ -222,16 +247,48 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
  * sizes would creep up to every page resident to its longest prefix); the
  * pages nobody takes back age out of the queue and are decommitted. */
 static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
-    sf_page_t *page = heap->purge.last;
-    for (unsigned n = 0; page != NULL && n < PURGE_REUSE_LOOKBACK; n++, page = page->prev)
-        if (page->class_idx == class_idx && page->committed) return page;
+    return heap->purge_class[class_idx];
+}
+
+/* How far into the purge queue a resident page of the right size is
+ * looked for when none of the class waits. */
+#define PURGE_OTHER_LOOKAHEAD 16
+
+/* No page of the class waits: the oldest waiting page of the same page
+ * size, if one is near the front of the queue.  It is resident, and the
+ * purge queue holds it only because a recent peak of this heap's use may
+ * come back (decommit.c), so it serves the new class rather than a fresh
+ * page being faulted in beside it; its old class's prefix past what the new
+ * class first carves goes back to the OS, so pages reused this way do not
+ * creep up to their longest prefix. */
+static sf_page_t *purge_queue_other(sf_heap_t *heap, unsigned class_idx) {
+    bool small = class_idx <= SMALL_CLASS_MAX;
+    sf_page_t *page = heap->purge.first;
+    for (unsigned n = 0; page != NULL && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
+        if ((page->class_idx <= SMALL_CLASS_MAX) == small) return page;
     return NULL;
 }
 
-/* A free page of seg for a class none of its recently freed pages served:
- * one with nothing resident (never used, or decommitted) if there is one,
- * so the resident pages of other classes are left to age out of the purge
- * queue instead of being reused with their old prefix; else the lowest. */
+/* Before page serves class_idx: drops what its last class carved past the
+ * first carve of the new one (see page_extend: 4 KiB, or one block). */
+static void page_trim_for(sf_segment_t *seg, sf_page_t *page, unsigned class_idx) {
+    size_t bsize = sf_class_size[class_idx], natural = bsize & (0u - bsize);
+    size_t lead = sf_align_up((uintptr_t)page->page_start, natural) - (uintptr_t)page->page_start;
+    size_t first = (4096 / bsize ? 4096 / bsize : 1) * bsize;
+    size_t keep = sf_align_up(lead + first + sizeof(sf_block_t), OS_PAGE);
+    size_t old = sf_align_up((size_t)(page->block_start - page->page_start) + sf_page_carved_bytes(page) +
+                                 sizeof(sf_block_t), OS_PAGE);
+    if (old > page->page_bytes) old = page->page_bytes;
+    if (old > keep) {
+        sf_os_decommit(page->page_start + keep, old - keep);
+        sf_stat_add(&sf_gstats.decommitted_total, old - keep);
+    }
+    (void)seg;
+}
+
+/* A free page of seg with nothing resident if there is one (never used,
+ * or decommitted: the resident ones wait on the purge queue); else the
+ * lowest. */
 static unsigned free_page_index(const sf_segment_t *seg) {
     for (uint64_t m = seg->free_mask; m != 0; m &= m - 1) {
         unsigned i = (unsigned)__builtin_ctzll(m);
@@ -249,6 +306,8 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t *page = purge_queue_find(heap, class_idx);
     sf_segment_t *seg;
     unsigned idx;
+    if (page == NULL && (page = purge_queue_other(heap, class_idx)) != NULL)
+        page_trim_for(sf_segment_of(page), page, class_idx);
     if (page != NULL) {
         seg = sf_segment_of(page);
         idx = (unsigned)(page - seg->pages);
@@ -263,14 +322,12 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
         page = &seg->pages[idx];
     }
     seg->used_pages++;
-    if (page->purge_at) {
-        sf_queue_remove(&heap->purge, page);
-        page->purge_at = 0;
-    }
+    if (page->purge_at) purge_queue_remove(heap, page);
     if (!page->committed) {
         page->committed = 1;
         commit_add(seg, page->page_bytes);
     }
+    sf_reuse_level(&heap->page_reuse, sf_now_ms(), heap->pages_in_use + 1); /* (counted by the caller) */
     sf_page_init(page, class_idx);
     return page;
 }
@@ -287,10 +344,7 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     seg->used_pages--;
     if (seg->used_pages == 0) {
         for (unsigned i = 0; i < seg->page_count; i++)
-            if (seg->pages[i].purge_at) {
-                sf_queue_remove(&heap->purge, &seg->pages[i]);
-                seg->pages[i].purge_at = 0;
-            }
+            if (seg->pages[i].purge_at) purge_queue_remove(heap, &seg->pages[i]);
         segment_release(heap, seg);
         return;
     }
@@ -299,12 +353,8 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
         page_decommit(seg, page);
         break;
     case SF_DECOMMIT_DELAYED:
-        page->purge_at = sf_now_ms() + sf_knob(SF_KNOB_DECOMMIT_DELAY) + 1;
-        page->prev = heap->purge.last;
-        page->next = NULL;
-        if (heap->purge.last) heap->purge.last->next = page;
-        else heap->purge.first = page;
-        heap->purge.last = page;
+    case SF_DECOMMIT_ADAPTIVE:
+        purge_queue_add(heap, page, sf_now_ms() + sf_knob(SF_KNOB_DECOMMIT_DELAY) + 1);
         break;
     default:
         break;

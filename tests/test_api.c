@@ -1264,7 +1264,7 @@ START_TEST(test_config_get_all)
     /* Values that have a known shape. */
     char pol[512];
     snprintf(pol, sizeof pol, "%s", st_knob_get("decommit.policy"));
-    ck_assert_msg(!strcmp(pol, "never") || !strcmp(pol, "eager") || !strcmp(pol, "delayed"),
+    ck_assert_msg(!strcmp(pol, "never") || !strcmp(pol, "eager") || !strcmp(pol, "delayed") || !strcmp(pol, "adaptive"),
                   "decommit.policy = \"%s\"", pol);
     const char *oe = st_knob_get("guard.on_error");
     ck_assert_msg(!strcmp(oe, "abort"), "guard.on_error default is \"%s\", not abort", oe);

