@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/test.sh - everything CI checks, in four builds:
 #
-#   build/        release (scripts/setup.sh): every test suite
+#   build/        release (scripts/setup.sh): every test suite, then
+#                 suite 'debian' (meson dist, the Debian packages built from
+#                 the tarball with its own meson test, installed, purged)
 #   build-ubsan/  -Db_sanitize=undefined, debugoptimized: every test suite
 #                 (the preload suite too: libubsan comes in as a dependency
 #                 of libsefer.so, so uninstrumented programs can load it)
@@ -76,6 +78,10 @@ step "setup: packages and release build (scripts/setup.sh)"
 if bash scripts/setup.sh; then
     step "release: meson test -C build"
     run_tests release build 360
+    # The release tarball and the Debian packages (tests/package/deb.sh):
+    # the whole build and suite again inside dpkg-buildpackage, about 3 min.
+    step "debian: meson test -C build --suite debian"
+    run_tests debian build 900 --suite debian
 else
     infra "release: scripts/setup.sh (install, configure or compile) failed"
 fi

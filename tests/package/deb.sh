@@ -123,12 +123,24 @@ sefer.free(ctypes.c_void_p(p))' 2>&1)
 check_sefer_run /usr/bin/sefer "$lib"
 check_sefer_soak /usr/bin/sefer /usr/libexec/sefer/sefer-soak "$lib" /usr/share/sefer/soak.toml
 check_pkg_config "$prog_c" "$soversion"
-for page in sefer sefer.conf; do
-    where=$(man -w "$page" 2>/dev/null)
-    LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -Tutf8 "$page" >/dev/null 2>"$tmp/man.err"
-    [ -n "$where" ] && [ ! -s "$tmp/man.err" ] && ok "man $page: $where, no warning" ||
-        { fail "man $page: '$where'"; cat "$tmp/man.err"; }
+# The pages as packaged (gzipped by dh_installman), and as man finds them
+# once installed, unless this machine's dpkg drops /usr/share/man (slim
+# container images do: path-exclude in /etc/dpkg/dpkg.cfg.d/).
+dpkg-deb -x "${debs[2]}" "$tmp/tools"
+for page in man1/sefer.1.gz man5/sefer.conf.5.gz; do
+    LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -Tutf8 -l "$tmp/tools/usr/share/man/$page" >/dev/null 2>"$tmp/man.err"
+    [ -f "$tmp/tools/usr/share/man/$page" ] && [ ! -s "$tmp/man.err" ] &&
+        ok "sefer-tools has /usr/share/man/$page: renders with no warning" ||
+        { fail "/usr/share/man/$page in sefer-tools"; cat "$tmp/man.err"; }
 done
+if grep -qs '^path-exclude.*/usr/share/man' /etc/dpkg/dpkg.cfg.d/*; then
+    echo "note: dpkg here does not install /usr/share/man (path-exclude): man sefer not tried"
+else
+    for page in sefer sefer.conf; do
+        where=$(man -w "$page" 2>/dev/null)
+        [[ $where == /usr/share/man/man?/$page.?.gz ]] && ok "man -w $page: $where" || fail "man -w $page: '$where'"
+    done
+fi
 
 # 5. removed
 step "apt-get purge ${packages[*]}"
