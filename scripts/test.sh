@@ -15,7 +15,7 @@
 #                 not interpose malloc, which TSan itself intercepts)
 #
 # The last line is "N passed, M failed, K skipped", summed over the
-# testlog.json that meson wrote for each build in this run; a build that
+# testlog-LABEL.json that meson wrote for each run here; a build that
 # could not be configured or compiled counts as one failure.  Exit status is
 # non-zero iff M > 0.
 set -uo pipefail
@@ -30,7 +30,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
 
 start=$(date +%s)
-logs=()          # "label=path" of every testlog.json this run produced
+logs=()          # "label=path" of every testlog-LABEL.json this run produced
 infra_failed=()  # steps that failed before any test could run
 
 step() { printf '\n=== %s (%ss) ===\n' "$*" "$(($(date +%s) - start))"; }
@@ -51,23 +51,26 @@ configure() {
 # Each test has its own meson timeout; BUDGET (seconds) caps the whole
 # `meson test` so that one hang cannot push CI past its limit.
 run_tests() {
-    local label=$1 dir=$2 budget=$3 rc
+    local label=$1 dir=$2 budget=$3 rc log
     shift 3
-    rm -f "$dir/meson-logs/testlog.json"
-    timeout -k 30 "$budget" meson test -C "$dir" --print-errorlogs "$@"
+    # one log per label: two runs in one build dir (release, debian) must
+    # not overwrite each other's
+    log=$dir/meson-logs/testlog-$label.json
+    rm -f "$log"
+    timeout -k 30 "$budget" meson test -C "$dir" --print-errorlogs --logbase "testlog-$label" "$@"
     rc=$?
     if [ $rc = 124 ] || [ $rc = 137 ]; then
         echo "test.sh: $label: meson test stopped after ${budget}s"
         # meson marks the tests it was running INTERRUPT (counted as failed);
         # if it was killed before writing that, count the stop itself.
-        if ! grep -qs '"result": "INTERRUPT"' "$dir/meson-logs/testlog.json"; then
+        if ! grep -qs '"result": "INTERRUPT"' "$log"; then
             infra "$label: meson test did not finish within ${budget}s"
         fi
     fi
-    if [ -f "$dir/meson-logs/testlog.json" ]; then
-        logs+=("$label=$dir/meson-logs/testlog.json")
+    if [ -f "$log" ]; then
+        logs+=("$label=$log")
     else
-        infra "$label: meson test wrote no testlog.json"
+        infra "$label: meson test wrote no $(basename "$log")"
     fi
 }
 
@@ -144,7 +147,7 @@ subset tsan build-tsan 'tsan' 300 -Db_sanitize=thread -Dbuildtype=debugoptimized
 #    large blocks, the cache): sefer's own code must make no invalid access.
 subset asan build-asan 'tsan|^limits$' 300 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
 
-# 5. The summary: one line, summed over every testlog.json of this run.
+# 5. The summary: one line, summed over every testlog-LABEL.json of this run.
 step "summary"
 for s in "${infra_failed[@]}"; do
     echo "  failed step  $s"
