@@ -174,6 +174,13 @@ static void report_env(const char *var, size_t var_len, const char *value, const
 
 extern char **environ;
 
+/* Variables in a knob table's name space that sefer itself sets and that
+ * are not knobs: `sefer run` exports SEFER_INTROSPECT_PID
+ * (introspect/autostart.c). */
+static bool sefer_own_variable(const char *var, size_t len) {
+    return len == 20 && memcmp(var, "SEFER_INTROSPECT_PID", 20) == 0;
+}
+
 /* A SEFER_<TABLE>_... variable that names no knob is a typo, not someone
  * else's variable: report it. */
 static void check_unknown_env(void) {
@@ -181,6 +188,7 @@ static void check_unknown_env(void) {
         const char *var = *e, *eq = strchr(var, '=');
         if (eq == NULL || strncmp(var, "SEFER_", 6) != 0) continue;
         size_t len = (size_t)(eq - var);
+        if (sefer_own_variable(var, len)) continue;
         bool known = false, in_table = false;
         for (int i = 0; i < SF_KNOB_COUNT && !known; i++) {
             char name[64];

@@ -32,6 +32,10 @@ export DEBIAN_FRONTEND=noninteractive
 #  - reference allocators for bench/: libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
 #  - the dashboard's browser test (tests/browser): chromium (Debian's; the
 #    test drives /usr/bin/chromium, no browser is downloaded)
+#  - packaging (tests/package, docs/install.md): debhelper (dh and its
+#    meson support, dpkg-buildpackage), lintian, git and xz-utils (meson
+#    dist), man-db (man -l for the man pages), systemd (systemd-analyze
+#    verify for docs/deploy.md's drop-ins; nothing is started)
 #  - node and npm, only if `node`/`npm` are not there already (a machine
 #    with NodeSource's nodejs has both; Debian's npm would conflict with it):
 #    npm installs uPlot, which the dashboard embeds (webui/), and
@@ -43,6 +47,7 @@ packages=(
     valgrind time python3 perl sqlite3 prometheus
     libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
     chromium
+    debhelper lintian git xz-utils man-db systemd
 )
 if [ "${SEFER_SETUP_CLANG:-0}" = 1 ]; then
     packages+=(clang)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/test.sh - everything CI checks, in four builds:
 #
-#   build/        release (scripts/setup.sh): every test suite
+#   build/        release (scripts/setup.sh): every test suite, then
+#                 suite 'debian' (meson dist, the Debian packages built from
+#                 the tarball with its own meson test, installed, purged)
 #   build-ubsan/  -Db_sanitize=undefined, debugoptimized: every test suite
 #                 but valgrind-memcheck (the preload suite too: libubsan
 #                 comes in as a dependency of libsefer.so, so uninstrumented
@@ -24,7 +26,7 @@
 # a failure: add it to the list).
 #
 # The last line is "N passed, M failed, K skipped (BUILD/NAME ...)", summed
-# over the testlog.json that meson wrote for each build in this run, with
+# over the testlog-LABEL.json that meson wrote for each run here, with
 # the skipped tests named; a build that could not be configured or compiled
 # counts as one failure, and so does each missing test.  Exit status is
 # non-zero iff M > 0.
@@ -57,17 +59,22 @@ configure() {
     fi
 }
 
-# registered DIR REGEX: the names of the tests meson registered in DIR that
-# match REGEX, one a line, into DIR/meson-logs/registered-tests.txt.
+# registered LABEL DIR REGEX [SUITE]: the names of the tests meson
+# registered in DIR that match REGEX, one a line, into
+# DIR/meson-logs/registered-LABEL.txt: those of suite SUITE only, or, with
+# no SUITE, those of the default test setup (every suite but 'debian').
 registered() {
-    local dir=$1 regex=$2
+    local label=$1 dir=$2 regex=$3 suite=${4:-}
     mkdir -p "$dir/meson-logs"
     (cd "$dir" && meson introspect --tests) | "$py" -c '
 import json, re, sys
+regex, suite = sys.argv[1], sys.argv[2]
 for t in sorted(json.load(sys.stdin), key=lambda t: t["name"]):
-    if re.search(sys.argv[1], t["name"]):
+    suites = {s.split(":")[-1] for s in t["suite"]}
+    wanted = suite in suites if suite else "debian" not in suites
+    if wanted and re.search(regex, t["name"]):
         print(t["name"])
-' "$regex" >"$dir/meson-logs/registered-tests.txt"
+' "$regex" "$suite" >"$dir/meson-logs/registered-$label.txt"
 }
 
 # run_tests LABEL DIR BUDGET [meson test args...]: run, remember the log.
@@ -75,23 +82,26 @@ for t in sorted(json.load(sys.stdin), key=lambda t: t["name"]):
 # `meson test` so that one hang cannot push CI past its limit.  registered()
 # must have listed the build's tests first.
 run_tests() {
-    local label=$1 dir=$2 budget=$3 rc
+    local label=$1 dir=$2 budget=$3 rc log
     shift 3
-    rm -f "$dir/meson-logs/testlog.json"
-    timeout -k 30 "$budget" meson test -C "$dir" --print-errorlogs "$@"
+    # one log per label: two runs in one build dir (release, debian) must
+    # not overwrite each other's
+    log=$dir/meson-logs/testlog-$label.json
+    rm -f "$log"
+    timeout -k 30 "$budget" meson test -C "$dir" --print-errorlogs --logbase "testlog-$label" "$@"
     rc=$?
     if [ $rc = 124 ] || [ $rc = 137 ]; then
         echo "test.sh: $label: meson test stopped after ${budget}s"
         # meson marks the tests it was running INTERRUPT (counted as failed);
         # if it was killed before writing that, count the stop itself.
-        if ! grep -qs '"result": "INTERRUPT"' "$dir/meson-logs/testlog.json"; then
+        if ! grep -qs '"result": "INTERRUPT"' "$log"; then
             infra "$label: meson test did not finish within ${budget}s"
         fi
     fi
-    if [ -f "$dir/meson-logs/testlog.json" ]; then
-        logs+=("$label=$dir/meson-logs/testlog.json=$dir/meson-logs/registered-tests.txt=tests/expected/$label.txt")
+    if [ -f "$log" ]; then
+        logs+=("$label=$log=$dir/meson-logs/registered-$label.txt=tests/expected/$label.txt")
     else
-        infra "$label: meson test wrote no testlog.json"
+        infra "$label: meson test wrote no $(basename "$log")"
     fi
 }
 
@@ -101,8 +111,13 @@ py=$(command -v /usr/bin/python3 || command -v python3)
 step "setup: packages and release build (scripts/setup.sh)"
 if SEFER_SETUP_MESON_OPTIONS=-Dintrospect=enabled bash scripts/setup.sh; then
     step "release: meson test -C build"
-    registered build .
+    registered release build .
     run_tests release build 360
+    # The release tarball and the Debian packages (tests/package/deb.sh):
+    # the whole build and suite again inside dpkg-buildpackage, about 3 min.
+    step "debian: meson test -C build --suite debian"
+    registered debian build . debian
+    run_tests debian build 900 --suite debian
 else
     infra "release: scripts/setup.sh (install, configure or compile) failed"
 fi
@@ -112,7 +127,7 @@ step "ubsan: configure and compile build-ubsan"
 if configure build-ubsan -Db_sanitize=undefined -Dbuildtype=debugoptimized -Doverride=true \
     -Dintrospect=enabled && meson compile -C build-ubsan; then
     step "ubsan: meson test -C build-ubsan"
-    registered build-ubsan .
+    registered ubsan build-ubsan .
     run_tests ubsan build-ubsan 360
 else
     infra "ubsan: configure or compile failed"
@@ -129,7 +144,7 @@ subset() {
         infra "$label: configure failed"
         return
     fi
-    registered "$dir" "$regex"
+    registered "$label" "$dir" "$regex"
     info=$(cd "$dir" && meson introspect --tests | "$py" -c '
 import json, os, re, sys
 tests = [t for t in json.load(sys.stdin) if re.search(sys.argv[1], t["name"])]
@@ -147,8 +162,8 @@ print(" ".join(sorted(targets)))
     if [ -z "$names" ]; then
         # (an empty log: every test of tests/expected/$label.txt is then missing)
         echo "$label: no test matches '$regex'; nothing run"
-        : >"$dir/meson-logs/testlog.json"
-        logs+=("$label=$dir/meson-logs/testlog.json=$dir/meson-logs/registered-tests.txt=tests/expected/$label.txt")
+        : >"$dir/meson-logs/testlog-$label.json"
+        logs+=("$label=$dir/meson-logs/testlog-$label.json=$dir/meson-logs/registered-$label.txt=tests/expected/$label.txt")
         return
     fi
     step "$label: compile ${targets:-everything} and run: $names"
@@ -171,7 +186,7 @@ subset tsan build-tsan 'tsan' 300 -Db_sanitize=thread -Dbuildtype=debugoptimized
 #    (limits-rss runs there to be seen skipped: RSS means nothing under ASan.)
 subset asan build-asan 'tsan|^limits' 300 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
 
-# 5. The summary: one line, summed over every testlog.json of this run.
+# 5. The summary: one line, summed over every testlog-LABEL.json of this run.
 step "summary"
 for s in "${infra_failed[@]}"; do
     echo "  failed step  $s"

@@ -521,6 +521,7 @@ START_TEST(test_env_errors)
                    "SEFER_LARGE_CACHE_SLOTS=-1",
                    "SEFER_GUARD_LEVLE=3",
                    "SEFER_SETUP_SOMETHING=1", /* not a knob table: someone else's */
+                   "SEFER_INTROSPECT_PID=1",  /* set by `sefer run`: not a typo */
                    NULL};
     static struct run r;
     run_helper(&r, env, NULL);

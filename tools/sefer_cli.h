@@ -15,11 +15,14 @@
 int cli_http_get(const char *url, const char *path, const char *token, char **body, size_t *len,
                  char *err, size_t errlen);
 
-/* sefer_run.c: libsefer.so next to this program (or SEFER_LIB), as an
- * absolute path in out; false if not found. */
-/* The directory of the running executable (the sefer command itself). */
+/* sefer_paths.c: the directory of the running executable (the sefer
+ * command itself), and the files it runs, found in the build tree or the
+ * installed tree it belongs to.  Each writes an absolute path to out and
+ * returns true, or false with the last path tried in out. */
 bool cli_exe_dir(char *dir, size_t len);
-bool cli_find_library(char *out, size_t len);
+bool cli_find_library(char *out, size_t len);     /* libsefer.so.N, or SEFER_LIB */
+bool cli_find_soak(char *out, size_t len);        /* sefer-soak, or SEFER_SOAK */
+bool cli_find_soak_config(char *out, size_t len); /* soak.toml */
 
 int cli_run(int argc, char **argv);  /* sefer_run.c */
 int cli_soak(int argc, char **argv); /* sefer_soak.c */

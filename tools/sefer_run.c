@@ -2,10 +2,7 @@
  * and the introspection server enabled.
  *
  * The library is looked for relative to this executable, so that the build
- * tree and an installed tree both work: DIR/lib/libsefer.so (build/sefer
- * next to build/lib/), DIR/../lib/libsefer.so, DIR/../lib/<multiarch>/ and
- * the configured libdir; SEFER_LIB overrides all of them (cli_find_library,
- * also used by `sefer soak`). */
+ * tree and an installed tree both work (sefer_paths.c); SEFER_LIB overrides. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,38 +11,6 @@
 #include <unistd.h>
 
 #include "sefer_cli.h"
-
-#ifndef SEFER_CLI_LIBDIR
-#define SEFER_CLI_LIBDIR "/usr/local/lib"
-#endif
-
-bool cli_exe_dir(char *dir, size_t len) {
-    ssize_t n = readlink("/proc/self/exe", dir, len - 1);
-    if (n <= 0) return false;
-    dir[n] = '\0';
-    char *slash = strrchr(dir, '/');
-    if (slash != NULL) *slash = '\0';
-    return true;
-}
-
-bool cli_find_library(char *out, size_t len) {
-    const char *forced = getenv("SEFER_LIB");
-    if (forced != NULL && *forced) {
-        snprintf(out, len, "%s", forced);
-        return access(out, R_OK) == 0;
-    }
-    char exe[PATH_MAX];
-    if (!cli_exe_dir(exe, sizeof exe)) return false;
-    const char *rel[] = {"/lib/libsefer.so", "/../lib/libsefer.so", "/../lib/x86_64-linux-gnu/libsefer.so",
-                         "/../lib/aarch64-linux-gnu/libsefer.so", "/../lib64/libsefer.so"};
-    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-        char path[PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s%s", exe, rel[i]);
-        if (access(path, R_OK) == 0 && realpath(path, out) != NULL) return true;
-    }
-    snprintf(out, len, "%s/libsefer.so", SEFER_CLI_LIBDIR);
-    return access(out, R_OK) == 0;
-}
 
 static int run_usage(void) {
     fprintf(stderr, "usage: sefer run [--config FILE] [--listen ADDR] [--] PROGRAM [ARGS...]\n");
@@ -87,7 +52,7 @@ int cli_run(int argc, char **argv) {
     if (i >= argc) return run_usage();
     char lib[PATH_MAX];
     if (!cli_find_library(lib, sizeof lib)) {
-        fprintf(stderr, "sefer run: libsefer.so not found next to this program (set SEFER_LIB)\n");
+        fprintf(stderr, "sefer run: %s not found (set SEFER_LIB)\n", lib);
         return 127;
     }
     const char *old = getenv("LD_PRELOAD");

@@ -3,9 +3,11 @@
  *   sefer soak [--seconds N] [--threads T] [--config FILE] [--listen ADDR]
  *              [-- SOAK-ARGS...]
  *
- * Runs build/sefer-soak (tools/soak.c; found next to this program, or
- * SEFER_SOAK) with LD_PRELOAD=libsefer.so (as `sefer run` finds it),
- * SEFER_INTROSPECT_ENABLED=1, SEFER_CONFIG=config/soak.toml (or --config)
+ * Runs sefer-soak (tools/soak.c; next to this program in the build tree,
+ * in libexec/sefer/ when installed, or SEFER_SOAK: sefer_paths.c) with
+ * LD_PRELOAD=libsefer.so.N (as `sefer run` finds it),
+ * SEFER_INTROSPECT_ENABLED=1, SEFER_CONFIG=soak.toml (build/config/ or
+ * share/sefer/ when installed; or --config)
  * and SEFER_INTROSPECT_LISTEN=ADDR (default 127.0.0.1:9090+: 9090 or the
  * next free port).  It waits for the soak's server to say where it listens
  * (the "sefer: introspection: http://... (pid N)" line the library prints
@@ -33,9 +35,6 @@
 
 #include "sefer_cli.h"
 
-#ifndef SEFER_CLI_SOAK_CONFIGS
-#define SEFER_CLI_SOAK_CONFIGS "config/soak.toml"
-#endif
 #define DEFAULT_SECONDS "600"
 #define DEFAULT_LISTEN "127.0.0.1:9090+"
 #define ANNOUNCE_WAIT_MS 10000 /* a fixed port: how long /healthz is tried */
@@ -73,7 +72,7 @@ static int soak_usage(FILE *f, int status) {
     fprintf(f, "usage: sefer soak [--seconds N] [--threads T] [--config FILE] [--listen ADDR] [-- SOAK-ARGS...]\n"
                "  --seconds N    how long the soak runs (default " DEFAULT_SECONDS "; Ctrl-C stops it)\n"
                "  --threads T    worker threads (sefer-soak's default: 4)\n"
-               "  --config FILE  SEFER_CONFIG for the soak (default: config/soak.toml)\n"
+               "  --config FILE  SEFER_CONFIG for the soak (default: sefer's soak.toml, config/ in the source)\n"
                "  --listen ADDR  where the dashboard listens (default " DEFAULT_LISTEN
                ": 9090 or the next free port)\n"
                "  SOAK-ARGS      more sefer-soak options (build/sefer-soak --help)\n"
@@ -83,30 +82,6 @@ static int soak_usage(FILE *f, int status) {
 }
 
 /* ---- finding things ----------------------------------------------------------- */
-
-static bool find_soak(char *out, size_t len) {
-    const char *forced = getenv("SEFER_SOAK");
-    if (forced != NULL && *forced) {
-        snprintf(out, len, "%s", forced);
-        return access(out, X_OK) == 0;
-    }
-    char exe[PATH_MAX];
-    if (!cli_exe_dir(exe, sizeof exe)) return false;
-    snprintf(out, len, "%.*s/sefer-soak", (int)(len - 12), exe);
-    return access(out, X_OK) == 0;
-}
-
-/* The first readable file of the colon-separated SEFER_CLI_SOAK_CONFIGS. */
-static bool find_config(char *out, size_t len) {
-    const char *p = SEFER_CLI_SOAK_CONFIGS;
-    while (*p) {
-        size_t n = strcspn(p, ":");
-        snprintf(out, len, "%.*s", (int)n, p);
-        if (access(out, R_OK) == 0) return true;
-        p += n + (p[n] == ':');
-    }
-    return false;
-}
 
 /* ---- options ----------------------------------------------------------------- */
 
@@ -146,13 +121,13 @@ static int parse(struct soak *s, int argc, char **argv) {
 
 /* Finds the soak, the library and the config file; 0 or an exit status. */
 static int locate(struct soak *s) {
-    if (!find_soak(s->program, sizeof s->program)) {
+    if (!cli_find_soak(s->program, sizeof s->program)) {
         fprintf(stderr, "sefer soak: %s not found or not executable (build it with `ninja -C build`, "
                         "or set SEFER_SOAK)\n", s->program);
         return 127;
     }
     if (!cli_find_library(s->lib, sizeof s->lib)) {
-        fprintf(stderr, "sefer soak: libsefer.so not found next to this program (set SEFER_LIB)\n");
+        fprintf(stderr, "sefer soak: %s not found (set SEFER_LIB)\n", s->lib);
         return 127;
     }
     if (s->config != NULL) {
@@ -161,9 +136,9 @@ static int locate(struct soak *s) {
             return 2;
         }
         snprintf(s->config_path, sizeof s->config_path, "%s", s->config);
-    } else if (!find_config(s->config_path, sizeof s->config_path)) {
-        fprintf(stderr, "sefer soak: config/soak.toml not found (looked in %s): running with the "
-                        "defaults and the server on\n", SEFER_CLI_SOAK_CONFIGS);
+    } else if (!cli_find_soak_config(s->config_path, sizeof s->config_path)) {
+        fprintf(stderr, "sefer soak: soak.toml not found (last looked at %s): running with the "
+                        "defaults and the server on\n", s->config_path);
         s->config_path[0] = '\0';
     }
     return 0;

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tests/package/deb.sh SRC BUILD LINKPROG.C SOVERSION - the release tarball
+# and the Debian packages, end to end (docs/install.md):
+#   1. `meson dist` of SRC (its git HEAD) from BUILD: the tarball holds
+#      debian/ and uPlot's files (scripts/dist.sh), nothing of git, of a
+#      build or of npm beyond uPlot;
+#   2. the tarball, unpacked, builds the packages with
+#      `dpkg-buildpackage -us -uc -b`, offline, and its own `meson test`
+#      passes (dh_auto_test runs it): the tarball builds and passes its
+#      tests on its own;
+#   3. lintian (pedantic, info tags too) prints no tag that debian/ does not
+#      override with a reason;
+#   4. the packages install (apt-get, which waits for dpkg's lock), and then:
+#      LD_PRELOAD=<installed library> python3, `sefer run`, `sefer soak`,
+#      pkg-config and a program linked with its flags (shared and -static),
+#      the installed man pages;
+#   5. they are purged again, and their files are gone.
+# Installing needs root: otherwise, or outside a git checkout (a release
+# tarball, where this test runs inside dh_auto_test), or without the
+# Debian tools, it skips (77).  It refuses to touch sefer packages it did
+# not install itself.  Two runs on one machine take turns (flock).
+set -u
+src=$1 build=$2 prog_c=$3 soversion=$4
+skip() { echo "SKIP: $*"; exit 77; }
+git -C "$src" rev-parse --git-dir >/dev/null 2>&1 || skip "$src is not a git checkout (meson dist packs git's HEAD)"
+[ "$(id -u)" = 0 ] || skip "not root: this test installs and removes the Debian packages"
+for tool in git meson dpkg-buildpackage dpkg-checkbuilddeps dh lintian apt-get xz pkg-config man; do
+    command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh installs it)"
+done
+(cd "$src" && dpkg-checkbuilddeps) 2>&1 || skip "the build dependencies of debian/control are not all installed"
+
+# shellcheck source=checks.sh
+. "$(dirname "$0")/checks.sh"
+packages=(libsefer0 libsefer-dev sefer-tools)
+installed=0
+tmp=$(mktemp -d /tmp/sefer-deb-test.XXXXXX)
+cleanup() {
+    [ $installed = 1 ] && apt-get -o DPkg::Lock::Timeout=900 purge -y -q "${packages[@]}" >/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+exec 9>/run/lock/sefer-deb-test.lock
+flock 9
+for p in "${packages[@]}"; do
+    case $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) in
+    *" installed") skip "$p is installed already: this test would replace and then remove it" ;;
+    esac
+done
+start=$SECONDS
+step() { echo "--- $* ($((SECONDS - start)) s)"; }
+
+# 1. the tarball
+step "meson dist"
+version=$(meson introspect "$build" --projectinfo | "$py" -c 'import json,sys; print(json.load(sys.stdin)["version"])')
+dirty=()
+if [ -n "$(git -C "$src" status --porcelain --untracked-files=no)" ]; then
+    echo "note: $src has uncommitted changes; the tarball is made from HEAD without them"
+    dirty=(--allow-dirty)
+fi
+tarball=$build/meson-dist/sefer-$version.tar.xz
+rm -f "$tarball"
+if ! meson dist -C "$build" --no-tests --formats xztar "${dirty[@]}" >"$tmp/dist.log" 2>&1; then
+    cat "$tmp/dist.log"
+    fail "meson dist"
+    exit 1
+fi
+tar -tf "$tarball" | sed "s|^sefer-$version/||" | sort >"$tmp/contents"
+for f in meson.build debian/control debian/rules webui/node_modules/uplot/package.json \
+    webui/node_modules/uplot/dist/uPlot.iife.min.js webui/node_modules/uplot/dist/uPlot.min.css; do
+    grep -qx "$f" "$tmp/contents" || fail "the tarball lacks $f"
+done
+unwanted=$(grep -E '^\.git/|^build|/meson-private/|node_modules/(.*/)?node_modules|^tests/browser/node_modules' "$tmp/contents" | head -5)
+[ -z "$unwanted" ] || fail "the tarball holds files it should not: $unwanted"
+ok "$(basename "$tarball"): $(wc -l <"$tmp/contents") entries, $(du -k "$tarball" | cut -f1) KiB, with debian/ and uPlot"
+
+# 2. the packages, from the unpacked tarball, with its own meson test
+step "dpkg-buildpackage -us -uc -b (in the unpacked tarball; dh_auto_test runs meson test)"
+tar -C "$tmp" -xf "$tarball"
+if (cd "$tmp/sefer-$version" && env -u DEB_BUILD_OPTIONS dpkg-buildpackage -us -uc -b) >"$tmp/build.log" 2>&1; then
+    summary=$(sed -n '/^Ok:/,/^Timeout:/p' "$tmp/build.log" | tr -s ' \n' ' ')
+    ok "the tarball built the packages, and its meson test passed: $summary"
+else
+    tail -60 "$tmp/build.log"
+    fail "dpkg-buildpackage in the unpacked tarball (the log's end is above)"
+    exit 1
+fi
+debs=()
+for p in "${packages[@]}"; do
+    debs+=("$(ls "$tmp/${p}_${version}_"*.deb)")
+done
+
+# 3. lintian
+step "lintian"
+lintian -I --pedantic -E "$tmp"/sefer_"${version}"_*.changes 2>&1 | grep -v '^running with root privileges' >"$tmp/lintian"
+if grep -q '^[EWIPX]: ' "$tmp/lintian"; then
+    cat "$tmp/lintian"
+    fail "lintian tags (above) that debian/*.lintian-overrides does not explain"
+else
+    ok "lintian: no tag (pedantic and info included; overrides in debian/ say why)"
+fi
+
+# 4. installed
+step "apt-get install ${debs[*]##*/}"
+installed=1
+if ! apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "${debs[@]}" >"$tmp/apt.log" 2>&1; then
+    cat "$tmp/apt.log"
+    fail "apt-get install"
+    exit 1
+fi
+ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+lib=/usr/lib/$ma/libsefer.so.$soversion
+out=$(LD_PRELOAD=$lib "$py" -c '
+import ctypes
+sefer = ctypes.CDLL(None)
+sefer.sefer_version.restype = ctypes.c_char_p
+sefer.malloc.restype = ctypes.c_void_p
+p = sefer.malloc(1000)
+# a block of sefer heap has a usable size there; glibc has none
+print("python3 under sefer", sefer.sefer_version().decode(), "usable", sefer.sefer_usable_size(ctypes.c_void_p(p)) >= 1000)
+sefer.free(ctypes.c_void_p(p))' 2>&1)
+[ "$out" = "python3 under sefer $version usable True" ] && ok "LD_PRELOAD=$lib python3: $out" ||
+    fail "LD_PRELOAD=$lib python3: $out"
+check_sefer_run /usr/bin/sefer "$lib"
+check_sefer_soak /usr/bin/sefer /usr/libexec/sefer/sefer-soak "$lib" /usr/share/sefer/soak.toml
+check_pkg_config "$prog_c" "$soversion"
+# The pages as packaged (gzipped by dh_installman), and as man finds them
+# once installed, unless this machine's dpkg drops /usr/share/man (slim
+# container images do: path-exclude in /etc/dpkg/dpkg.cfg.d/).
+dpkg-deb -x "${debs[2]}" "$tmp/tools"
+for page in man1/sefer.1.gz man5/sefer.conf.5.gz; do
+    LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -Tutf8 -l "$tmp/tools/usr/share/man/$page" >/dev/null 2>"$tmp/man.err"
+    [ -f "$tmp/tools/usr/share/man/$page" ] && [ ! -s "$tmp/man.err" ] &&
+        ok "sefer-tools has /usr/share/man/$page: renders with no warning" ||
+        { fail "/usr/share/man/$page in sefer-tools"; cat "$tmp/man.err"; }
+done
+if grep -qs '^path-exclude.*/usr/share/man' /etc/dpkg/dpkg.cfg.d/*; then
+    echo "note: dpkg here does not install /usr/share/man (path-exclude): man sefer not tried"
+else
+    for page in sefer sefer.conf; do
+        where=$(man -w "$page" 2>/dev/null)
+        [[ $where == /usr/share/man/man?/$page.?.gz ]] && ok "man -w $page: $where" || fail "man -w $page: '$where'"
+    done
+fi
+
+# 5. removed
+step "apt-get purge ${packages[*]}"
+if apt-get -o DPkg::Lock::Timeout=900 purge -y -q "${packages[@]}" >"$tmp/apt.log" 2>&1; then
+    installed=0
+    left=$(ls -d "$lib" /usr/bin/sefer /usr/libexec/sefer /usr/share/sefer /usr/include/sefer.h \
+        "/usr/lib/$ma/pkgconfig/sefer.pc" 2>/dev/null)
+    [ -z "$left" ] && ok "purged: no file left" || fail "left after purge: $left"
+else
+    cat "$tmp/apt.log"
+    fail "apt-get purge"
+fi
+step "done"
+exit $((fails > 0))
