@@ -123,7 +123,11 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
       "address:port of the introspection server (default 127.0.0.1:9090)")                        \
     X(INTROSPECT_TOKEN, "introspect.token", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                       \
-      "bearer token for writes and non-loopback listening (empty: none)")
+      "bearer token for writes and non-loopback listening (empty: none)")                         \
+    X(INTROSPECT_HISTORY, "introspect.history", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                     \
+      "the server keeps every figure over time for /history (2.6 MiB at the default interval)") \
+    X(INTROSPECT_HISTORY_INTERVAL, "introspect.history_interval", SF_KNOB_MS, 1000, 100, 600000, 0,  \
+      NULL, "how often the server samples the figures for /history (the last hour at this resolution)")
 
 enum sf_knob_id {
 #define SF_KNOB_ENUM_(id, ...) SF_KNOB_##id,
