@@ -113,17 +113,24 @@ void sf_event_guard(int kind, const void *p, uint64_t count) {
     sf_event_record(&e);
 }
 
-/* A ring overflow is a burst, not an event per free: the first overflow
- * after a quiet second makes one, and then at most one a second while the
- * burst lasts.  This runs on every overflowing remote free; the test before
- * the CAS is one coarse clock read and one load of a line nobody writes
- * more than once a second. */
+/* Ring overflows come in bursts of thousands, and a soak under cross-thread
+ * load has them every few seconds for hours: an event per free, or even per
+ * burst, would push everything else out of the ring within the hour.  So
+ * the first overflow of the process makes an event, and then at most one
+ * every SF_EVENT_RING_GAP_MS (process-wide) while they go on, each with
+ * that ring's count so far; /history has the counter at every sample.
+ * This runs on every overflowing remote free: one coarse clock read and one
+ * load of a line written at most once a minute.  (Telling a burst's start
+ * from its middle would need a time stamp written on every overflow, one
+ * more line shared by every overflowing thread.) */
+#define SF_EVENT_RING_GAP_MS 60000
 static _Atomic uint64_t ring_quiet_until_ms;
 
 void sf_event_ring_overflow(const sf_heap_t *owner) {
     uint64_t now = sf_now_ms();
     uint64_t until = atomic_load_explicit(&ring_quiet_until_ms, memory_order_relaxed);
-    if (now < until || !atomic_compare_exchange_strong_explicit(&ring_quiet_until_ms, &until, now + 1000,
+    if (now < until || !atomic_compare_exchange_strong_explicit(&ring_quiet_until_ms, &until,
+                                                                now + SF_EVENT_RING_GAP_MS,
                                                                 memory_order_relaxed, memory_order_relaxed))
         return;
     sf_event_t e = {.kind = SF_EVENT_RING_OVERFLOW,

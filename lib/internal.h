@@ -564,7 +564,7 @@ SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);
  *   GUARD          code enum sf_guard_kind, a address, b detections of the kind so far
  *                  (the first SF_EVENT_GUARD_FIRST of a kind, then every 1000th)
  *   RING_OVERFLOW  code heap slot, a its ring's overflows so far, b ring capacity
- *                  (a burst's first overflow, then at most one a second)
+ *                  (the first overflow, then at most one a minute while they go on)
  *   TRIM           a bytes released
  *   PROFILE_MARK   text name, a id (for the heap profiler, issue 11)
  *   PHASE_BEGIN/END text name, a b c the phase's figures (for phases, issue 12) */
