@@ -10,7 +10,8 @@ static size_t tier_words(const sf_hist_tier_conf_t *c, uint32_t fields) {
 
 size_t sf_history_size(const sf_hist_conf_t *conf) {
     size_t words = 0;
-    for (unsigned k = 0; k < SF_HIST_TIERS; k++) words += tier_words(&conf->tier[k], conf->fields);
+    for (unsigned k = 0; k < SF_HIST_TIERS; k++)
+        words += tier_words(&conf->tier[k], conf->fields);
     return words * sizeof(uint64_t);
 }
 
@@ -51,7 +52,8 @@ static uint32_t tier_push(sf_hist_tier_t *t) {
 
 static void bucket_start(sf_hist_tier_t *t, uint32_t s, uint32_t fields, const uint64_t *v) {
     uint64_t *mn = &t->min[(size_t)s * fields], *mx = &t->max[(size_t)s * fields];
-    for (uint32_t f = 0; f < fields; f++) mn[f] = mx[f] = v[f];
+    for (uint32_t f = 0; f < fields; f++)
+        mn[f] = mx[f] = v[f];
 }
 
 /* Figures that could not be had (SF_HIST_NULL) count for neither the
@@ -75,15 +77,18 @@ static void tier_add(sf_hist_tier_t *t, uint32_t fields, uint64_t t_ms, const ui
         bool same = t->count > 0 && bucket == t->bucket;
         s = same ? slot_of(t, t->count - 1) : tier_push(t);
         t->bucket = bucket;
-        if (same) bucket_merge(t, s, fields, v);
-        else bucket_start(t, s, fields, v);
+        if (same)
+            bucket_merge(t, s, fields, v);
+        else
+            bucket_start(t, s, fields, v);
     }
     t->t[s] = t_ms;
     memcpy(&t->last[(size_t)s * fields], v, fields * sizeof *v);
 }
 
 void sf_history_add(sf_history_t *h, uint64_t t_ms, const uint64_t *values) {
-    for (unsigned k = 0; k < SF_HIST_TIERS; k++) tier_add(&h->tier[k], h->fields, t_ms, values);
+    for (unsigned k = 0; k < SF_HIST_TIERS; k++)
+        tier_add(&h->tier[k], h->fields, t_ms, values);
     if (h->samples++ == 0) h->first_ms = t_ms;
     h->last_ms = t_ms;
 }
@@ -104,24 +109,29 @@ static uint32_t first_at(const sf_hist_tier_t *t, uint64_t t_ms) {
     uint32_t lo = 0, hi = t->count;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (t->t[slot_of(t, mid)] < t_ms) lo = mid + 1;
-        else hi = mid;
+        if (t->t[slot_of(t, mid)] < t_ms)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
 
-unsigned sf_history_parts(const sf_history_t *h, uint64_t since_ms, sf_hist_part_t out[SF_HIST_TIERS]) {
+unsigned sf_history_parts(const sf_history_t *h, uint64_t since_ms,
+                          sf_hist_part_t out[SF_HIST_TIERS]) {
     sf_hist_part_t found[SF_HIST_TIERS];
     unsigned n = 0;
     uint64_t until = UINT64_MAX; /* where the finer tiers' points begin */
     for (unsigned k = 0; k < SF_HIST_TIERS; k++) {
         const sf_hist_tier_t *t = &h->tier[k];
         if (t->count == 0) continue;
-        uint32_t from = first_at(t, since_ms), to = until == UINT64_MAX ? t->count : first_at(t, until);
+        uint32_t from = first_at(t, since_ms),
+                 to = until == UINT64_MAX ? t->count : first_at(t, until);
         if (to > from) found[n++] = (sf_hist_part_t){k, from, to - from};
         uint64_t oldest = t->t[slot_of(t, 0)];
         if (oldest < until) until = oldest;
     }
-    for (unsigned i = 0; i < n; i++) out[i] = found[n - 1 - i];
+    for (unsigned i = 0; i < n; i++)
+        out[i] = found[n - 1 - i];
     return n;
 }

@@ -42,7 +42,7 @@ typedef struct {
 
 typedef struct {
     uint32_t fields;
-    uint64_t samples; /* taken so far */
+    uint64_t samples;           /* taken so far */
     uint64_t first_ms, last_ms; /* times of the first and latest samples */
     sf_hist_tier_t tier[SF_HIST_TIERS];
 } sf_history_t;
@@ -62,7 +62,8 @@ typedef struct {
     unsigned tier;
     uint32_t first, count; /* points first .. first + count - 1 of the tier, oldest = 0 */
 } sf_hist_part_t;
-unsigned sf_history_parts(const sf_history_t *h, uint64_t since_ms, sf_hist_part_t out[SF_HIST_TIERS]);
+unsigned sf_history_parts(const sf_history_t *h, uint64_t since_ms,
+                          sf_hist_part_t out[SF_HIST_TIERS]);
 
 /* Point i (0: the oldest) of a tier: its time, and its figures (min and
  * max are NULL in the raw tier, where a point is one sample). */

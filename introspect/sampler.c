@@ -29,8 +29,13 @@
 #define RAW_MAX 36000u       /* ...at most this many samples of it */
 
 /* The figures sampled besides SEFER_STATS_FIELDS, in /history's names. */
+/* clang-format off */
 #define SF_SAMPLE_EXTRA(X) \
-    X(rss_bytes) X(ring_pending) X(introspect_requests) X(introspect_auth_failures) X(introspect_connections_open)
+    X(rss_bytes) \
+    X(ring_pending) \
+    X(introspect_requests) \
+    X(introspect_auth_failures) \
+    X(introspect_connections_open)
 
 static const char *const field_names[] = {
 #define SF_STAT_NAME_(name, doc) #name,
@@ -40,6 +45,7 @@ static const char *const field_names[] = {
     SF_SAMPLE_EXTRA(SF_EXTRA_NAME_)
 #undef SF_EXTRA_NAME_
 };
+/* clang-format on */
 #define FIELDS (sizeof field_names / sizeof *field_names)
 
 static pthread_mutex_t hist_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,7 +88,8 @@ void sf_sampler_prepare(void) {
             size_t bytes = sf_history_size(&conf);
             void *mem = sf_os_map_plain(bytes); /* zero, touched as it fills */
             if (mem == NULL) {
-                snprintf(hist_why, sizeof hist_why, "the history's %zu bytes could not be mapped", bytes);
+                snprintf(hist_why, sizeof hist_why, "the history's %zu bytes could not be mapped",
+                         bytes);
             } else {
                 sf_history_init(&hist, &conf, mem);
                 hist_bytes = bytes;
@@ -106,7 +113,8 @@ static void read_figures(uint64_t *v) {
     sf_snap_heap_t heaps[SF_SNAP_HEAPS];
     sf_snapshot_heaps(heaps);
     uint64_t pending = 0;
-    for (unsigned k = 0; k < SF_SNAP_HEAPS; k++) pending += heaps[k].ring_pushed - heaps[k].ring_drained;
+    for (unsigned k = 0; k < SF_SNAP_HEAPS; k++)
+        pending += heaps[k].ring_pushed - heaps[k].ring_drained;
     v[i++] = pending;
     v[i++] = atomic_load(&sf_introspect_counters.requests);
     v[i++] = atomic_load(&sf_introspect_counters.auth_failures);
@@ -120,7 +128,8 @@ int sf_sampler_due_ms(uint64_t now_ms) {
 
 void sf_sampler_tick(uint64_t now_ms) {
     if (hist_bytes == 0 || now_ms < next_due) return;
-    next_due = next_due == 0 || next_due + interval_ms <= now_ms ? now_ms + interval_ms : next_due + interval_ms;
+    next_due = next_due == 0 || next_due + interval_ms <= now_ms ? now_ms + interval_ms
+                                                                 : next_due + interval_ms;
     uint64_t v[FIELDS];
     uint64_t t0 = mono_ns();
     read_figures(v);
@@ -136,10 +145,15 @@ void sf_sampler_tick(uint64_t now_ms) {
 
 const sf_history_t *sf_sampler_lock(sf_sampler_info_t *info) {
     sf_lock(&hist_lock);
-    *info = (sf_sampler_info_t){.interval_ms = interval_ms, .bytes = hist_bytes, .why = hist_why,
-                                .last_ns = cost_last_ns, .max_ns = cost_max_ns,
+    *info = (sf_sampler_info_t){.interval_ms = interval_ms,
+                                .bytes = hist_bytes,
+                                .why = hist_why,
+                                .last_ns = cost_last_ns,
+                                .max_ns = cost_max_ns,
                                 .mean_ns = hist.samples ? cost_total_ns / hist.samples : 0};
     return hist_bytes ? &hist : NULL;
 }
 
-void sf_sampler_unlock(void) { sf_unlock(&hist_lock); }
+void sf_sampler_unlock(void) {
+    sf_unlock(&hist_lock);
+}

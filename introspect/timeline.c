@@ -27,16 +27,19 @@ static bool chosen_fields(const sf_query_t *q, unsigned *want, unsigned *n, sf_r
         if (strcmp(q->key[i], "fields") == 0) list = q->value[i] ? q->value[i] : "";
     *n = 0;
     if (list == NULL) {
-        for (unsigned i = 0; i < count && i < FIELDS_MAX; i++) want[(*n)++] = i;
+        for (unsigned i = 0; i < count && i < FIELDS_MAX; i++)
+            want[(*n)++] = i;
         return true;
     }
     for (const char *p = list;;) {
         size_t len = strcspn(p, ",");
         unsigned i = 0;
-        while (i < count && !(strlen(names[i]) == len && memcmp(names[i], p, len) == 0)) i++;
+        while (i < count && !(strlen(names[i]) == len && memcmp(names[i], p, len) == 0))
+            i++;
         if (i == count || *n == FIELDS_MAX) {
             char why[200];
-            snprintf(why, sizeof why, "fields: \"%.*s\" is not a figure of /history (its \"fields\" lists them)",
+            snprintf(why, sizeof why,
+                     "fields: \"%.*s\" is not a figure of /history (its \"fields\" lists them)",
                      (int)(len > 60 ? 60 : len), p);
             sf_reply_error(r, 400, "bad request", why);
             return false;
@@ -48,13 +51,16 @@ static bool chosen_fields(const sf_query_t *q, unsigned *want, unsigned *n, sf_r
 }
 
 static void add_value(sf_text_t *t, uint64_t v, bool comma) {
-    if (v == SF_HIST_NULL) sf_text_add(t, comma ? ",null" : "null");
-    else sf_text_addf(t, comma ? ",%" PRIu64 : "%" PRIu64, v);
+    if (v == SF_HIST_NULL)
+        sf_text_add(t, comma ? ",null" : "null");
+    else
+        sf_text_addf(t, comma ? ",%" PRIu64 : "%" PRIu64, v);
 }
 
 /* "name": {"f1": [...], "f2": [...]} for one of last/min/max of a part. */
-static void part_values(sf_text_t *t, const sf_history_t *h, const sf_hist_part_t *p, const char *name,
-                        int which, const unsigned *want, unsigned n, const char *const *names) {
+static void part_values(sf_text_t *t, const sf_history_t *h, const sf_hist_part_t *p,
+                        const char *name, int which, const unsigned *want, unsigned n,
+                        const char *const *names) {
     sf_text_addf(t, ",\"%s\":{", name);
     for (unsigned f = 0; f < n; f++) {
         sf_text_addf(t, "%s\"%s\":[", f ? "," : "", names[want[f]]);
@@ -68,8 +74,9 @@ static void part_values(sf_text_t *t, const sf_history_t *h, const sf_hist_part_
     sf_text_add(t, "}");
 }
 
-static void part_json(sf_text_t *t, const sf_history_t *h, const sf_hist_part_t *p, uint64_t interval_ms,
-                      const unsigned *want, unsigned n, const char *const *names) {
+static void part_json(sf_text_t *t, const sf_history_t *h, const sf_hist_part_t *p,
+                      uint64_t interval_ms, const unsigned *want, unsigned n,
+                      const char *const *names) {
     const sf_hist_tier_t *tier = &h->tier[p->tier];
     sf_text_addf(t, "{\"tier\":%u,\"step_ms\":%" PRIu64 ",\"t\":[", p->tier,
                  tier->conf.step_ms ? tier->conf.step_ms : interval_ms);
@@ -86,25 +93,31 @@ static void part_json(sf_text_t *t, const sf_history_t *h, const sf_hist_part_t 
     sf_text_add(t, "}");
 }
 
-static void history_json(sf_text_t *t, const sf_history_t *h, const sf_sampler_info_t *info, uint64_t since,
-                         const unsigned *want, unsigned n) {
+static void history_json(sf_text_t *t, const sf_history_t *h, const sf_sampler_info_t *info,
+                         uint64_t since, const unsigned *want, unsigned n) {
     unsigned count;
     const char *const *names = sf_sampler_fields(&count);
-    sf_text_addf(t, "{\"interval_ms\":%" PRIu64 ",\"now_ms\":%" PRIu64 ",\"samples\":%" PRIu64
+    sf_text_addf(t,
+                 "{\"interval_ms\":%" PRIu64 ",\"now_ms\":%" PRIu64 ",\"samples\":%" PRIu64
                  ",\"first_ms\":%" PRIu64 ",\"last_ms\":%" PRIu64 ",\"memory_bytes\":%zu",
-                 info->interval_ms, sf_clock_ms(), h->samples, h->first_ms, h->last_ms, info->bytes);
-    sf_text_addf(t, ",\"sampling\":{\"last_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 ",\"mean_ns\":%" PRIu64 "}",
-                 info->last_ns, info->max_ns, info->mean_ns);
+                 info->interval_ms, sf_clock_ms(), h->samples, h->first_ms, h->last_ms,
+                 info->bytes);
+    sf_text_addf(
+        t, ",\"sampling\":{\"last_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 ",\"mean_ns\":%" PRIu64 "}",
+        info->last_ns, info->max_ns, info->mean_ns);
     sf_text_add(t, ",\"tiers\":[");
     for (unsigned k = 0; k < SF_HIST_TIERS; k++) {
         const sf_hist_tier_t *tier = &h->tier[k];
         uint64_t step = tier->conf.step_ms ? tier->conf.step_ms : info->interval_ms;
-        sf_text_addf(t, "%s{\"step_ms\":%" PRIu64 ",\"capacity\":%" PRIu32 ",\"points\":%" PRIu32
-                     ",\"span_ms\":%" PRIu64 "}", k ? "," : "", step, tier->conf.capacity, tier->count,
+        sf_text_addf(t,
+                     "%s{\"step_ms\":%" PRIu64 ",\"capacity\":%" PRIu32 ",\"points\":%" PRIu32
+                     ",\"span_ms\":%" PRIu64 "}",
+                     k ? "," : "", step, tier->conf.capacity, tier->count,
                      step * tier->conf.capacity);
     }
     sf_text_add(t, "],\"fields\":[");
-    for (unsigned f = 0; f < n; f++) sf_text_addf(t, "%s\"%s\"", f ? "," : "", names[want[f]]);
+    for (unsigned f = 0; f < n; f++)
+        sf_text_addf(t, "%s\"%s\"", f ? "," : "", names[want[f]]);
     sf_text_add(t, "],\"parts\":[");
     sf_hist_part_t parts[SF_HIST_TIERS];
     unsigned np = sf_history_parts(h, since, parts);
@@ -119,7 +132,8 @@ void sf_ep_history(const sf_query_t *q, const char *body, size_t len, sf_reply_t
     (void)body, (void)len;
     uint64_t since;
     unsigned want[FIELDS_MAX], n;
-    if (!sf_query_u64(q, "since", 0, UINT64_MAX, &since, r) || !chosen_fields(q, want, &n, r)) return;
+    if (!sf_query_u64(q, "since", 0, UINT64_MAX, &since, r) || !chosen_fields(q, want, &n, r))
+        return;
     sf_sampler_info_t info;
     const sf_history_t *h = sf_sampler_lock(&info);
     if (h == NULL) {
@@ -150,14 +164,16 @@ static const char *const kind_names[SF_EVENT_KINDS] = {
 };
 
 /* As /stats and /metrics name them (guard_KIND, kind="KIND"). */
-static const char *const guard_names[SF_GUARD_KINDS] = {
-    [SF_GUARD_INVALID] = "invalid_free",   [SF_GUARD_INTERIOR] = "interior_free",
-    [SF_GUARD_DOUBLE] = "double_free",     [SF_GUARD_OVERFLOW] = "overflow",
-    [SF_GUARD_USE_AFTER_FREE] = "use_after_free"};
+static const char *const guard_names[SF_GUARD_KINDS] = {[SF_GUARD_INVALID] = "invalid_free",
+                                                        [SF_GUARD_INTERIOR] = "interior_free",
+                                                        [SF_GUARD_DOUBLE] = "double_free",
+                                                        [SF_GUARD_OVERFLOW] = "overflow",
+                                                        [SF_GUARD_USE_AFTER_FREE] =
+                                                            "use_after_free"};
 
-static const char *const knob_type_names[] = {[SF_KNOB_UINT] = "uint",  [SF_KNOB_SIZE] = "size",
-                                              [SF_KNOB_MS] = "duration", [SF_KNOB_BOOL] = "bool",
-                                              [SF_KNOB_ENUM] = "enum",  [SF_KNOB_STRING] = "string"};
+static const char *const knob_type_names[] = {
+    [SF_KNOB_UINT] = "uint", [SF_KNOB_SIZE] = "size", [SF_KNOB_MS] = "duration",
+    [SF_KNOB_BOOL] = "bool", [SF_KNOB_ENUM] = "enum", [SF_KNOB_STRING] = "string"};
 
 static void knob_fields(cJSON *o, const sf_event_t *e) {
     if (e->code >= SF_KNOB_COUNT) return;
@@ -177,7 +193,9 @@ static void kind_fields(cJSON *o, const sf_event_t *e) {
         sf_json_u64(o, "port", e->a);
         sf_json_u64(o, "pid", e->b);
         break;
-    case SF_EVENT_KNOB: knob_fields(o, e); break;
+    case SF_EVENT_KNOB:
+        knob_fields(o, e);
+        break;
     case SF_EVENT_ENOMEM:
         sf_json_u64(o, "count", e->a);
         sf_json_u64(o, "size", e->b);
@@ -192,14 +210,19 @@ static void kind_fields(cJSON *o, const sf_event_t *e) {
         sf_json_u64(o, "overflowed", e->a);
         sf_json_u64(o, "capacity", e->b);
         break;
-    case SF_EVENT_TRIM: sf_json_u64(o, "bytes_released", e->a); break;
+    case SF_EVENT_TRIM:
+        sf_json_u64(o, "bytes_released", e->a);
+        break;
     case SF_EVENT_PROFILE_MARK:
         sf_json_str(o, "name", e->text);
         sf_json_u64(o, "id", e->a);
         break;
     case SF_EVENT_PHASE_BEGIN:
-    case SF_EVENT_PHASE_END: sf_json_str(o, "name", e->text); break;
-    default: break;
+    case SF_EVENT_PHASE_END:
+        sf_json_str(o, "name", e->text);
+        break;
+    default:
+        break;
     }
 }
 
@@ -216,11 +239,12 @@ void sf_ep_events(const sf_query_t *q, const char *body, size_t len, sf_reply_t 
     (void)body, (void)len;
     uint64_t since, after;
     bool pretty;
-    if (!sf_query_u64(q, "since", 0, UINT64_MAX, &since, r) || !sf_query_u64(q, "after", 0, UINT64_MAX, &after, r) ||
-        !sf_query_pretty(q, r, &pretty))
+    if (!sf_query_u64(q, "since", 0, UINT64_MAX, &since, r) ||
+        !sf_query_u64(q, "after", 0, UINT64_MAX, &after, r) || !sf_query_pretty(q, r, &pretty))
         return;
     sf_event_t *ev = malloc(SF_EVENT_CAP * sizeof *ev);
-    if (ev == NULL) return sf_reply_error(r, 503, "out of memory", "the event buffer could not be allocated");
+    if (ev == NULL)
+        return sf_reply_error(r, 503, "out of memory", "the event buffer could not be allocated");
     sf_events_info_t info;
     size_t n = sf_events_read(after, ev, SF_EVENT_CAP, &info);
     cJSON *root = cJSON_CreateObject();

@@ -40,7 +40,7 @@ typedef struct {
 } sf_event_slot_t;
 
 static sf_event_slot_t ring[SF_EVENT_CAP];
-static _Atomic uint64_t claimed; /* event numbers handed out (the last one) */
+static _Atomic uint64_t claimed;  /* event numbers handed out (the last one) */
 static _Atomic uint64_t collided; /* events dropped by their own writer */
 
 /* ---- the clock --------------------------------------------------------------- */
@@ -80,7 +80,8 @@ void sf_event_record(sf_event_t *e) {
     e->time_ms = sf_clock_ms();
     uint64_t w[SF_EVENT_WORDS];
     memcpy(w, e, sizeof w);
-    for (size_t i = 0; i < SF_EVENT_WORDS; i++) atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
+    for (size_t i = 0; i < SF_EVENT_WORDS; i++)
+        atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
     atomic_store_explicit(&s->seq, 2 * n, memory_order_release);
 }
 
@@ -91,13 +92,19 @@ static bool worth_an_event(uint64_t count, uint64_t first) {
 
 static void copy_text(sf_event_t *e, const char *text) {
     size_t i = 0;
-    for (; text != NULL && text[i] != '\0' && i + 1 < sizeof e->text; i++) e->text[i] = text[i];
+    for (; text != NULL && text[i] != '\0' && i + 1 < sizeof e->text; i++)
+        e->text[i] = text[i];
     e->text[i] = '\0';
 }
 
-void sf_event_knob(int knob, uint64_t old_value, uint64_t new_value, int old_source, int new_source) {
-    sf_event_t e = {.kind = SF_EVENT_KNOB, .code = (uint32_t)knob, .a = old_value, .b = new_value,
-                    .c = (uint64_t)old_source, .d = (uint64_t)new_source};
+void sf_event_knob(int knob, uint64_t old_value, uint64_t new_value, int old_source,
+                   int new_source) {
+    sf_event_t e = {.kind = SF_EVENT_KNOB,
+                    .code = (uint32_t)knob,
+                    .a = old_value,
+                    .b = new_value,
+                    .c = (uint64_t)old_source,
+                    .d = (uint64_t)new_source};
     sf_event_record(&e);
 }
 
@@ -129,9 +136,9 @@ static _Atomic uint64_t ring_quiet_until_ms;
 void sf_event_ring_overflow(const sf_heap_t *owner) {
     uint64_t now = sf_now_ms();
     uint64_t until = atomic_load_explicit(&ring_quiet_until_ms, memory_order_relaxed);
-    if (now < until || !atomic_compare_exchange_strong_explicit(&ring_quiet_until_ms, &until,
-                                                                now + SF_EVENT_RING_GAP_MS,
-                                                                memory_order_relaxed, memory_order_relaxed))
+    if (now < until || !atomic_compare_exchange_strong_explicit(
+                           &ring_quiet_until_ms, &until, now + SF_EVENT_RING_GAP_MS,
+                           memory_order_relaxed, memory_order_relaxed))
         return;
     sf_event_t e = {.kind = SF_EVENT_RING_OVERFLOW,
                     .code = owner->slot,
@@ -157,7 +164,8 @@ void sf_event_profile_mark(const char *name, uint64_t id) {
 }
 
 void sf_event_phase(bool begin, const char *name, uint64_t a, uint64_t b, uint64_t c) {
-    sf_event_t e = {.kind = begin ? SF_EVENT_PHASE_BEGIN : SF_EVENT_PHASE_END, .a = a, .b = b, .c = c};
+    sf_event_t e = {
+        .kind = begin ? SF_EVENT_PHASE_BEGIN : SF_EVENT_PHASE_END, .a = a, .b = b, .c = c};
     copy_text(&e, name);
     sf_event_record(&e);
 }
@@ -174,7 +182,8 @@ static enum slot_state read_slot(uint64_t n, sf_event_t *out) {
     if (before > 2 * n) return SLOT_GONE;
     if (before != 2 * n) return SLOT_PENDING;
     uint64_t w[SF_EVENT_WORDS];
-    for (size_t i = 0; i < SF_EVENT_WORDS; i++) w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
+    for (size_t i = 0; i < SF_EVENT_WORDS; i++)
+        w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&s->seq, memory_order_relaxed) != before) return SLOT_GONE;
     memcpy(out, w, sizeof w);
@@ -205,7 +214,8 @@ size_t sf_events_read(uint64_t after, sf_event_t *out, size_t max, sf_events_inf
             sf_event_t later;
             bool stale = false;
             for (uint64_t k = n + 1; k <= last && !stale; k++)
-                stale = read_slot(k, &later) == SLOT_READ && later.time_ms + SF_EVENT_PENDING_MS < now;
+                stale =
+                    read_slot(k, &later) == SLOT_READ && later.time_ms + SF_EVENT_PENDING_MS < now;
             if (!stale) break;
         }
         info->complete_upto = n;

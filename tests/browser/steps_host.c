@@ -54,7 +54,8 @@ int main(void) {
     step(4);
     free(keep[0]);
     usleep(1000000);
-    int (*config_set)(const char *, const char *) = (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "sefer_config_set");
+    int (*config_set)(const char *, const char *) =
+        (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "sefer_config_set");
     if (config_set == NULL || config_set("decommit.delay", "250ms") != 0) {
         fprintf(stderr, "steps_host: not under sefer (no sefer_config_set)\n");
         return 1;
