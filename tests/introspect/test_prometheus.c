@@ -18,8 +18,9 @@
  *   - counters never go down from one scrape to the next.
  *
  * Prometheus is stopped at the end (SIGTERM; it dies with the test too:
- * PR_SET_PDEATHSIG) and its folder removed; its storage is kept small (an
- * hour's retention, 16 MiB WAL segments). */
+ * PR_SET_PDEATHSIG) and its folder removed by main(), after the forked test,
+ * pass or fail; its storage is kept small (an hour's retention, 16 MiB WAL
+ * segments). */
 #include "itest.h"
 
 #include <dirent.h>
@@ -74,7 +75,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return remove(path);
 }
 
-static void cleanup(void)
+/* Stops Prometheus (the test's forked child does it; if the child dies
+ * first, PR_SET_PDEATHSIG does). */
+static void stop_prometheus(void)
 {
     if (prom > 0) {
         kill(prom, SIGTERM);
@@ -85,9 +88,6 @@ static void cleanup(void)
         waitpid(prom, &status, 0);
         prom = -1;
     }
-    if (dir[0])
-        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    dir[0] = '\0';
 }
 
 static int free_port(void)
@@ -102,11 +102,10 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* The folder is made and removed by main(), outside the forked test, so
+ * that it goes even when the test fails. */
 static void start_prometheus(int target)
 {
-    snprintf(dir, sizeof dir, "/tmp/sefer-prometheus-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    atexit(cleanup);
     char path[128], data[160], listen[64], config[160];
     snprintf(path, sizeof path, "%s/prometheus.yml", dir);
     FILE *f = fopen(path, "w");
@@ -378,7 +377,7 @@ START_TEST(test_prometheus_scrapes_sefer)
     cJSON_Delete(range);
     cJSON_Delete(s0);
     cJSON_Delete(s1);
-    cleanup();
+    stop_prometheus();
     sefer_introspect_stop();
 }
 END_TEST
@@ -389,10 +388,18 @@ int main(void)
         printf("SKIP: prometheus is not installed (Debian package prometheus; scripts/setup.sh installs it)\n");
         return 77;
     }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/sefer-prometheus-XXXXXX", tmp && *tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
     Suite *s = suite_create("introspect-prometheus");
     TCase *tc = tcase_create("prometheus");
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_prometheus_scrapes_sefer);
     suite_add_tcase(s, tc);
-    return st_run_suite(s);
+    int rc = st_run_suite(s);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
 }
