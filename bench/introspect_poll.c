@@ -4,8 +4,8 @@
  *   introspect_poll URL RATE SECONDS
  *
  * Waits (up to 10 s) until URL answers /healthz, then RATE times a second
- * fetches /stats, /segments, /heaps, /rings, /config, /metrics and
- * /healthz, one after another, for SECONDS (or until a whole round fails:
+ * fetches /stats, /segments, /heaps, /rings, /config, /metrics, /healthz,
+ * /history (all of it) and /events, one after another, for SECONDS (or until a whole round fails:
  * the program has exited; that round is not counted).
  * Prints one line:
  *   poll rounds=R requests=N errors=E bytes=B median_round_ms=M max_round_ms=X
@@ -45,8 +45,8 @@ int main(int argc, char **argv) {
     }
     const char *url = argv[1];
     double rate = atof(argv[2]), seconds = atof(argv[3]);
-    static const char *const paths[] = {"/stats", "/segments", "/heaps", "/rings",
-                                        "/config", "/metrics", "/healthz"};
+    static const char *const paths[] = {"/stats",   "/segments", "/heaps",   "/rings", "/config",
+                                        "/metrics", "/healthz",  "/history", "/events"};
     size_t bytes = 0;
     double t0 = now();
     while (!get(url, "/healthz", &bytes)) {

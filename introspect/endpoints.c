@@ -363,9 +363,8 @@ static const char *const type_names[] = {[SF_KNOB_UINT] = "uint",  [SF_KNOB_SIZE
                                          [SF_KNOB_MS] = "duration", [SF_KNOB_BOOL] = "bool",
                                          [SF_KNOB_ENUM] = "enum",  [SF_KNOB_STRING] = "string"};
 
-/* A knob value as JSON: numbers as integers (durations in ms), booleans,
- * enum choices and strings as strings. */
-static cJSON *knob_value(const struct sf_knob_def *d, uint64_t v, const char *text) {
+/* A knob value as JSON (introspect.h). */
+cJSON *sf_knob_json_value(const struct sf_knob_def *d, uint64_t v, const char *text) {
     switch (d->type) {
     case SF_KNOB_BOOL: return cJSON_CreateBool(v != 0);
     case SF_KNOB_ENUM: return cJSON_CreateString(d->choices[v]);
@@ -386,9 +385,9 @@ static cJSON *knob_json(int i) {
         sf_json_bool(o, "redacted", true);
         sf_json_bool(o, "set", text[0] != '\0');
     } else {
-        sf_json_add(o, "value", knob_value(d, sf_knob((enum sf_knob_id)i), text));
+        sf_json_add(o, "value", sf_knob_json_value(d, sf_knob((enum sf_knob_id)i), text));
     }
-    sf_json_add(o, "default", knob_value(d, d->def, sf_knob_default_string(i)));
+    sf_json_add(o, "default", sf_knob_json_value(d, d->def, sf_knob_default_string(i)));
     sf_json_str(o, "type", type_names[d->type]);
     if (d->type == SF_KNOB_SIZE) sf_json_str(o, "unit", "bytes");
     else if (d->type == SF_KNOB_MS) sf_json_str(o, "unit", "milliseconds");

@@ -10,6 +10,9 @@
  *   server.c     the daemon: limits, routing, methods, authentication
  *   endpoints.c  the JSON endpoints, built from snapshots (lib/snapshot.c)
  *   metrics.c    /metrics in the Prometheus text format
+ *   history.c    tiers of samples in fixed memory (history.h; pure)
+ *   sampler.c    the server's thread samples every figure into the history
+ *   timeline.c   /history and /events (the event ring is lib/event.c)
  *   webui.c      the dashboard's files (/ and /ui/...), embedded at build
  *                time by webui/embed.py (docs/dashboard.md)
  *   json.c       cJSON helpers (exact 64-bit integers) and a text buffer
@@ -20,6 +23,7 @@
 #ifndef SEFER_INTROSPECT_H
 #define SEFER_INTROSPECT_H
 
+#include "history.h"
 #include "snapshot.h"
 
 #include <cjson/cJSON.h>
@@ -160,7 +164,10 @@ typedef struct {
 
 typedef void sf_endpoint_fn(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r);
 SF_HIDDEN sf_endpoint_fn sf_ep_segments, sf_ep_heaps, sf_ep_rings, sf_ep_stats, sf_ep_config,
-    sf_ep_healthz, sf_ep_metrics, sf_ep_config_set, sf_ep_trim;
+    sf_ep_healthz, sf_ep_metrics, sf_ep_config_set, sf_ep_trim, sf_ep_history, sf_ep_events;
+/* A knob value as /config gives it: integers (durations in ms), booleans,
+ * enum choices and strings as strings. */
+SF_HIDDEN cJSON *sf_knob_json_value(const struct sf_knob_def *d, uint64_t v, const char *text);
 
 /* Replies: JSON (takes and deletes root), an error object, plain text. */
 SF_HIDDEN void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty);
@@ -170,6 +177,26 @@ SF_HIDDEN void sf_reply_text(sf_reply_t *r, unsigned status, const char *type, s
 SF_HIDDEN bool sf_query_u64(const sf_query_t *q, const char *key, uint64_t dflt, uint64_t max,
                             uint64_t *out, sf_reply_t *r);
 SF_HIDDEN bool sf_query_pretty(const sf_query_t *q, sf_reply_t *r, bool *pretty);
+
+/* ---- sampler.c: the history of the figures (/history) ---------------------- */
+/* Maps the history's memory (the first time; a later server appends to the
+ * same history) and makes the next tick sample at once.  Called by the
+ * server's start before its thread exists. */
+SF_HIDDEN void sf_sampler_prepare(void);
+/* Milliseconds (CLOCK_MONOTONIC) until the next sample is due, -1 if never;
+ * the server's thread sleeps no longer, then calls tick. */
+SF_HIDDEN int sf_sampler_due_ms(uint64_t now_ms);
+SF_HIDDEN void sf_sampler_tick(uint64_t now_ms);
+SF_HIDDEN const char *const *sf_sampler_fields(unsigned *count);
+typedef struct {
+    uint64_t interval_ms;
+    size_t bytes;    /* memory of the history, 0 if there is none */
+    const char *why; /* why there is none */
+    uint64_t last_ns, max_ns, mean_ns; /* what a sample took */
+} sf_sampler_info_t;
+/* The history, held still until sf_sampler_unlock (NULL if there is none). */
+SF_HIDDEN const sf_history_t *sf_sampler_lock(sf_sampler_info_t *info);
+SF_HIDDEN void sf_sampler_unlock(void);
 
 /* ---- webui.c and the generated webui_assets.c (webui/embed.py) ------------ */
 typedef struct {

@@ -273,13 +273,16 @@ static bool accept_some(struct sf_loop *lp) {
 
 /* ---- the thread ----------------------------------------------------------------- */
 
-/* How long poll may sleep: until the daemon's next time-out, or the end of
- * an accept back-off; -1 for no limit. */
+/* How long poll may sleep: until the daemon's next time-out, the next
+ * sample of the history, or the end of an accept back-off; -1 for no
+ * limit. */
 static int poll_timeout(struct sf_loop *lp, bool *listen_ready) {
     MHD_UNSIGNED_LONG_LONG t;
     long long ms = lp->mhd->get_timeout(lp->daemon, &t) == MHD_YES
                        ? (long long)(t > INT32_MAX ? INT32_MAX : t)
                        : -1;
+    int sample = sf_sampler_due_ms(now_ms());
+    if (sample >= 0 && (ms < 0 || sample < ms)) ms = sample;
     *listen_ready = lp->open < SF_CONN_MAX;
     if (lp->backoff_until != 0) {
         uint64_t now = now_ms();
@@ -345,6 +348,7 @@ static bool loop_once(struct sf_loop *lp) {
     if (p[0].revents != 0) return mark_lost(lp), false; /* only stop writes there: replaced */
     if ((p[2].revents & (POLLIN | POLLERR | POLLHUP)) && !accept_some(lp))
         return mark_lost(lp), false;
+    sf_sampler_tick(now_ms());
     lp->mhd->run(lp->daemon);
     if (n > 0) pass_eofs(p + 3, which, conns);
     return true;

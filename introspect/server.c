@@ -73,6 +73,8 @@ static const struct route routes[] = {
     {"/config", "GET", sf_ep_config, "pretty", false},
     {"/config", "POST", sf_ep_config_set, "", true},
     {"/metrics", "GET", sf_ep_metrics, "", false},
+    {"/history", "GET", sf_ep_history, "since fields", false},
+    {"/events", "GET", sf_ep_events, "since after pretty", false},
     {"/trim", "POST", sf_ep_trim, "", true},
 };
 #define ROUTES (sizeof routes / sizeof *routes)
@@ -498,11 +500,13 @@ static int start_locked(const char *listen, sf_listen_t *l, char *why) {
     bool v6 = l->addr.ss_family == AF_INET6;
     snprintf(listen_host, sizeof listen_host, "%s%s%s", v6 ? "[" : "", l->host, v6 ? "]" : "");
     atomic_store(&bound_port, l->port);
+    sf_sampler_prepare(); /* the history's memory, before the thread that samples exists */
     if (sf_loop_start(mhd, fd, !l->loopback, &bound_port, create_daemon, why, sizeof last_error) != 0) {
         atomic_store(&bound_port, 0);
         return -1;
     }
     serving = true;
+    sf_event_server_start(l->port, (int)getpid());
     return l->port;
 }
 

@@ -2,8 +2,8 @@
  * spans, calloc and realloc.  The fast path is in fastpath.h. */
 #include "fastpath.h"
 
-static void *fail_enomem(void) {
-    sf_stat_add(&sf_gstats.enomem, 1);
+static void *fail_enomem(size_t size) {
+    sf_event_enomem(atomic_fetch_add_explicit(&sf_gstats.enomem, 1, memory_order_relaxed) + 1, size);
     errno = ENOMEM;
     return NULL;
 }
@@ -21,14 +21,14 @@ void *sf_alloc_class(unsigned c) {
         sf_unlock(&sf_fallback_lock);
         sf_stat_add(&sf_gstats.fallback_allocs, 1);
     }
-    return likely(p != NULL) ? p : fail_enomem();
+    return likely(p != NULL) ? p : fail_enomem(sf_class_size[c]);
 }
 
 /* Sizes beyond the address space are refused inside sf_span_alloc. */
 void *sf_alloc_span(size_t n, size_t align) {
     sf_ensure_init();
     void *block = NULL;
-    if (sf_span_alloc(n, align, &block) == NULL) return fail_enomem();
+    if (sf_span_alloc(n, align, &block) == NULL) return fail_enomem(n);
     sf_stat_add(&sf_gstats.shared_allocs, 1);
     return block;
 }
@@ -239,5 +239,7 @@ size_t sf_trim(void) {
     sf_heaps_collect_abandoned(true);
     sf_cache_purge(true);
     sf_track_quiet_end();
-    return (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);
+    size_t released = (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);
+    sf_event_trim(released);
+    return released;
 }

@@ -67,7 +67,7 @@ static char *append_hex(char *at, const char *end, uintptr_t v) {
 }
 
 void sf_guard_report(enum sf_guard_kind kind, const void *p) {
-    sf_stat_add(&sf_gstats.guard[kind], 1);
+    sf_event_guard(kind, p, atomic_fetch_add_explicit(&sf_gstats.guard[kind], 1, memory_order_relaxed) + 1);
     if (sf_guard_level == 0) return;
     bool abort_now = sf_knob(SF_KNOB_GUARD_ON_ERROR) == SF_ON_ERROR_ABORT;
     if (!atomic_exchange(&reported[kind], true) || abort_now) {

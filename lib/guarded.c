@@ -58,7 +58,7 @@ static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
 
 void *sf_guarded_malloc(size_t n, size_t align) {
     if (n > PTRDIFF_MAX - 2 * SF_GUARD_TAIL) {
-        sf_stat_add(&sf_gstats.enomem, 1);
+        sf_event_enomem(atomic_fetch_add_explicit(&sf_gstats.enomem, 1, memory_order_relaxed) + 1, n);
         errno = ENOMEM;
         return NULL;
     }

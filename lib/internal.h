@@ -124,7 +124,11 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
       "address:port of the introspection server (default 127.0.0.1:9090)")                        \
     X(INTROSPECT_TOKEN, "introspect.token", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                       \
-      "bearer token for writes and non-loopback listening (empty: none)")
+      "bearer token for writes and non-loopback listening (empty: none)")                         \
+    X(INTROSPECT_HISTORY, "introspect.history", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                     \
+      "the server keeps every figure over time for /history (2.6 MiB at the default interval)") \
+    X(INTROSPECT_HISTORY_INTERVAL, "introspect.history_interval", SF_KNOB_MS, 1000, 100, 600000, 0,  \
+      NULL, "how often the server samples the figures for /history (the last hour at this resolution)")
 
 enum sf_knob_id {
 #define SF_KNOB_ENUM_(id, ...) SF_KNOB_##id,
@@ -140,6 +144,7 @@ SF_INLINE uint64_t sf_knob(enum sf_knob_id id) {
 }
 SF_HIDDEN void sf_knobs_init(void);
 SF_HIDDEN extern pthread_mutex_t sf_knob_lock;
+SF_HIDDEN const char *sf_knob_source_name(int source); /* "default", "file", "env", "runtime" */
 
 /* ---- config_file.c ---- */
 /* The knob table as data, text -> value conversion and the SEFER_CONFIG
@@ -612,6 +617,66 @@ SF_HIDDEN void sf_track_segment_header(sf_segment_t *seg);
 
 /* ---- stats.c ---------------------------------------------------------------- */
 SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);
+
+/* ---- event.c: the event timeline (/events, docs/introspection.md) -------- */
+/* Recording is safe anywhere: inside malloc and free slow paths with sefer
+ * locks held, in any thread, in a signal handler (no malloc, no lock, no
+ * waiting).  a, b, c, d and code mean, per kind:
+ *   SERVER_START   a port, b pid
+ *   KNOB           code knob, a old value, b new value, c old source, d new source
+ *   ENOMEM         a refusals so far, b bytes asked for (the first, then every 1000th)
+ *   GUARD          code enum sf_guard_kind, a address, b detections of the kind so far
+ *                  (the first SF_EVENT_GUARD_FIRST of a kind, then every 1000th)
+ *   RING_OVERFLOW  code heap slot, a its ring's overflows so far, b ring capacity
+ *                  (the first overflow, then at most one a minute while they go on)
+ *   TRIM           a bytes released
+ *   PROFILE_MARK   text name, a id (for the heap profiler, issue 11)
+ *   PHASE_BEGIN/END text name, a b c the phase's figures (for phases, issue 12) */
+enum sf_event_kind {
+    SF_EVENT_NONE,
+    SF_EVENT_SERVER_START,
+    SF_EVENT_KNOB,
+    SF_EVENT_ENOMEM,
+    SF_EVENT_GUARD,
+    SF_EVENT_RING_OVERFLOW,
+    SF_EVENT_TRIM,
+    SF_EVENT_PROFILE_MARK,
+    SF_EVENT_PHASE_BEGIN,
+    SF_EVENT_PHASE_END,
+    SF_EVENT_KINDS
+};
+#define SF_EVENT_CAP 1024      /* events kept; older ones are dropped (counted) */
+#define SF_EVENT_GUARD_FIRST 10 /* guard detections recorded one by one, per kind */
+typedef struct {
+    uint64_t seq;     /* event number, from 1 */
+    uint64_t time_ms; /* sf_clock_ms() */
+    uint32_t kind, code;
+    uint64_t a, b, c, d;
+    char text[64];
+} sf_event_t;
+typedef struct {
+    uint64_t recorded;      /* events numbered so far */
+    uint64_t dropped;       /* of those, no longer (or never) readable */
+    uint64_t capacity;      /* SF_EVENT_CAP */
+    uint64_t complete_upto; /* every event up to this number was returned or is gone */
+} sf_events_info_t;
+SF_HIDDEN void sf_events_init(void);
+/* Milliseconds since the Unix epoch, counted on CLOCK_BOOTTIME from the
+ * process's start: never backwards.  The time of events and of /history. */
+SF_HIDDEN uint64_t sf_clock_ms(void);
+SF_HIDDEN void sf_event_record(sf_event_t *e); /* fills seq and time_ms */
+SF_HIDDEN void sf_event_knob(int knob, uint64_t old_value, uint64_t new_value, int old_source, int new_source);
+SF_HIDDEN void sf_event_enomem(uint64_t count, size_t size);
+SF_HIDDEN void sf_event_guard(int kind, const void *p, uint64_t count);
+SF_HIDDEN void sf_event_ring_overflow(const sf_heap_t *owner);
+SF_HIDDEN void sf_event_trim(size_t released);
+SF_HIDDEN void sf_event_server_start(int port, int pid);
+SF_HIDDEN void sf_event_profile_mark(const char *name, uint64_t id);
+SF_HIDDEN void sf_event_phase(bool begin, const char *name, uint64_t a, uint64_t b, uint64_t c);
+/* Copies events after number `after` (at most max, oldest first) into out;
+ * stops at one still being written (the next read returns it). */
+SF_HIDDEN size_t sf_events_read(uint64_t after, sf_event_t *out, size_t max, sf_events_info_t *info);
+SF_HIDDEN void sf_events_after_fork_child(void);
 
 /* ---- small helpers -------------------------------------------------------- */
 SF_INLINE size_t sf_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }

@@ -319,12 +319,19 @@ SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     uint64_t v = 0;
     if (!sf_knob_from_text(i, value, &v, why, sizeof why)) return fail(EINVAL, name, why);
     sf_lock(&sf_knob_lock);
+    uint64_t old = sf_knob((enum sf_knob_id)i);
+    uint8_t old_source = knob_source[i];
     set_value(i, v, value, SF_SRC_RUNTIME);
     sf_unlock(&sf_knob_lock);
+    sf_event_knob(i, old, v, old_source, SF_SRC_RUNTIME);
     return 0;
 }
 
 SEFER_EXPORT const char *sefer_config_error(void) { return config_error; }
+
+const char *sf_knob_source_name(int source) {
+    return source >= 0 && source <= SF_SRC_RUNTIME ? source_names[source] : "unknown";
+}
 
 SEFER_EXPORT const char *sefer_config_source(const char *name) {
     sf_ensure_init();

@@ -53,6 +53,7 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
         sf_heap_try_collect_abandoned(owner) && sf_ring_push(&owner->ring, b))
         return;
     atomic_fetch_add_explicit(&owner->ring.overflowed, 1, memory_order_relaxed);
+    sf_event_ring_overflow(owner); /* event.c: the first, then one a minute */
     sf_block_t *head = atomic_load_explicit(&owner->overflow, memory_order_relaxed);
     do {
         b->next = head;

@@ -28,7 +28,9 @@ export DEBIAN_FRONTEND=noninteractive
 #    (libgcc-12-dev pulls them in already; named here so nobody removes them)
 #  - libraries the library and its tests use: check libmicrohttpd-dev libcjson-dev
 #  - tools: valgrind, time (/usr/bin/time -v), python3, perl, sqlite3,
-#    prometheus (for its promtool, which checks /metrics in tests/introspect)
+#    prometheus (its promtool checks /metrics in tests/introspect and the
+#    rules of config/prometheus/; tests/introspect/test_prometheus.c runs
+#    the prometheus server itself, with its own config, folder and port)
 #  - reference allocators for bench/: libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
 #  - the dashboard's browser test (tests/browser): chromium (Debian's; the
 #    test drives /usr/bin/chromium, no browser is downloaded)
@@ -74,12 +76,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -q
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
         --no-install-recommends "${missing[@]}" </dev/null
-    # Only promtool is wanted from prometheus: on a machine where installing
-    # started its server, stop it - it listens on 9090, sefer's default
-    # introspection port.
+    # The tests run promtool and a prometheus server of their own: on a
+    # machine where installing started the system's server, stop it - it
+    # listens on 9090, sefer's default introspection port.
     if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
         systemctl is-active --quiet prometheus 2>/dev/null; then
-        echo "setup: stopping and disabling the prometheus service (port 9090; only promtool is needed)"
+        echo "setup: stopping and disabling the prometheus service (port 9090; the tests run their own)"
         $sudo systemctl disable --now prometheus || true
     fi
 else

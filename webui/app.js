@@ -2,11 +2,13 @@
 //
 // Every `interval` (1 s by default, chosen at the top right) one poll reads
 // /stats, /rings, /heaps and /config together; only when all four answered
-// are the figures, charts and tables updated, so what is shown is always one
-// poll's.  The segment map has its own loop (segmap.js: a sweep of
-// /segments pages), which waits at least twice its last sweep's duration
-// between sweeps, so a process with 10,000 segments is not read faster than
-// it can answer.
+// are the figures and tables updated, so what is shown is always one poll's.
+// The same poll reads what the process recorded since the last one
+// (feed.js: /history and /events), which the charts and the event log draw
+// from: the whole run from the first poll on, whenever the page was opened.
+// The segment map has its own loop (segmap.js: a sweep of /segments pages),
+// which waits at least twice its last sweep's duration between sweeps, so a
+// process with 10,000 segments is not read faster than it can answer.
 //
 // What the page says about itself (body's data-state, the status line and
 // a banner) is one of:
@@ -22,9 +24,12 @@
 // same port) is picked up; its counters starting again are marked.
 
 import * as api from './poll.js';
-import {Timeline, Charts} from './charts.js';
+import {Timeline, PollRates} from './timeline.js';
+import {Charts, RANGES} from './charts.js';
+import {Feed} from './feed.js';
+import {Events} from './events.js';
 import {SegMap, sweep} from './segmap.js';
-import {renderTiles, renderCache, renderHeaps, heapNames, Events, guardTotal, guardText} from './tables.js';
+import {renderTiles, renderCache, renderHeaps, heapNames, guardTotal, guardText} from './tables.js';
 import {ConfigView} from './config.js';
 import {clock, ago, count, bytes, knobValue} from './format.js';
 
@@ -47,7 +52,7 @@ const S = {
   seen: null, // alarm counters of the last good poll
 };
 
-let timeline, charts, segmap, events, configView;
+let timeline, pollRates, charts, feed, segmap, events, configView;
 
 // ---- state and the status line ---------------------------------------------
 
@@ -126,20 +131,27 @@ async function poll() {
   S.busy = true;
   const started = Date.now();
   const timeout = Math.max(5000, 3 * S.interval);
-  const replies = await Promise.all(ENDPOINTS.map((p) => api.get(p + '?pretty=0', timeout)));
+  const extra = feed.requests();
+  const replies = await Promise.all(ENDPOINTS.map((p) => api.get(p + '?pretty=0', timeout))
+      .concat(extra.map((x) => api.get(x.path, Math.max(timeout, 20000)))));
   S.busy = false;
   if (S.stopped) return; // paused while the poll was out: its figures are dropped
-  const bad = replies.findIndex((r) => !r.ok);
-  if (bad < 0) good(replies.map((r) => r.json));
-  else setConn(replies[bad].kind === 'network' ? 'gone' : 'refused', {...replies[bad], path: ENDPOINTS[bad]});
+  const core = replies.slice(0, ENDPOINTS.length);
+  const bad = core.findIndex((r) => !r.ok);
+  if (bad < 0) good(core.map((r) => r.json), extra, replies.slice(ENDPOINTS.length));
+  else setConn(core[bad].kind === 'network' ? 'gone' : 'refused', {...core[bad], path: ENDPOINTS[bad]});
   schedule(Math.max(0, S.interval - (Date.now() - started)));
 }
 
-function good([stats, rings, heaps, config]) {
+function good([stats, rings, heaps, config], extra, extraReplies) {
   const now = Date.now();
-  const rates = timeline.add(now / 1000, stats);
+  const rates = pollRates.add(now / 1000, stats);
   if (rates.reset) events.add('restart', 'The counters started again: a new process answers on this port.');
-  knobChanges(configView.update(config, api.token() !== ''), now);
+  extra.forEach((x, i) => feed.take(x.what, extraReplies[i]));
+  if (!feed.historyOn()) timeline.addPoll(now / 1000, stats); // no record in the process: the page's own
+  renderHistoryNote();
+  const changed = configView.update(config, api.token() !== '');
+  if (!feed.eventsOn()) knobChanges(changed, now); // else the process's events say it
   renderTiles($('tiles'), stats, rates, heaps, rings);
   renderCache($('cache'), stats, rates);
   renderHeaps($('heaps-body'), heaps, rings, S.expanded);
@@ -152,6 +164,21 @@ function good([stats, rings, heaps, config]) {
   setConn('live');
   renderTrim(config);
   if (!S.seg.timer && !S.seg.busy) segLoop();
+}
+
+function renderHistoryNote() {
+  const h = feed.info;
+  let text;
+  if (feed.historyOn() && h) {
+    text = 'The process\u2019s own record: ' + count(h.samples) + ' samples, one every ' + (h.interval_ms / 1000) + ' s since ' +
+        clock(h.first_ms) + ' (' + bytes(h.memory_bytes) + ' kept in the process). Older than an hour: a point a minute, ' +
+        'then every 10 minutes, with its minimum to maximum as a pale band.';
+  } else if (feed.history === false) {
+    text = 'This process keeps no history (introspect.history = false, or an older sefer): the charts show this page\u2019s own polls, since it opened.';
+  } else {
+    text = '';
+  }
+  $('history-note').textContent = text;
 }
 
 function knobChanges(changed, now) {
@@ -184,7 +211,7 @@ function badge(id, n, what) {
 
 function alarms(st, config) {
   const now = {guard: guardTotal(st), enomem: st.enomem, overflows: st.ring_overflows};
-  const seen = S.seen;
+  const seen = feed.eventsOn() ? null : S.seen; // with /events, the process's own events say it
   if (seen && now.guard > seen.guard) events.add('guard', 'Guard detections: +' + count(now.guard - seen.guard) + ' (' + guardText(st) + ').');
   if (seen && now.enomem > seen.enomem) events.add('enomem', 'ENOMEM: +' + count(now.enomem - seen.enomem) + ' allocations refused.');
   if (seen && now.overflows > seen.overflows) events.add('ring', 'Ring overflows: +' + count(now.overflows - seen.overflows) + '.');
@@ -270,6 +297,14 @@ function setupControls() {
     if (!S.stopped) schedule(0);
   });
   $('pause').addEventListener('click', () => (S.stopped === 'paused' ? resume() : stop('paused')));
+  const range = $('range');
+  RANGES.forEach((r) => range.append(new Option(r.label, r.value)));
+  range.value = stored('sefer.range') || '0';
+  charts.setRange(Number(range.value));
+  range.addEventListener('change', () => {
+    stored('sefer.range', range.value);
+    charts.setRange(Number(range.value));
+  });
   document.addEventListener('visibilitychange', onVisibility);
   $('token-form').addEventListener('submit', (e) => {
     e.preventDefault();
@@ -320,7 +355,9 @@ async function version() {
 
 function main() {
   timeline = new Timeline();
-  events = new Events($('events'));
+  pollRates = new PollRates();
+  events = new Events($('events'), $('events-note'));
+  feed = new Feed(timeline, events);
   if (typeof window.uPlot !== 'function') {
     banner('banner-conn', true, 'The chart library did not load: the charts are missing (figures and tables still work).');
     window.uPlot = function () {
@@ -334,7 +371,7 @@ function main() {
     return r;
   }));
   // for the browser's console, and the browser test: the views' state (read only)
-  window.sefer = {timeline, charts, segmap, events, configView, state: S};
+  window.sefer = {timeline, charts, feed, segmap, events, configView, state: S};
   setupControls();
   tokenChanged();
   renderStatus();

@@ -1,107 +1,37 @@
-// charts.js - the session's time series, drawn with uPlot.
+// charts.js - the timeline's series (timeline.js) drawn with uPlot.
 //
 // Two charts share one time axis: memory (bytes in blocks, committed, RSS,
 // large cache bytes) and operations per second (allocations, frees, remote
-// frees).  The server gives counters, not rates: a rate is the difference
-// of two polls over the time between them, computed here.  A counter that
-// goes down means the counters started again (a new process on the same
-// port): that interval gets no rate and a "restart" mark.  `frees` is
-// derived on the server (allocations minus live blocks) and may dip by a
-// few between two reads; a negative difference of one series is left out
-// of that series only.
+// frees).  Points older than an hour come from the process's coarser tiers:
+// a memory series draws the minute's (or ten minutes') range, minimum to
+// maximum, as a pale band behind its line, so a spike between two points
+// still shows.
 //
-// Marks are vertical lines: a knob that changed between two polls (from
-// /config), a restart, the process going away.  When polls stop (paused,
-// hidden tab, process gone), a null point breaks the lines, so a gap is
-// never drawn as data.
+// The time range (the "show" list above the charts): the last 5 minutes,
+// the last hour, or the whole run.  uPlot scales the y axis to what is in
+// range.
 //
-// The number of points is on each chart's element as data-points (the
-// browser test reads it); past MAX_POINTS the older half is thinned.
+// Marks are dashed vertical lines with a label, on both charts: the
+// process's events (from /events) and the page's own (restart, gone).
+//
+// The number of points is on each chart's element as data-points, and of
+// marks as data-marks (the browser test reads them).
 
 import {bytes, short} from './format.js';
+import {MEM_SERIES, OPS_SERIES} from './timeline.js';
 
-const MAX_POINTS = 20000;
 const HEIGHT = 220;
-
-const MEM_SERIES = [
-  {key: 'bytes_in_blocks', label: 'bytes in blocks', stroke: '#2563eb'},
-  {key: 'bytes_committed', label: 'committed', stroke: '#16a34a'},
-  {key: 'rss_bytes', label: 'RSS (process)', stroke: '#9333ea'},
-  {key: 'large_cache_bytes', label: 'large cache', stroke: '#ea580c'},
-];
-const OPS_SERIES = [
-  {key: 'allocs', label: 'allocations/s', stroke: '#2563eb'},
-  {key: 'frees', label: 'frees/s', stroke: '#16a34a', dash: [6, 4]}, // dashed: it often covers allocations
-  {key: 'remote_frees', label: 'remote frees/s', stroke: '#dc2626'},
-];
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800];
-const MARK_COLOURS = {knob: '#d97706', restart: '#dc2626', gone: '#6b7280'};
-
-export class Timeline {
-  constructor() {
-    this.t = [];
-    this.mem = MEM_SERIES.map(() => []);
-    this.ops = OPS_SERIES.map(() => []);
-    this.prev = null; // {t, counters} of the last poll
-    this.broken = false; // polls stopped since the last point
-    this.marks = []; // {t, kind, label}
-  }
-
-  // Rates between the previous poll and this one; null where not known.
-  rates(t, st) {
-    const p = this.prev;
-    const out = {reset: false, values: OPS_SERIES.map(() => null), decommit: null};
-    if (p === null || t <= p.t) return out;
-    if (st.allocs < p.st.allocs) {
-      out.reset = true;
-      return out;
-    }
-    const dt = t - p.t;
-    out.values = OPS_SERIES.map((s) => {
-      const d = st[s.key] - p.st[s.key];
-      return d >= 0 ? d / dt : null;
-    });
-    const dd = st.bytes_decommitted_total - p.st.bytes_decommitted_total;
-    out.decommit = dd >= 0 ? dd / dt : null;
-    return out;
-  }
-
-  // Adds a poll's /stats taken at t (seconds); returns the rates.
-  add(t, st) {
-    const r = this.rates(t, st);
-    if (r.reset) this.mark(t, 'restart', 'counters restarted');
-    if (this.broken && this.t.length) this.push(t - 0.001, MEM_SERIES.map(() => null), r.values.map(() => null));
-    this.broken = false;
-    this.push(t, MEM_SERIES.map((s) => (st[s.key] === undefined ? null : st[s.key])), r.values);
-    this.prev = {t, st};
-    return r;
-  }
-
-  push(t, mem, ops) {
-    this.t.push(t);
-    mem.forEach((v, i) => this.mem[i].push(v));
-    ops.forEach((v, i) => this.ops[i].push(v));
-    if (this.t.length > MAX_POINTS) this.thin();
-  }
-
-  // Every other point of the older half goes.
-  thin() {
-    const half = this.t.length >> 1;
-    const keep = (a) => a.filter((_, i) => i >= half || i % 2 === 0);
-    this.t = keep(this.t);
-    this.mem = this.mem.map(keep);
-    this.ops = this.ops.map(keep);
-  }
-
-  // Polls stopped (paused, hidden, gone): the next point starts a new line.
-  gap() {
-    this.broken = true;
-  }
-
-  mark(t, kind, label) {
-    this.marks.push({t, kind, label});
-  }
-}
+const MARK_COLOURS = {
+  knob: '#d97706', restart: '#dc2626', gone: '#6b7280', enomem: '#dc2626', guard: '#b91c1c',
+  ring_overflow: '#ca8a04', trim: '#0891b2', server_start: '#4b5563', profile_mark: '#7c3aed',
+  phase_begin: '#059669', phase_end: '#059669',
+};
+export const RANGES = [
+  {value: '300', label: 'last 5 min'},
+  {value: '3600', label: 'last hour'},
+  {value: '0', label: 'whole run'},
+];
 
 // A uPlot plugin drawing the marks as dashed vertical lines with a label.
 function marksPlugin(timeline) {
@@ -130,11 +60,39 @@ function marksPlugin(timeline) {
   return {hooks: {draw: [draw]}};
 }
 
-function options(series, fmt, timeline, width) {
+// A uPlot plugin drawing each coarse point's min..max of a memory series as
+// a pale bar over the time its bucket covers (behind the lines).
+function rangesPlugin(timeline) {
+  const draw = (u) => {
+    const {ctx} = u;
+    const {left, top, width, height} = u.bbox;
+    const {min, max} = u.scales.x;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(left, top, width, height);
+    ctx.clip();
+    ctx.globalAlpha = 0.18;
+    MEM_SERIES.forEach((s, k) => {
+      if (!u.series[k + 1].show) return;
+      ctx.fillStyle = s.stroke;
+      for (let i = 0; i < timeline.t.length; i++) {
+        const lo = timeline.lo[k][i], hi = timeline.hi[k][i];
+        if (lo === null || hi === null || timeline.t[i] < min || timeline.t[i] - timeline.step[i] > max) continue;
+        const x1 = u.valToPos(timeline.t[i], 'x', true), x0 = u.valToPos(timeline.t[i] - timeline.step[i], 'x', true);
+        const y0 = u.valToPos(hi, 'y', true), y1 = u.valToPos(lo, 'y', true);
+        ctx.fillRect(x0, y0, Math.max(1, x1 - x0), Math.max(1, y1 - y0));
+      }
+    });
+    ctx.restore();
+  };
+  return {hooks: {drawAxes: [draw]}};
+}
+
+function options(series, fmt, plugins, width) {
   return {
     width,
     height: HEIGHT,
-    plugins: [marksPlugin(timeline)],
+    plugins,
     scales: {x: {time: true}, y: {range: (u, min, max) => [0, max > 0 ? max * 1.08 : 1]}},
     series: [{label: 'time'}].concat(
       series.map((s) => ({label: s.label, stroke: s.stroke, dash: s.dash, width: 1.5, value: (u, v) => (v === null ? '-' : fmt(v))})),
@@ -150,9 +108,11 @@ export class Charts {
   constructor(memEl, opsEl, timeline) {
     this.timeline = timeline;
     this.els = [memEl, opsEl];
+    this.range = 0; // seconds shown; 0: the whole run
     const w = (e) => Math.max(300, e.clientWidth);
-    this.mem = new window.uPlot(options(MEM_SERIES, bytes, timeline, w(memEl)), this.data().mem, memEl);
-    this.ops = new window.uPlot(options(OPS_SERIES, (v) => short(v) + '/s', timeline, w(opsEl)), this.data().ops, opsEl);
+    const d = this.data();
+    this.mem = new window.uPlot(options(MEM_SERIES, bytes, [marksPlugin(timeline), rangesPlugin(timeline)], w(memEl)), d.mem, memEl);
+    this.ops = new window.uPlot(options(OPS_SERIES, (v) => short(v) + '/s', [marksPlugin(timeline)], w(opsEl)), d.ops, opsEl);
     const ro = new ResizeObserver(() => {
       this.mem.setSize({width: w(memEl), height: HEIGHT});
       this.ops.setSize({width: w(opsEl), height: HEIGHT});
@@ -165,15 +125,36 @@ export class Charts {
     return {mem: [tl.t].concat(tl.mem), ops: [tl.t].concat(tl.ops)};
   }
 
+  // The x range shown: the last `range` seconds, or everything.
+  xRange() {
+    const t = this.timeline.t;
+    if (!t.length) return null;
+    // the page's own marks (the process going away) may come after the last point
+    const max = this.timeline.marks.reduce((m, k) => (k.t > m && k.t < m + 60 ? k.t : m), t[t.length - 1]);
+    const min = this.range > 0 ? max - this.range : t[0];
+    return {min: Math.min(min, max - 1), max};
+  }
+
+  setRange(seconds) {
+    this.range = seconds;
+    this.update();
+  }
+
   update() {
     const d = this.data();
-    this.mem.setData(d.mem);
-    this.ops.setData(d.ops);
+    const x = this.xRange();
+    [[this.mem, d.mem], [this.ops, d.ops]].forEach(([u, data]) => {
+      u.batch(() => {
+        u.setData(data, x === null);
+        if (x) u.setScale('x', x);
+      });
+    });
     const n = this.timeline.t.length;
     const marks = this.timeline.marks.length;
     this.els.forEach((e) => {
       e.dataset.points = n;
       e.dataset.marks = marks;
+      e.dataset.range = this.range;
     });
   }
 
@@ -184,5 +165,3 @@ export class Charts {
     this.els.forEach((e) => (e.dataset.marks = this.timeline.marks.length));
   }
 }
-
-export {MEM_SERIES, OPS_SERIES};

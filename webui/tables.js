@@ -1,5 +1,4 @@
-// tables.js - the figures, the heap registry, the large cache and the
-// event log.
+// tables.js - the figures, the heap registry and the large cache.
 //
 // Everything is built with DOM calls and textContent: thread names and every
 // other string come from the process and are shown as text, never parsed
@@ -14,7 +13,7 @@
 // ring columns come from /rings: pending / capacity is the ring's pressure
 // (a full ring sends frees to the overflow list: lossless, slower).
 
-import {bytes, count, percent, rate, clock, el} from './format.js';
+import {bytes, count, percent, rate, el} from './format.js';
 
 // ---- figures at the top -------------------------------------------------
 
@@ -171,22 +170,4 @@ export function heapNames(heaps) {
     if (h.thread) m.set(h.slot, h.thread.tid + ' ' + (h.thread.name || '?'));
   });
   return m;
-}
-
-// ---- events -------------------------------------------------------------
-
-const MAX_EVENTS = 300;
-
-export class Events {
-  constructor(list) {
-    this.list = list;
-  }
-
-  add(kind, text, when = Date.now()) {
-    const li = el('li', null, 'event ' + kind);
-    li.dataset.kind = kind;
-    li.append(el('time', clock(when)), ' ', el('span', text));
-    this.list.prepend(li);
-    while (this.list.children.length > MAX_EVENTS) this.list.lastChild.remove();
-  }
 }

@@ -26,10 +26,22 @@
 //      map after a sweep, and a hover frame, take (printed) milliseconds;
 //      the host's ENOMEM and two guard detections (guard.on_error =
 //      report) show as badges, tiles and banners.
+//   3. steps_host under `sefer run`, sampled every 200 ms: bytes in blocks
+//      step up and down (16, 48, 16, 0 MiB), a knob is set and a trim made,
+//      and only then is the page opened: its series begin before it opened
+//      and hold every sample of /history with its value, the steps in
+//      order and none before it began; the server's start, the knob and the
+//      trim are listed and marked; the range list shows 5 min, an hour, the
+//      whole run; a tab hidden for 3 s has no gap afterwards; a synthetic
+//      week of history (a week of 10-minute points, a day of minutes, an
+//      hour of seconds) is taken in and drawn in (printed) milliseconds.
 //
 // Screenshots go to $SEFER_TEST_OUT (the build dir): browser-dashboard.png
-// and browser-dashboard-full.png (live: the top, the whole page) and
-// browser-dashboard-gone.png (after the kill); their paths are printed.  Ends with "N passed, M failed"; exit 0 if none failed.
+// and browser-dashboard-full.png (live: the top, the whole page),
+// browser-dashboard-gone.png (after the kill), browser-dashboard-history.png
+// (the page opened late) and browser-dashboard-week.png (the synthetic
+// week); their paths are printed.  Ends with "N passed, M failed"; exit 0
+// if none failed.
 
 import {spawn} from 'node:child_process';
 import {randomBytes} from 'node:crypto';
@@ -39,6 +51,7 @@ import {fileURLToPath} from 'node:url';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const CLI = process.env.SEFER_TEST_CLI;
 const HOST = process.env.SEFER_TEST_SEGMENTS_HOST;
+const STEPS_HOST = process.env.SEFER_TEST_STEPS_HOST;
 const OUT = process.env.SEFER_TEST_OUT || process.cwd();
 const CHROMIUM = process.env.SEFER_CHROMIUM || '/usr/bin/chromium';
 const TOKEN = 'bt-' + randomBytes(12).toString('hex');
@@ -410,6 +423,147 @@ async function manySegmentsChecks(browser) {
   await Promise.race([host.exited, sleep(10000)]);
 }
 
+// ---- 3. the process's record, for a page opened late ------------------------------
+
+const MIB = 1 << 20;
+
+// The page's series of one memory figure as [t (ms), value] pairs.
+const pageSeries = (page, key) => page.evaluate((k) => {
+  const tl = window.sefer.timeline;
+  const i = ['bytes_in_blocks', 'bytes_committed', 'rss_bytes', 'large_cache_bytes'].indexOf(k);
+  return tl.t.map((t, j) => [Math.round(t * 1000), tl.mem[i][j]]);
+}, key);
+
+async function historyChecks(browser) {
+  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', STEPS_HOST], {SEFER_INTROSPECT_HISTORY_INTERVAL: '200ms'});
+  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
+  await host.waitFor(/^done$/m, 30000, 'out');
+  const steps = [...host.out.matchAll(/^step (\d) (\d+)$/gm)].map((m) => Number(m[2]));
+  const opened = Date.now();
+  const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
+  const problems = [];
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
+  await page.goto(url);
+  await waitState(page, 'live', 15000);
+  await page.waitForFunction(() => window.sefer.timeline.source === 'history' && window.sefer.feed.eventsOn(), null, {timeout: 10000});
+
+  await check('a page opened after the steps shows them, from the process\'s record', async () => {
+    const hist = await getJSON(url, '/history?fields=bytes_in_blocks');
+    const raw = hist.parts[hist.parts.length - 1];
+    const mine = new Map((await pageSeries(page, 'bytes_in_blocks')).map(([t, v]) => [t, v]));
+    const first = Math.min(...mine.keys());
+    assert(first < steps[0] - 500, 'the page\'s series begin at ' + first + ', not before the first step (' + steps[0] + ')');
+    assert(first < opened - 4000, 'the page\'s series begin ' + (opened - first) + ' ms before it opened');
+    // every sample of the process up to the page's first read is on the page, with its value
+    const base = raw.last.bytes_in_blocks[0];
+    const levels = [0, 16 * MIB, 48 * MIB, 16 * MIB, 0];
+    let k = 0;
+    raw.t.forEach((t, i) => {
+      if (t > opened) return;
+      const v = raw.last.bytes_in_blocks[i];
+      assert(mine.get(t) === v, 'sample at ' + t + ': ' + v + ' in /history, ' + mine.get(t) + ' on the page');
+      while (k + 1 < levels.length && Math.abs(v - base - levels[k + 1]) < Math.abs(v - base - levels[k])) k++;
+      assert(Math.abs(v - base - levels[k]) < 2 * MIB, 'sample at ' + t + ': ' + (v - base) + ' above the base, not step ' + k);
+      if (k > 0) assert(t + 10 >= steps[k - 1], 'step ' + k + ' shows at ' + t + ', before it began at ' + steps[k - 1]);
+    });
+    assert(k === 4, 'the page\'s series went through ' + k + ' of the 4 steps');
+    log('# page opened ' + (opened - steps[0]) + ' ms after the first step; ' + mine.size + ' points, every step in order');
+  });
+
+  await check('the process\'s events are listed from the start of the run and marked on the charts', async () => {
+    const kinds = await page.$$eval('#events li[data-seq]', (lis) => lis.map((li) => li.dataset.kind));
+    for (const k of ['server_start', 'knob', 'trim']) assert(kinds.includes(k), 'no ' + k + ' event listed: ' + kinds.join(' '));
+    const knob = await page.$eval('#events li[data-kind="knob"]', (li) => li.textContent);
+    assert(knob.includes('decommit.delay') && knob.includes('250 ms'), 'knob event: ' + knob);
+    const marks = await page.evaluate(() => window.sefer.timeline.marks.filter((m) => m.fromProcess).map((m) => m.kind));
+    assert(['server_start', 'knob', 'trim'].every((k) => marks.includes(k)), 'marks: ' + marks.join(' '));
+    assert(Number(await attr(page, '#chart-ops', 'marks')) >= 3, 'the operations chart has no marks');
+    log('# events: ' + kinds.join(', '));
+  });
+
+  await check('the time range: last 5 minutes, last hour, whole run', async () => {
+    for (const [value, span] of [['300', 300], ['3600', 3600]]) {
+      await page.selectOption('#range', value);
+      const x = await page.evaluate(() => window.sefer.charts.mem.scales.x);
+      assert(Math.abs(x.max - x.min - span) < 1, 'range ' + value + ': x from ' + x.min + ' to ' + x.max);
+    }
+    await page.selectOption('#range', '0');
+    const [x, t0] = await page.evaluate(() => [window.sefer.charts.mem.scales.x, window.sefer.timeline.t[0]]);
+    assert(Math.abs(x.min - t0) < 0.01, 'whole run: x from ' + x.min + ', the first point is at ' + t0);
+  });
+
+  await check('no gap where the tab was hidden: the missed samples come on the next poll', async () => {
+    await page.evaluate(() => {
+      Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+      document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await waitState(page, 'hidden', 5000);
+    const hiddenAt = Date.now();
+    await sleep(3000);
+    await page.evaluate(() => {
+      delete document.hidden;
+      document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await waitState(page, 'live', 5000);
+    await page.waitForFunction((h) => window.sefer.timeline.lastMs > h + 3000, hiddenAt, {timeout: 5000});
+    const ts = (await pageSeries(page, 'bytes_in_blocks')).map(([t]) => t).filter((t) => t > hiddenAt - 1000);
+    const widest = Math.max(...ts.slice(1).map((t, i) => t - ts[i]));
+    assert(widest < 1000, 'a gap of ' + widest + ' ms in the page\'s series (samples every 200 ms)');
+    log('# hidden for 3 s: ' + ts.length + ' points across it, the widest step ' + widest + ' ms');
+  });
+
+  await check('no script error on the late-opened page', async () => {
+    assert(problems.length === 0, problems.join('\n'));
+  });
+  const shot = path.join(OUT, 'browser-dashboard-history.png');
+  await page.screenshot({path: shot, fullPage: true});
+  log('# screenshot (opened after the steps): ' + shot);
+
+  await page.click('#pause'); // the synthetic week below stays as it is drawn
+  await waitState(page, 'paused', 5000);
+  await check('a week of history (a day of minutes, an hour of seconds) draws quickly', async () => {
+    const ms = await page.evaluate(() => {
+      // the shape the process keeps at 1 s: a week of 10-minute points, a
+      // day of minutes, an hour of seconds, each with the memory fields
+      const now = Date.now();
+      const part = (n, step, coarse, end) => {
+        const t = Array.from({length: n}, (_, i) => end - (n - 1 - i) * step);
+        const col = (f) => t.map((x, i) => Math.round(50e6 + 40e6 * Math.sin(i / 50) + f));
+        const gauges = ['bytes_in_blocks', 'bytes_committed', 'rss_bytes', 'large_cache_bytes'];
+        const counters = ['allocs', 'frees', 'remote_frees'];
+        const obj = (f) => Object.fromEntries(gauges.map((k, j) => [k, col(f + j * 1e7)])
+            .concat(counters.map((k, j) => [k, t.map((x) => x * (10 - j))])));
+        const p = {tier: coarse, step_ms: step, t, last: obj(0)};
+        if (coarse) {
+          p.min = obj(-5e6);
+          p.max = obj(5e6);
+        }
+        return p;
+      };
+      const h = {parts: [part(1008 - 144, 600000, 2, now - 86400000 - 600000), part(1440 - 60, 60000, 1, now - 3600000 - 60000),
+        part(3600, 1000, 0, now)], first_ms: now - 7 * 86400000};
+      const tl = window.sefer.timeline;
+      tl.reset();
+      const t0 = performance.now();
+      tl.addHistory(h);
+      const load = performance.now() - t0;
+      const t1 = performance.now();
+      window.sefer.charts.update();
+      const draw = performance.now() - t1;
+      return {load, draw, points: tl.t.length};
+    });
+    log('# a week of history (' + ms.points + ' points): ' + ms.load.toFixed(1) + ' ms to take in, ' + ms.draw.toFixed(1) + ' ms to draw');
+    assert(ms.points > 5000 && ms.load < 1000 && ms.draw < 1000, 'too slow: ' + JSON.stringify(ms));
+  });
+  const week = path.join(OUT, 'browser-dashboard-week.png');
+  await page.screenshot({path: week, fullPage: false});
+  log('# screenshot (a synthetic week of history): ' + week);
+  await page.close();
+  host.p.stdin.end();
+  await Promise.race([host.exited, sleep(10000)]);
+}
+
 // ---- the run ------------------------------------------------------------------------
 
 async function main() {
@@ -420,12 +574,13 @@ async function main() {
     log('SKIP: playwright-core is not installed in tests/browser/node_modules (run scripts/setup.sh): ' + e.message);
     process.exit(77);
   }
-  assert(CLI && HOST, 'SEFER_TEST_CLI and SEFER_TEST_SEGMENTS_HOST must be set (meson test does)');
+  assert(CLI && HOST && STEPS_HOST, 'SEFER_TEST_CLI, SEFER_TEST_SEGMENTS_HOST and SEFER_TEST_STEPS_HOST must be set (meson test does)');
   const browser = await chromium.launch({executablePath: CHROMIUM, headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
   try {
     await soakChecks(browser);
     await manySegmentsChecks(browser);
+    await historyChecks(browser);
   } finally {
     await browser.close();
   }

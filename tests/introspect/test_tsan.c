@@ -4,7 +4,9 @@
  * so it runs in the -Doverride=false ThreadSanitizer build as well as in
  * the release build; scripts/test.sh runs it in both (its name contains
  * "tsan").  A data race between a snapshot and an allocating thread is a
- * ThreadSanitizer report, which fails the test. */
+ * ThreadSanitizer report, which fails the test.  /history is sampled every
+ * 100 ms (meson sets the interval) and /events read while trims record
+ * events. */
 #include "itest.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -75,10 +77,12 @@ static void *short_lived(void *arg)
 static void *spawner(void *arg)
 {
     (void)arg;
-    while (!atomic_load(&stop)) {
+    for (unsigned n = 0; !atomic_load(&stop); n++) {
         pthread_t t;
         if (pthread_create(&t, NULL, short_lived, NULL) == 0)
             pthread_join(t, NULL);
+        if (n % 16 == 0)
+            sefer_trim(); /* an event, recorded while the server reads /events */
     }
     return NULL;
 }
@@ -90,17 +94,17 @@ START_TEST(test_snapshots_while_allocating)
     for (long i = 0; i < 3; i++)
         pthread_create(&w[i], NULL, worker, (void *)i);
     pthread_create(&s, NULL, spawner, NULL);
-    static const char *const paths[] = {"/segments?limit=10000", "/heaps", "/rings", "/stats",
-                                        "/config", "/metrics", "/healthz"};
+    static const char *const paths[] = {"/segments?limit=10000", "/heaps", "/rings", "/stats", "/config",
+                                        "/metrics", "/healthz", "/history", "/events"};
     for (int r = 0; r < ROUNDS; r++) {
-        const char *path = paths[r % 7];
+        const char *path = paths[r % 9];
         it_resp_t resp;
         it_get(port, path, &resp);
         ck_assert_msg(resp.status == 200, "%s: %d", path, resp.status);
         if (strcmp(path, "/metrics") != 0) {
             cJSON *j = cJSON_ParseWithLength(resp.body, resp.len);
             ck_assert_msg(j != NULL, "%s: not JSON", path);
-            if (r % 7 == 0) {
+            if (r % 9 == 0) {
                 const cJSON *segs = it_item(j, "segments");
                 for (const cJSON *g = segs->child; g; g = g->next)
                     ck_assert_uint_le(it_u64(g, "blocks_used"), it_u64(g, "blocks_total"));

@@ -1,0 +1,70 @@
+/* steps_host.c - a process whose bytes in blocks follow a known step
+ * pattern, for the dashboard's browser test (tests/browser/dashboard.mjs),
+ * run under `sefer run` with a short introspect.history_interval.
+ *
+ *   steps_host
+ *
+ * Holds nothing, then 16 MiB, then 48 MiB, then 16 MiB, then nothing again,
+ * each for a second (one block allocated or freed per step, every byte
+ * written, so RSS follows), printing "step K WALL_MS" as each begins; then
+ * sets decommit.delay to 250 ms (sefer_config_set, found in the preloaded
+ * libsefer.so) and calls malloc_trim(0): two events.  Prints "done" and
+ * waits until its stdin is closed. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+
+static void *volatile keep[2];
+
+static void step(int k) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    printf("step %d %lld\n", k, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    fflush(stdout);
+}
+
+static void *filled(size_t n) {
+    void *p = malloc(n);
+    if (p == NULL) {
+        fprintf(stderr, "steps_host: malloc(%zu) failed\n", n);
+        exit(1);
+    }
+    memset(p, 1, n);
+    return p;
+}
+
+int main(void) {
+    usleep(1000000);
+    step(1);
+    keep[0] = filled(16 * MIB);
+    usleep(1000000);
+    step(2);
+    keep[1] = filled(32 * MIB);
+    usleep(1000000);
+    step(3);
+    free(keep[1]);
+    usleep(1000000);
+    step(4);
+    free(keep[0]);
+    usleep(1000000);
+    int (*config_set)(const char *, const char *) =
+        (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "sefer_config_set");
+    if (config_set == NULL || config_set("decommit.delay", "250ms") != 0) {
+        fprintf(stderr, "steps_host: not under sefer (no sefer_config_set)\n");
+        return 1;
+    }
+    malloc_trim(0);
+    printf("done\n");
+    fflush(stdout);
+    char buf[64];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+    return 0;
+}
