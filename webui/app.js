@@ -35,6 +35,9 @@ import {clock, ago, count, bytes, knobValue} from './format.js';
 
 const $ = (id) => document.getElementById(id);
 const ENDPOINTS = ['/stats', '/rings', '/heaps', '/config'];
+// The heap registry is read a page at a time (a server with 10,000 threads
+// has 10,001 heaps): /heaps and /rings get the same window.
+const HEAP_PAGE = 200;
 
 const S = {
   conn: 'connecting', // connecting | live | gone | refused
@@ -48,6 +51,7 @@ const S = {
   lastRefusal: null, // the last refusal logged (one event per distinct refusal)
   last: null, // the last good poll: {stats, rings, heaps, config}
   expanded: new Set(),
+  heapOffset: 0, // the first heap of the page shown
   seg: {timer: 0, busy: false, when: 0, took: 0, error: null},
   seen: null, // alarm counters of the last good poll
 };
@@ -126,13 +130,37 @@ function schedule(ms) {
   S.timer = S.stopped ? 0 : setTimeout(poll, ms);
 }
 
+// The query of a core endpoint: the heap page's window for /heaps and /rings.
+function query(path) {
+  if (path !== '/heaps' && path !== '/rings') return '?pretty=0';
+  return '?pretty=0&offset=' + S.heapOffset + '&limit=' + HEAP_PAGE;
+}
+
+// "heaps 201-400 of 10,001" and the buttons around it.
+function renderHeapPager(heaps) {
+  const total = heaps.total, first = heaps.returned ? heaps.offset + 1 : 0;
+  $('heaps-range').textContent = 'heaps ' + count(first) + '\u2013' + count(heaps.offset + heaps.returned) +
+      ' of ' + count(total) + ' (' + count(heaps.live) + ' live, ' + count(heaps.abandoned) + ' abandoned)';
+  $('heaps-prev').disabled = heaps.offset === 0;
+  $('heaps-next').disabled = heaps.offset + heaps.returned >= total;
+  $('heaps-pager').dataset.offset = heaps.offset;
+  $('heaps-pager').dataset.total = total;
+}
+
+function heapPage(delta) {
+  const total = S.last ? S.last.heaps.total : 0;
+  S.heapOffset = Math.max(0, Math.min(S.heapOffset + delta * HEAP_PAGE, Math.max(0, total - 1)));
+  S.expanded.clear();
+  schedule(0);
+}
+
 async function poll() {
   if (S.stopped || S.busy) return;
   S.busy = true;
   const started = Date.now();
   const timeout = Math.max(5000, 3 * S.interval);
   const extra = feed.requests();
-  const replies = await Promise.all(ENDPOINTS.map((p) => api.get(p + '?pretty=0', timeout))
+  const replies = await Promise.all(ENDPOINTS.map((p) => api.get(p + query(p), timeout))
       .concat(extra.map((x) => api.get(x.path, Math.max(timeout, 20000)))));
   S.busy = false;
   if (S.stopped) return; // paused while the poll was out: its figures are dropped
@@ -154,7 +182,9 @@ function good([stats, rings, heaps, config], extra, extraReplies) {
   if (!feed.eventsOn()) knobChanges(changed, now); // else the process's events say it
   renderTiles($('tiles'), stats, rates, heaps, rings);
   renderCache($('cache'), stats, rates);
+  if (heaps.offset >= heaps.total && heaps.total > 0) S.heapOffset = 0; /* the registry is smaller now: next poll */
   renderHeaps($('heaps-body'), heaps, rings, S.expanded);
+  renderHeapPager(heaps);
   $('heaps-spans').textContent = 'Large and huge blocks belong to no heap: ' + count(heaps.spans.segments) + ' span segments, ' + bytes(heaps.spans.bytes_in_blocks) + ' in blocks.';
   segmap.heapNames = heapNames(heaps);
   alarms(stats, config);
@@ -316,6 +346,8 @@ function setupControls() {
     api.setToken('');
     tokenChanged();
   });
+  $('heaps-prev').addEventListener('click', () => heapPage(-1));
+  $('heaps-next').addEventListener('click', () => heapPage(1));
   $('heaps-body').addEventListener('click', (e) => {
     const tr = e.target.closest('tr.heap');
     if (!tr) return;

@@ -20,11 +20,13 @@
 //      event log; killing the soak makes the page say the process is not
 //      answering, with the last good poll's time, greyed; `sefer soak`
 //      exits 137 and says why.
-//   2. segments_host under `sefer run`: 10,000 large spans, a static
-//      process: the map, read in pages of 1000, has exactly /segments'
-//      total of cells; hovering cell 5000 shows that segment; drawing the
-//      map after a sweep, and a hover frame, take (printed) milliseconds;
-//      the host's ENOMEM and two guard detections (guard.on_error =
+//   2. segments_host under `sefer run`: 10,000 large spans and 3000 parked
+//      threads, a static process: the map, read in pages of 1000, has
+//      exactly /segments' total of cells; hovering cell 5000 shows that
+//      segment; drawing the map after a sweep, and a hover frame, take
+//      (printed) milliseconds; the heap table shows the registry 200 heaps
+//      at a time, as /heaps pages it, and its buttons move through the
+//      pages; the host's ENOMEM and two guard detections (guard.on_error =
 //      report) show as badges, tiles and banners.
 //   3. steps_host under `sefer run`, sampled every 200 ms: bytes in blocks
 //      step up and down (16, 48, 16, 0 MiB), a knob is set and a trim made,
@@ -359,7 +361,7 @@ async function setKnob(page, name, value, expect) {
 // ---- 2. 10,000 segments ------------------------------------------------------------
 
 async function manySegmentsChecks(browser) {
-  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '200000', '--misuse'],
+  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '200000', '--misuse', '--threads', '3000'],
     {SEFER_GUARD_ON_ERROR: 'report'});
   const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
   await host.waitFor(/ready/, 60000, 'out');
@@ -406,6 +408,27 @@ async function manySegmentsChecks(browser) {
     log('# map of 10,000 cells of ' + at.cell + ' px: ' + ms.full.toFixed(1) + ' ms to draw after a sweep, ' +
         ms.hover.toFixed(2) + ' ms per hover frame');
     assert(ms.full < 500 && ms.hover < 50, 'too slow: ' + JSON.stringify(ms));
+  });
+  await check('3000 threads: the heap table pages the registry as /heaps does', async () => {
+    await page.waitForFunction(() => Number(document.getElementById('heaps-pager').dataset.total) > 3000, null, {timeout: 15000});
+    const total = Number(await attr(page, '#heaps-pager', 'total'));
+    const heaps = await getJSON(url, '/heaps?limit=0');
+    assert(heaps.total === total, 'pager total ' + total + ', /heaps total ' + heaps.total);
+    assert(heaps.live >= 3001, '/heaps live ' + heaps.live);
+    const first = await page.$$eval('#heaps-body tr.heap', (trs) => trs.map((tr) => tr.dataset.slot));
+    assert(first.length > 0 && first.length <= 200, first.length + ' rows on the first page');
+    await page.click('#heaps-next');
+    await page.waitForFunction(() => document.getElementById('heaps-pager').dataset.offset === '200', null, {timeout: 10000});
+    const second = await page.$$eval('#heaps-body tr.heap', (trs) => trs.map((tr) => tr.dataset.slot));
+    const want = (await getJSON(url, '/heaps?offset=200&limit=200')).heaps.filter((h) => h.state !== 'free')
+        .map((h) => (h.fallback ? 'fallback' : String(h.slot)));
+    assert(second.length > 0 && second.every((s) => s === 'fallback' || Number(s) >= 200), 'second page rows ' + second.slice(0, 5));
+    assert(second.join(' ') === want.join(' '), 'second page ' + second.length + ' rows, /heaps?offset=200 ' + want.length);
+    const text = await page.$eval('#heaps-range', (e) => e.textContent);
+    assert(text.startsWith('heaps 201\u2013400 of'), 'range text: ' + text);
+    await page.click('#heaps-prev');
+    await page.waitForFunction(() => document.getElementById('heaps-pager').dataset.offset === '0', null, {timeout: 10000});
+    log('# heap table: ' + total + ' heaps, pages of 200: ' + text);
   });
   await check('guard detections and ENOMEM show as alarms', async () => {
     await page.waitForSelector('#badge-guard:not([hidden])', {timeout: 10000});

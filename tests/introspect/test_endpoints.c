@@ -427,6 +427,88 @@ START_TEST(test_rings_count_remote_frees)
 }
 END_TEST
 
+/* Thousands of heaps, read page by page: every parked thread's heap is on
+ * exactly one page, /rings pages the same way, and a page past the end is
+ * empty. */
+#define PARKED 2500
+static pthread_barrier_t parked_in, parked_out;
+static int parked_tid[PARKED];
+
+static void *parked(void *arg)
+{
+    void *p = malloc(48); /* this thread's heap */
+    st_escape(p);
+    parked_tid[(uintptr_t)arg] = it_tid();
+    pthread_barrier_wait(&parked_in);
+    pthread_barrier_wait(&parked_out);
+    free(p);
+    return NULL;
+}
+
+START_TEST(test_heaps_and_rings_page_thousands)
+{
+    int port = it_start();
+    pthread_t *t = malloc(PARKED * sizeof *t);
+    pthread_barrier_init(&parked_in, NULL, PARKED + 1);
+    pthread_barrier_init(&parked_out, NULL, PARKED + 1);
+    for (uintptr_t i = 0; i < PARKED; i++)
+        t[i] = st_spawn(parked, (void *)i, 64 * 1024);
+    pthread_barrier_wait(&parked_in);
+    unsigned char *seen = calloc(PARKED, 1);
+    uint64_t total = 0, offset = 0, pages = 0;
+    for (;;) {
+        char path[64];
+        snprintf(path, sizeof path, "/heaps?offset=%" PRIu64 "&limit=1000", offset);
+        cJSON *h = it_json(port, path);
+        total = it_u64(h, "total");
+        uint64_t returned = it_u64(h, "returned");
+        ck_assert_uint_eq(it_u64(h, "offset"), offset);
+        ck_assert_uint_eq(it_u64(h, "limit"), 1000);
+        ck_assert_int_eq(cJSON_GetArraySize(it_item(h, "heaps")), (int)returned);
+        ck_assert_uint_ge(it_u64(h, "live"), PARKED + 1);
+        for (const cJSON *e = it_item(h, "heaps")->child; e; e = e->next) {
+            const cJSON *th = it_item(e, "thread");
+            if (!cJSON_IsObject(th)) continue;
+            int tid = (int)it_u64(th, "tid");
+            for (int k = 0; k < PARKED; k++)
+                if (parked_tid[k] == tid) {
+                    ck_assert_msg(!seen[k], "thread %d's heap on two pages", tid);
+                    seen[k] = 1;
+                }
+        }
+        cJSON_Delete(h);
+        pages++;
+        if (returned == 0 || offset + returned >= total) break;
+        offset += returned;
+    }
+    ck_assert_uint_ge(total, PARKED + 2); /* and this thread's, the fallback heap */
+    ck_assert_uint_eq(pages, (total + 999) / 1000);
+    for (int k = 0; k < PARKED; k++)
+        ck_assert_msg(seen[k], "parked thread %d's heap is on no page", k);
+    char path[64];
+    snprintf(path, sizeof path, "/heaps?offset=%" PRIu64 "&limit=10", total);
+    cJSON *past = it_json(port, path);
+    ck_assert_uint_eq(it_u64(past, "returned"), 0);
+    cJSON_Delete(past);
+    /* /rings: the same window; the totals cover every heap */
+    cJSON *r = it_json(port, "/rings?offset=1000&limit=500");
+    ck_assert_uint_eq(it_u64(r, "total"), total);
+    ck_assert_uint_eq(it_u64(r, "returned"), 500);
+    for (const cJSON *e = it_item(r, "rings")->child; e; e = e->next)
+        ck_assert(cJSON_IsNull(it_item(e, "slot")) || (it_u64(e, "slot") >= 1000 && it_u64(e, "slot") < 1500));
+    it_u64(r, "pending");
+    cJSON_Delete(r);
+    pthread_barrier_wait(&parked_out);
+    for (int i = 0; i < PARKED; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&parked_in);
+    pthread_barrier_destroy(&parked_out);
+    free(seen);
+    free(t);
+    sefer_introspect_stop();
+}
+END_TEST
+
 START_TEST(test_config_lists_every_knob)
 {
     ST_KNOB_SET("large_cache.slots", "7");
@@ -692,6 +774,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_segments_schema_and_paging);
     tcase_add_test(tc, test_query_validation);
     tcase_add_test(tc, test_rings_count_remote_frees);
+    tcase_add_test(tc, test_heaps_and_rings_page_thousands);
     tcase_add_test(tc, test_config_lists_every_knob);
     tcase_add_test(tc, test_metrics_exposition);
     tcase_add_test(tc, test_methods_paths_and_small_endpoints);
