@@ -55,23 +55,25 @@ static void count_remote(sf_heap_t *me) {
     else sf_stat_add(&sf_gstats.shared_remote_frees, 1);
 }
 
-/* A small block of another thread's page in its class queue, freed by a
- * thread that does not own it (the free fast path's ownership test failed):
- * straight onto the page's remote-free list, without the generic checks'
- * segment lookup.  False: anything else (the generic path sorts it out). */
+/* A small block of another thread's heap, freed by a thread that does not
+ * own it (the free fast path's ownership test failed): straight onto its
+ * page's remote-free list (remote.c).  This path reads nothing of the page
+ * but the line that list lives on: the owner's heap comes from the segment
+ * header, which changes only when pages come and go, and the guard level is
+ * global, so the freeing thread does not pull the owner's hot descriptor
+ * line (free list, counts) away from it on every free of a producer's
+ * blocks.  Whether p is a block start is checked by the owner when it takes
+ * the list in (sf_page_collect_remote: reported and dropped there).  False:
+ * the generic path sorts it out (the caller's own heap, the fallback heap,
+ * guarded pages, a segment's header). */
 static bool free_remote_small(void *p) {
     uintptr_t u = (uintptr_t)p, chunk = u >> SEG_SHIFT;
-    if (!sf_segmap_is_small_chunk(chunk)) return false;
-    sf_page_t *page = sf_small_page_desc(chunk, u);
-    sf_heap_t *owner = SF_PEEK(page->fast_heap), *me = sf_tls_heap;
-    /* NULL: full or guarded (level 3); bit 0: level 2's; the fallback heap
-     * takes its frees under its lock */
-    uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1); /* small pages start with a block */
-    if (owner == NULL || owner == me || owner == &sf_heap_fallback || ((uintptr_t)owner & SF_L2_OWNER_TAG) ||
-        off >= sf_page_carved_bytes(page) || !sf_offset_is_block_start(page, off))
-        return false;
+    if (!sf_segmap_is_small_chunk(chunk) || ((u >> SMALL_PAGE_SHIFT) & (SMALL_PAGES - 1)) == 0)
+        return false; /* (page 0 of a small segment is its header) */
+    sf_heap_t *owner = SF_PEEK(((sf_segment_t *)(chunk << SEG_SHIFT))->heap), *me = sf_tls_heap;
+    if (owner == me || owner == &sf_heap_fallback || sf_pages_checked()) return false;
     count_remote(me);
-    sf_remote_free(owner, page, p);
+    sf_remote_free(owner, sf_small_page_desc(chunk, u), p);
     return true;
 }
 

@@ -65,7 +65,8 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
 
 void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
     uintptr_t cookie = sf_page_cookie(page);
-    if ((SF_GET(page->flags) & SF_PAGE_GUARDED) || b->cookie == cookie ||
+    /* (guarded pages: all of them or none, sf_pages_checked) */
+    if (sf_pages_checked() || b->cookie == cookie ||
         atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
         sf_heap_remote_free(owner, b);
         return;
@@ -90,20 +91,37 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
 }
 
 /* Takes the page's remote frees into its local free list (owner context).
- * Returns how many; a full page they arrive in goes back to its queue. */
+ * Returns how many; a full page they arrive in goes back to its queue.
+ * The freeing threads did not look at the page (free.c, free_remote_small):
+ * here each block is checked to be a block start of it, and one that is
+ * not (an interior or wild pointer freed by another thread) is reported
+ * and left out. */
 uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
     if ((atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~SF_XFREE_NOTIFY) == 0) return 0;
     uintptr_t got = atomic_exchange_explicit(&page->xfree, 0, memory_order_acquire);
-    sf_block_t *first = (sf_block_t *)(got & ~SF_XFREE_NOTIFY), *last = first;
-    uint32_t n = 1;
-    while (last->next != NULL) {
-        if (n == page->used) { /* more blocks than are out: one was freed twice at once */
-            sf_guard_report(SF_GUARD_DOUBLE, last);
-            last->next = NULL; /* the rest of the list is lost, not followed round */
-            break;
+    sf_block_t *list = (sf_block_t *)(got & ~SF_XFREE_NOTIFY), *first = NULL, *last = NULL;
+    uint32_t n = 0;
+    while (list != NULL) {
+        sf_block_t *b = list;
+        list = b->next;
+        if (!sf_page_is_block_start(page, b)) {
+            sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
+            continue;
         }
-        last = last->next;
+        if (n == page->used) { /* more blocks than are out: one was freed twice at once */
+            sf_guard_report(SF_GUARD_DOUBLE, b);
+            break; /* the rest of the list is lost, not followed round */
+        }
+        b->next = first;
+        first = b;
+        if (last == NULL) last = b;
         n++;
+    }
+    if (n == 0) {
+        /* nothing valid came: a full page must keep asking to be told (the
+         * exchange took the flag); if a block came meanwhile, take it */
+        if ((page->flags & SF_PAGE_FULL) && !sf_page_set_notify(page)) return sf_page_collect_remote(heap, page);
+        return 0;
     }
     last->next = page->local_free;
     page->local_free = first;
