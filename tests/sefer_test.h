@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sefer.h"
@@ -47,6 +48,15 @@ static inline void *st_launder(void *p)
 }
 
 /* ---- statistics ------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds: for tests that size their waits to how
+ * fast the machine runs (never for a timing claim: those are benchmarks). */
+static inline uint64_t st_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static inline struct sefer_stats st_stats(void)
 {

@@ -518,15 +518,42 @@ START_TEST(test_large_cache_splits_and_merges)
 END_TEST
 
 /* decommit.policy = adaptive against delayed: a program that fills 16 MiB
- * of small blocks, frees them all and idles for 250 ms, over and over.
- * With delayed (100 ms) every cycle gives the pages back and faults them in
- * again; with adaptive the pages the last burst took (within the last 8
- * intervals of 100 ms) stay. */
+ * of small blocks, frees them all and idles for 2.5 delays, over and over.
+ * With delayed every cycle gives the pages back and faults them in again;
+ * with adaptive the pages the last burst took (within the last 8 delays)
+ * stay.  The delay is 100 ms, or the time one fill takes if that is longer
+ * (a sanitizer build, a loaded machine): a cycle must stay well inside the
+ * window of 8 delays, whatever the machine's speed. */
 #define CYCLE_BLOCKS (16 * 1024 * 1024 / 64)
+static unsigned cycle_delay_ms;
+
+static unsigned cycle_delay(void)
+{
+    if (cycle_delay_ms == 0) {
+        void **v = st_map(CYCLE_BLOCKS * sizeof *v);
+        uint64_t t0 = st_now_ns();
+        for (size_t i = 0; i < CYCLE_BLOCKS; i++) {
+            v[i] = sefer_malloc(64);
+            ck_assert_ptr_nonnull(v[i]);
+            memset(v[i], 1, 64);
+        }
+        for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+            sefer_free(v[i]);
+        uint64_t fill_ms = (st_now_ns() - t0) / 1000000;
+        st_unmap(v, CYCLE_BLOCKS * sizeof *v);
+        cycle_delay_ms = fill_ms > 100 ? (unsigned)fill_ms : 100;
+        printf("one fill of 16 MiB took %" PRIu64 " ms: decommit.delay %u ms\n", fill_ms, cycle_delay_ms);
+    }
+    return cycle_delay_ms;
+}
+
 static uint64_t decommitted_per_cycle(const char *policy, int cycles, int measured)
 {
+    unsigned delay = cycle_delay();
+    char text[32];
+    snprintf(text, sizeof text, "%ums", delay);
     ST_KNOB_SET("decommit.policy", policy);
-    ST_KNOB_SET("decommit.delay", "100ms");
+    ST_KNOB_SET("decommit.delay", text);
     void **v = st_map(CYCLE_BLOCKS * sizeof *v);
     uint64_t before = 0;
     for (int c = 0; c < cycles; c++) {
@@ -538,7 +565,7 @@ static uint64_t decommitted_per_cycle(const char *policy, int cycles, int measur
         }
         for (size_t i = 0; i < CYCLE_BLOCKS; i++)
             sefer_free(v[i]);
-        usleep(250 * 1000);
+        usleep(delay * 2500);
     }
     /* the last cycle's decommits happen on the next allocations: one more */
     for (size_t i = 0; i < CYCLE_BLOCKS; i++)
@@ -554,7 +581,7 @@ START_TEST(test_decommit_adaptive_keeps_what_is_reused)
 {
     uint64_t delayed = decommitted_per_cycle("delayed", 4, 2);
     uint64_t adaptive = decommitted_per_cycle("adaptive", 8, 2);
-    printf("decommitted per 250 ms idle cycle of 16 MiB: delayed %.1f MiB, adaptive %.1f MiB\n",
+    printf("decommitted per idle cycle of 16 MiB: delayed %.1f MiB, adaptive %.1f MiB\n",
            (double)delayed / ST_MIB, (double)adaptive / ST_MIB);
     ck_assert_msg(delayed >= 8 * ST_MIB, "policy delayed gave back only %" PRIu64 " bytes per cycle", delayed);
     ck_assert_msg(adaptive <= delayed / 8,
@@ -564,7 +591,7 @@ START_TEST(test_decommit_adaptive_keeps_what_is_reused)
 END_TEST
 
 /* ... and an idle program still gets its memory back: after the cycles
- * above, an idle time longer than the window (8 x 100 ms) decommits them. */
+ * above, an idle time longer than the window (8 delays) decommits them. */
 START_TEST(test_decommit_adaptive_gives_back_idle)
 {
     decommitted_per_cycle("adaptive", 6, 1);
@@ -574,7 +601,7 @@ START_TEST(test_decommit_adaptive_gives_back_idle)
     for (size_t i = 0; i < CYCLE_BLOCKS; i++)
         sefer_free(v[i]);
     uint64_t before = st_stats().bytes_decommitted_total;
-    usleep(1200 * 1000); /* past the window of 8 x 100 ms */
+    usleep(cycle_delay() * 12000); /* past the window of 8 delays */
     /* no background purger: what is past its time goes on the next calls
      * that look (decommit.c): page allocations (every 16th: 32 pages of
      * 4 KiB blocks) and large-cache operations (a span) */
@@ -584,7 +611,7 @@ START_TEST(test_decommit_adaptive_gives_back_idle)
         sefer_free(v[i]);
     sefer_free(sefer_malloc(ST_MIB));
     uint64_t got = st_stats().bytes_decommitted_total - before;
-    ck_assert_msg(got >= 8 * ST_MIB, "after 1.2 s idle only %" PRIu64 " bytes went back", got);
+    ck_assert_msg(got >= 8 * ST_MIB, "after %u ms idle only %" PRIu64 " bytes went back", cycle_delay() * 12, got);
     st_unmap(v, CYCLE_BLOCKS * sizeof *v);
 }
 END_TEST
