@@ -2,7 +2,7 @@
  *
  * Linked against libc only; run it under any allocator with LD_PRELOAD.
  *
- *   fastpath MODE [-n OPS] [-s SIZE] [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e]
+ *   fastpath MODE [-n OPS] [-s SIZE] [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e] [-p|-P]
  *
  * Modes (what one "op" is):
  *   pairs    malloc(s) then free at once                      (one pair)
@@ -39,6 +39,11 @@
  * its page, which sends some allocators (mimalloc 2.0.9) off their fast path
  * on every op: a different measurement, of the empty-page policy.
  *
+ * Phases (sefer only, through dlsym): -p opens and closes a phase
+ * (sefer_phase_begin/end) with an allocation in it before anything else,
+ * so the run shows whether the fast paths come back after a phase; -P keeps
+ * a phase open for the whole run, so it shows what a phase costs.
+ *
  * Before the timed region the same loop runs WARMUP ops (default 100000, the
  * same count whatever OPS is), so that a run with -n 0 executes exactly the
  * start-up and warm-up work of a run with -n N: bench/instructions subtracts
@@ -73,6 +78,7 @@ struct fp_opts {
     size_t align;
     int reverse;
     int keep; /* keep one live block of each size used */
+    int phase; /* 'p': one phase before the run; 'P': the run inside one */
 };
 
 /* Size table for op i: sizes[i % FP_SIZES]. */
@@ -196,7 +202,7 @@ __attribute__((noinline)) static void run_realloc(uint64_t n, size_t max) {
 
 static void usage(void) {
     fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control|remote|remotectl [-n OPS] [-s SIZE]"
-                    " [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e]\n");
+                    " [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e] [-p|-P]\n");
     exit(2);
 }
 
@@ -221,10 +227,15 @@ static void parse(int argc, char **argv, struct fp_opts *o) {
     o->align = 64;
     o->reverse = 0;
     o->keep = 1;
+    o->phase = 0;
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "n:s:k:ra:w:e")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:k:ra:w:epP")) != -1) {
         switch (c) {
+        case 'p':
+        case 'P':
+            o->phase = c;
+            break;
         case 'n':
             o->ops = parse_u64(optarg);
             break;
@@ -325,9 +336,27 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* sefer_phase_begin / sefer_phase_end, found with dlsym (the program links
+ * libc only); exits 77 when the preloaded allocator has none. */
+static void phase_call(int begin) {
+    const char *name = begin ? "sefer_phase_begin" : "sefer_phase_end";
+    void *f = dlsym(RTLD_DEFAULT, name);
+    if (f == NULL) {
+        fprintf(stderr, "fastpath: %s not found (not running on sefer)\n", name);
+        exit(77);
+    }
+    int rc = begin ? ((int (*)(const char *))f)("fastpath") : ((int (*)(void *))f)(NULL);
+    if (rc != 0) exit(1);
+}
+
 int main(int argc, char **argv) {
     struct fp_opts o;
     parse(argc, argv, &o);
+    if (o.phase) {
+        phase_call(1);
+        free(malloc(64)); /* something for the phase to count */
+        if (o.phase == 'p') phase_call(0);
+    }
     fill_sizes(&o);
     keep_blocks(&o);
     uint64_t per = ops_per_unit(&o);
@@ -364,5 +393,6 @@ int main(int argc, char **argv) {
     free(slots);
     for (size_t i = 0; i < nkeepers; i++)
         free(keepers[i]);
+    if (o.phase == 'P') phase_call(0);
     return 0;
 }

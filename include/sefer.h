@@ -105,6 +105,30 @@ struct sefer_stats {
  * Returns 0, or -1 with errno EINVAL if out is NULL or size too small. */
 SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size);
 
+/* Phase measurements (docs/api.md, "Phases"): what a stretch of the run
+ * took, process-wide.  sefer_phase_begin opens a phase (phases nest: one
+ * process-wide stack, at most 16 deep; -1 with EBUSY past that);
+ * sefer_phase_end closes the innermost and fills *out (at most out->size
+ * bytes of it: set size first; out may be NULL); -1 with ENOENT if none is
+ * open.  "block bytes" are bytes in allocated blocks (block sizes: not the
+ * bytes requested, not RSS).  While a phase is open every allocation takes
+ * sefer's generic paths, which count (docs/api.md gives the cost). */
+#define SEFER_PHASE_VERSION 1
+struct sefer_phase {
+    uint32_t size;    /* set by the caller: sizeof(struct sefer_phase) */
+    uint32_t version; /* set by sefer: SEFER_PHASE_VERSION */
+    uint32_t depth;   /* 1 for an outermost phase */
+    char name[64];    /* as given to sefer_phase_begin (cut to 63 bytes) */
+    uint64_t duration_ns;
+    uint64_t start_ms, end_ms; /* ms since the Unix epoch, on the events' clock (docs/introspection.md) */
+    uint64_t block_bytes_entry, block_bytes_peak, block_bytes_exit;
+    uint64_t block_bytes_peak_error; /* the peak is within this of the true peak of the sum */
+    uint64_t committed_entry, committed_peak, committed_exit;
+    uint64_t allocs, frees, reallocs, bytes_allocated; /* during the phase; bytes in blocks */
+};
+SEFER_EXPORT int sefer_phase_begin(const char *name);
+SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out);
+
 /* Knobs by name ("segments.max", "decommit.policy", ...).  get writes the
  * value as text (the form a config file takes) and returns 0; -1 with errno
  * ENOENT for an unknown name, ERANGE if buf is too small.  set returns 0, or -1

@@ -471,6 +471,58 @@ void sf_ep_trim(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r
     sf_reply_json(r, 200, root, true);
 }
 
+/* ---- /phases --------------------------------------------------------------------- */
+
+static cJSON *phase_json(const struct sefer_phase *p) {
+    cJSON *o = cJSON_CreateObject();
+    sf_json_str(o, "name", p->name);
+    sf_json_u64(o, "depth", p->depth);
+    sf_json_u64(o, "start_ms", p->start_ms);
+    sf_json_u64(o, "end_ms", p->end_ms);
+    sf_json_u64(o, "duration_ns", p->duration_ns);
+    sf_json_u64(o, "block_bytes_entry", p->block_bytes_entry);
+    sf_json_u64(o, "block_bytes_peak", p->block_bytes_peak);
+    sf_json_u64(o, "block_bytes_exit", p->block_bytes_exit);
+    sf_json_u64(o, "block_bytes_peak_error", p->block_bytes_peak_error);
+    sf_json_u64(o, "committed_entry", p->committed_entry);
+    sf_json_u64(o, "committed_peak", p->committed_peak);
+    sf_json_u64(o, "committed_exit", p->committed_exit);
+    sf_json_u64(o, "allocs", p->allocs);
+    sf_json_u64(o, "frees", p->frees);
+    sf_json_u64(o, "reallocs", p->reallocs);
+    sf_json_u64(o, "bytes_allocated", p->bytes_allocated);
+    return o;
+}
+
+void sf_ep_phases(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty;
+    if (!sf_query_pretty(q, r, &pretty)) return;
+    sf_phase_snap_t *s = malloc(sizeof *s);
+    if (s == NULL) return reply_nomem(r);
+    sf_phase_snapshot(s);
+    cJSON *root = cJSON_CreateObject();
+    sf_json_u64(root, "ended_total", s->done_total);
+    sf_json_u64(root, "kept", SF_PHASES_KEPT);
+    cJSON *open = cJSON_CreateArray();
+    for (size_t i = 0; i < s->nopen; i++) {
+        cJSON *o = cJSON_CreateObject();
+        sf_json_str(o, "name", s->open[i].name);
+        sf_json_u64(o, "depth", i + 1);
+        sf_json_u64(o, "start_ms", s->open[i].start_ms);
+        sf_json_u64(o, "running_ns", s->open[i].running_ns);
+        sf_json_u64(o, "block_bytes_entry", s->open[i].block_bytes_entry);
+        sf_json_u64(o, "block_bytes_peak", s->open[i].block_bytes_peak);
+        sf_json_add(open, NULL, o);
+    }
+    sf_json_add(root, "open", open);
+    cJSON *done = cJSON_CreateArray();
+    for (size_t i = 0; i < s->ndone; i++) sf_json_add(done, NULL, phase_json(&s->done[i]));
+    sf_json_add(root, "ended", done);
+    free(s);
+    sf_reply_json(r, 200, root, pretty);
+}
+
 /* ---- /healthz ------------------------------------------------------------------- */
 
 void sf_ep_healthz(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {

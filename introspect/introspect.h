@@ -164,7 +164,7 @@ typedef struct {
 
 typedef void sf_endpoint_fn(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r);
 SF_HIDDEN sf_endpoint_fn sf_ep_segments, sf_ep_heaps, sf_ep_rings, sf_ep_stats, sf_ep_config,
-    sf_ep_healthz, sf_ep_metrics, sf_ep_config_set, sf_ep_trim, sf_ep_history, sf_ep_events;
+    sf_ep_healthz, sf_ep_metrics, sf_ep_config_set, sf_ep_trim, sf_ep_history, sf_ep_events, sf_ep_phases;
 /* A knob value as /config gives it: integers (durations in ms), booleans,
  * enum choices and strings as strings. */
 SF_HIDDEN cJSON *sf_knob_json_value(const struct sf_knob_def *d, uint64_t v, const char *text);

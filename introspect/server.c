@@ -75,6 +75,7 @@ static const struct route routes[] = {
     {"/metrics", "GET", sf_ep_metrics, "", false},
     {"/history", "GET", sf_ep_history, "since fields", false},
     {"/events", "GET", sf_ep_events, "since after pretty", false},
+    {"/phases", "GET", sf_ep_phases, "pretty", false},
     {"/trim", "POST", sf_ep_trim, "", true},
 };
 #define ROUTES (sizeof routes / sizeof *routes)

@@ -217,9 +217,17 @@ static void kind_fields(cJSON *o, const sf_event_t *e) {
         sf_json_str(o, "name", e->text);
         sf_json_u64(o, "id", e->a);
         break;
-    case SF_EVENT_PHASE_BEGIN:
-    case SF_EVENT_PHASE_END:
+    case SF_EVENT_PHASE_BEGIN: /* lib/phase.c: a entry bytes in blocks, b committed, c depth */
         sf_json_str(o, "name", e->text);
+        sf_json_u64(o, "block_bytes_entry", e->a);
+        sf_json_u64(o, "committed_entry", e->b);
+        sf_json_u64(o, "depth", e->c);
+        break;
+    case SF_EVENT_PHASE_END: /* a entry, b peak, c exit bytes in blocks */
+        sf_json_str(o, "name", e->text);
+        sf_json_u64(o, "block_bytes_entry", e->a);
+        sf_json_u64(o, "block_bytes_peak", e->b);
+        sf_json_u64(o, "block_bytes_exit", e->c);
         break;
     default:
         break;

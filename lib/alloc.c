@@ -14,6 +14,11 @@ void *sf_alloc_class(unsigned c) {
     if (heap->kind != SF_HEAP_REAL) heap = sf_heap_for_thread();
     void *p;
     if (likely(heap != &sf_heap_fallback)) {
+        /* a phase ended and left this class's fast path off (phase.c): back
+         * on (here, where a thread comes once its current page looks dry) */
+        if (unlikely(sf_class_size[c] <= DIRECT_MAX && SF_GET(heap->direct[sf_class_size[c] >> 4]) == &sf_empty_page) &&
+            heap->queues[c].first != NULL && !sf_pages_checked() && !sf_phase_on())
+            sf_heap_update_direct(heap, c);
         p = sf_heap_malloc_class(heap, c);
     } else {
         sf_lock(&sf_fallback_lock);
@@ -33,6 +38,27 @@ void *sf_alloc_span(size_t n, size_t align) {
     return block;
 }
 
+/* While a phase is open (phase.c) the direct tables hold only the empty
+ * page, so every allocation comes to sf_malloc_generic or to
+ * sf_malloc_aligned, whose sf_generic_mode question sends it to
+ * malloc_special or aligned_special, which count it with the bytes of its
+ * block.  (sf_malloc_slow and sf_malloc_aligned_slow count nothing.) */
+static SF_NOINLINE void *counted(void *p) {
+    if (p != NULL) sf_phase_count(SF_PHASE_ALLOC, (int64_t)sf_block_bytes(p));
+    return p;
+}
+
+size_t sf_block_bytes(const void *p) {
+    sf_segment_t *seg = sf_segmap_header(p);
+    if (seg == NULL) return 0;
+    sf_page_t *page = sf_page_of(seg, p);
+    if (SF_GET(page->flags) & SF_PAGE_SPAN) return p == page->block_start ? SF_GET(page->span_bytes) : 0;
+    return SF_GET(page->in_use) && sf_page_is_block_start(page, p) ? SF_GET(page->block_size) : 0;
+}
+
+static void *malloc_special(size_t n, sf_heap_t *heap);
+static void *aligned_special(size_t align, size_t n);
+
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     if (likely(n <= DIRECT_MAX)) {
         /* the fast path's page ran dry: the blocks its owner freed since
@@ -46,8 +72,28 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             return sf_hand_out(heap, page, b, b->next);
         }
     }
-    if (unlikely(sf_tracked)) return sf_tracked_malloc(n, 0);
+    if (unlikely(sf_mode())) return malloc_special(n, heap);
     return sf_malloc_slow(n, heap);
+}
+
+/* In a phase, a small or medium request of a thread with a heap, at level
+ * 0-1: the class's current page as the fast path would take it (the fast
+ * path is off), and the count with the class's size; NULL: the way round. */
+static void *phase_pop(size_t n, sf_heap_t *heap) {
+    if (n > MEDIUM_MAX || heap->kind != SF_HEAP_REAL || sf_pages_checked()) return NULL;
+    unsigned c = sf_class_of(n);
+    void *p = sf_heap_pop(heap, c);
+    if (p != NULL) sf_phase_count(SF_PHASE_ALLOC, (int64_t)sf_class_size[c]);
+    return p;
+}
+
+/* sf_malloc_generic under valgrind's tracking or in a phase. */
+static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
+    unsigned m = sf_mode();
+    if (!(m & SF_MODE_PHASE)) return sf_tracked_malloc(n, 0);
+    void *p = phase_pop(n, heap);
+    if (p != NULL) return p;
+    return counted((m & SF_MODE_TRACKED) ? sf_tracked_malloc(n, 0) : sf_malloc_slow(n, heap));
 }
 
 SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
@@ -86,11 +132,21 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
 
 void *sf_malloc_aligned(size_t align, size_t n) {
     if (align <= 16) return sf_malloc(n);
-    if (unlikely(sf_tracked)) return sf_tracked_malloc(n, align);
+    if (unlikely(sf_mode())) return aligned_special(align, n);
     /* the common aligned request (see sf_malloc_aligned_slow), without
      * entering a function that saves registers for the rare ones */
     if (n <= align && align <= MAX_ALIGN_FROM_CLASS && likely(sf_guard_level < 2)) return sf_malloc(align);
     return sf_malloc_aligned_slow(align, n);
+}
+
+/* sf_malloc_aligned under valgrind's tracking or in a phase.  The common
+ * request is a plain sf_malloc inside sf_malloc_aligned_slow, which
+ * sf_malloc_generic counts; the others are counted here. */
+static SF_NOINLINE void *aligned_special(size_t align, size_t n) {
+    unsigned m = sf_mode();
+    void *p = (m & SF_MODE_TRACKED) ? sf_tracked_malloc(n, align) : sf_malloc_aligned_slow(align, n);
+    bool counted_inside = n <= align && align <= MAX_ALIGN_FROM_CLASS && sf_guard_level < 2;
+    return (m & SF_MODE_PHASE) && !counted_inside ? counted(p) : p;
 }
 
 void *sf_malloc_aligned_slow(size_t align, size_t n) {
@@ -142,6 +198,38 @@ static bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t
     return n <= usable && n >= usable / 2;
 }
 
+/* Moves the block at p (usable bytes) to a new one of n bytes. */
+static void *realloc_move(void *p, size_t n, size_t usable) {
+    void *q = sf_malloc(n);
+    if (q == NULL) return NULL;
+    memcpy(q, p, n < usable ? n : usable);
+    sf_free(p);
+    return q;
+}
+
+/* sf_realloc under valgrind's tracking or in a phase.  Tracked, the block
+ * always moves (memcheck sees both blocks), copying only what memcheck says
+ * the program asked for.  In a phase the realloc is counted, with the change
+ * a resize in place made to its block (a move's malloc and free count as
+ * such).  in_place: level 0-1, where a resize in place is allowed. */
+static SF_NOINLINE void *realloc_special(void *p, size_t n, sf_segment_t *seg, sf_page_t *page,
+                                         size_t usable, bool in_place) {
+    unsigned m = sf_mode();
+    if (m & SF_MODE_TRACKED) {
+        void *q = realloc_move(p, n, sf_track_usable(p, usable));
+        if (m & SF_MODE_PHASE) sf_phase_count(SF_PHASE_REALLOC, 0);
+        return q;
+    }
+    int64_t before = (int64_t)sf_block_bytes(p);
+    if (in_place && resize_in_place(seg, page, n, usable)) {
+        sf_phase_count(SF_PHASE_REALLOC, (int64_t)sf_block_bytes(p) - before);
+        return p;
+    }
+    void *q = realloc_move(p, n, usable);
+    sf_phase_count(SF_PHASE_REALLOC, 0);
+    return q;
+}
+
 void *sf_realloc(void *p, size_t n) {
     if (p == NULL) return sf_malloc(n);
     if (n == 0) {
@@ -165,17 +253,13 @@ void *sf_realloc(void *p, size_t n) {
         sf_track_quiet_begin(); /* (reads past the request at level 3) */
         usable = sf_guarded_usable(seg != NULL ? seg : sf_segment_of(p), page, p);
         sf_track_quiet_end();
-    } else if (likely(!sf_tracked) && resize_in_place(seg, page, n, usable)) {
+        if (unlikely(sf_mode())) return realloc_special(p, n, seg, page, usable, false);
+    } else if (unlikely(sf_mode())) {
+        return realloc_special(p, n, seg, page, usable, true);
+    } else if (resize_in_place(seg, page, n, usable)) {
         return p;
     }
-    /* under valgrind: always move (memcheck sees both blocks), copying only
-     * what memcheck says the program asked for */
-    if (unlikely(sf_tracked)) usable = sf_track_usable(p, usable);
-    void *q = sf_malloc(n);
-    if (q == NULL) return NULL;
-    memcpy(q, p, n < usable ? n : usable);
-    sf_free(p);
-    return q;
+    return realloc_move(p, n, usable);
 }
 
 /* ---- the rest of the API, shared by api.c and override.c ---------------- */

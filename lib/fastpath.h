@@ -31,7 +31,8 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
 SF_INLINE void *sf_malloc(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
     if (likely(n <= DIRECT_MAX)) {
-        sf_page_t *page = heap->direct[(n + 15) >> 4];
+        /* (another thread writes it when a phase begins: phase.c) */
+        sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
         if (likely(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }

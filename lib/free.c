@@ -66,25 +66,65 @@ static void count_remote(sf_heap_t *me) {
  * the list in (sf_page_collect_remote: reported and dropped there).  False:
  * the generic path sorts it out (the caller's own heap, the fallback heap,
  * guarded pages, a segment's header). */
-static bool free_remote_small(void *p) {
+SF_INLINE bool free_remote_small(void *p) {
     uintptr_t u = (uintptr_t)p, chunk = u >> SEG_SHIFT;
     if (!sf_segmap_is_small_chunk(chunk) || ((u >> SMALL_PAGE_SHIFT) & (SMALL_PAGES - 1)) == 0)
         return false; /* (page 0 of a small segment is its header) */
     sf_heap_t *owner = SF_PEEK(((sf_segment_t *)(chunk << SEG_SHIFT))->heap), *me = sf_tls_heap;
-    if (owner == me || owner == &sf_heap_fallback || sf_pages_checked()) return false;
+    /* (guarded pages: level >= 2; callers have ruled valgrind's tracking out) */
+    if (owner == me || owner == &sf_heap_fallback || sf_guard_level >= 2) return false;
     count_remote(me);
     sf_remote_free(owner, sf_small_page_desc(chunk, u), p);
     return true;
 }
 
+static void free_checked_uncounted(void *p);
+
+/* sf_free_generic and sf_free_checked under valgrind's tracking or in a
+ * phase.  While a phase is open (phase.c) no page has a fast-path owner, so
+ * every free comes to one of them, and is counted here with the bytes of
+ * its block. */
+static SF_NOINLINE void free_special(void *p) {
+    if (!(sf_mode() & SF_MODE_PHASE)) return sf_tracked_free(p);
+    /* the owner's small block on a page with nothing unusual: pushed as
+     * the fast path would (it is off), counted with the page's block size */
+    uintptr_t u = (uintptr_t)p, chunk = u >> SEG_SHIFT;
+    sf_heap_t *me = sf_tls_heap;
+    if (sf_segmap_is_small_chunk(chunk) && ((u >> SMALL_PAGE_SHIFT) & (SMALL_PAGES - 1)) != 0 &&
+        SF_PEEK(((sf_segment_t *)(chunk << SEG_SHIFT))->heap) == me && !sf_pages_checked()) {
+        sf_page_t *page = sf_small_page_desc(chunk, u);
+        uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
+        sf_block_t *b = p;
+        if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
+            sf_offset_is_block_start(page, off) && b->cookie != sf_page_cookie(page)) {
+            sf_phase_count(SF_PHASE_FREE, -(int64_t)page->block_size);
+            b->next = page->local_free;
+            sf_free_to_local(me, page, b);
+            return;
+        }
+    }
+    size_t bytes = sf_block_bytes(p);
+    if (bytes != 0) sf_phase_count(SF_PHASE_FREE, -(int64_t)bytes);
+    if (unlikely(sf_tracked)) sf_tracked_free(p); /* (which ends in free_checked_uncounted) */
+    else if (!free_remote_small(p)) free_checked_uncounted(p);
+}
+
 void sf_free_generic(void *p) {
-    /* level 2: its fast push first (callers other than free come straight here) */
+    /* level 2: its fast push first (callers other than free come straight
+     * here; in a phase no page takes it, phase.c) */
     if (sf_l2_fast && sf_l2_free_owned(p)) return;
-    if (unlikely(sf_tracked)) sf_tracked_free(p);
-    else if (!free_remote_small(p)) sf_free_checked(p);
+    if (unlikely(sf_mode())) free_special(p); /* tracked or in a phase */
+    else if (!free_remote_small(p)) free_checked_uncounted(p);
 }
 
 void sf_free_checked(void *p) {
+    if (unlikely(sf_mode())) return free_special(p);
+    free_checked_uncounted(p);
+}
+
+void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
+
+static void free_checked_uncounted(void *p) {
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;
@@ -97,6 +137,11 @@ void sf_free_checked(void *p) {
     sf_block_t *b = p;
     sf_heap_t *owner = seg->heap, *me = sf_tls_heap;
     if (owner == me) {
+        /* a phase ended and left this page off the free fast path: back on
+         * (sf_page_set_fast_owner reads the flags; before the free, which
+         * may release the page) */
+        if (unlikely(SF_PEEK(page->fast_heap) == NULL) && !(SF_GET(page->flags) & SF_PAGE_FULL) && !sf_phase_on())
+            sf_page_set_fast_owner(page, me);
         sf_heap_owner_free(me, page, b); /* flags set: full or guarded page */
     } else if (owner == &sf_heap_fallback) {
         free_to_fallback(page, b);

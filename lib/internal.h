@@ -406,6 +406,11 @@ typedef struct sf_heap_s {
     uint64_t remote_collected; /* blocks other threads freed, taken from page lists */
     uint64_t page_allocs;
     sf_reuse_t page_reuse;    /* its pages in use lately (decommit.policy = adaptive) */
+    /* phase.c: while phases are open, the counts of this heap's thread and
+     * its delta of block bytes not yet added to the shared sum */
+    uint64_t phase_counts[4];
+    int64_t phase_delta;
+    uint32_t phase_epoch;
     uint32_t purge_count;     /* pages on its purge queue */
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
     size_t quarantine_bytes, quarantine_count;
@@ -438,6 +443,16 @@ SF_HIDDEN extern uint8_t sf_guard_level; /* copied from the knob at start-up */
 SF_HIDDEN extern bool sf_l2_fast;
 SF_HIDDEN extern bool sf_tracked; /* under valgrind with valgrind.track on (track.c) */
 SF_INLINE bool sf_pages_checked(void) { return sf_guard_level >= 2 || sf_tracked; }
+/* What takes the generic paths out of their usual way, in one byte so that
+ * each asks one question where it asked "tracked?" before (outside a phase
+ * and valgrind, they cost what they cost without phases): SF_MODE_TRACKED
+ * mirrors sf_tracked (set at start-up), SF_MODE_PHASE is set while a phase
+ * is open (phase.c). */
+enum { SF_MODE_TRACKED = 1, SF_MODE_PHASE = 2 };
+SF_HIDDEN extern uint8_t sf_generic_mode; /* written with __atomic_fetch_or/and */
+/* (SF_PEEK: a compare with memory; a thread that reads the old value a
+ * moment after a phase began or ended is one operation counted or not) */
+SF_INLINE unsigned sf_mode(void) { return SF_PEEK(sf_generic_mode); }
 
 /* ---- segment.c -------------------------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_seg_lock;
@@ -451,6 +466,35 @@ SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
 
 SF_HIDDEN void sf_release_segments(size_t count);
+
+/* ---- phase.c: phase measurements (sefer_phase_begin/end) ------------------- */
+/* While a phase is open the fast paths are off (every malloc and free takes
+ * the generic paths, which count): sf_phase_on() is their one question. */
+SF_HIDDEN extern _Atomic int sf_phase_depth;
+SF_INLINE bool sf_phase_on(void) { return atomic_load_explicit(&sf_phase_depth, memory_order_relaxed) != 0; }
+enum sf_phase_what { SF_PHASE_ALLOC, SF_PHASE_FREE, SF_PHASE_REALLOC, SF_PHASE_ALLOCATED };
+#define SF_PHASE_FOLD ((int64_t)64 << 10) /* a heap's delta of block bytes goes shared past this */
+#define SF_PHASES_OPEN_MAX 16             /* nested phases at once */
+#define SF_PHASES_KEPT 64                 /* ended phases kept for /phases */
+/* what: ALLOC, FREE or REALLOC (not ALLOCATED); bytes: the change in bytes
+ * in allocated blocks it made (+ for an allocation, - for a free) */
+SF_HIDDEN void sf_phase_count(enum sf_phase_what what, int64_t bytes);
+SF_HIDDEN void sf_phase_committed(uint64_t committed);
+typedef struct {
+    char name[64];
+    uint64_t running_ns, start_ms, block_bytes_entry, block_bytes_peak;
+} sf_phase_open_t;
+typedef struct {
+    struct sefer_phase done[SF_PHASES_KEPT]; /* oldest first */
+    size_t ndone;
+    uint64_t done_total; /* phases ended since the start */
+    sf_phase_open_t open[SF_PHASES_OPEN_MAX]; /* outermost first */
+    size_t nopen;
+} sf_phase_snap_t;
+SF_HIDDEN void sf_phase_snapshot(sf_phase_snap_t *out);
+/* Bytes of the allocated block at p (its class size or span), 0 if p is no
+ * block start (alloc.c). */
+SF_HIDDEN size_t sf_block_bytes(const void *p);
 
 /* ---- decommit.c: how much free memory stays committed ---------------------- */
 SF_HIDDEN void sf_reuse_level(sf_reuse_t *r, uint64_t now, uint64_t in_use);
@@ -534,6 +578,7 @@ SF_HIDDEN size_t sf_trim(void);
 SF_HIDDEN void sf_print_stats(void);
 SF_HIDDEN void sf_free_generic(void *p);
 SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
+SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
 SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
 
 /* ---- guard.c ---------------------------------------------------------------- */
@@ -587,6 +632,11 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
                   : f == SF_PAGE_GUARDED && sf_l2_fast      ? (uintptr_t)heap | SF_L2_OWNER_TAG
                                                                   : 0;
     SF_SET(page->fast_heap, (sf_heap_t *)v);
+    /* a phase that began meanwhile must not find a fast page (phase.c) */
+    if (v != 0) {
+        atomic_thread_fence(memory_order_seq_cst);
+        if (sf_phase_on()) SF_SET(page->fast_heap, NULL);
+    }
 }
 SF_HIDDEN void *sf_guarded_malloc(size_t n, size_t align);
 SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner);

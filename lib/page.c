@@ -49,7 +49,13 @@ void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
     unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
     unsigned hi = sf_class_size[class_idx] / 16;
-    for (unsigned i = lo; i <= hi; i++) table[i] = page;
+    for (unsigned i = lo; i <= hi; i++) SF_SET(table[i], page);
+    /* a phase that began meanwhile must find no fast page (phase.c) */
+    if (page != &sf_empty_page) {
+        atomic_thread_fence(memory_order_seq_cst);
+        if (sf_phase_on())
+            for (unsigned i = lo; i <= hi; i++) SF_SET(table[i], &sf_empty_page);
+    }
 }
 
 void sf_page_init(sf_page_t *page, unsigned class_idx) {

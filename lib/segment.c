@@ -115,6 +115,7 @@ static size_t header_bytes(unsigned page_count) {
 static void commit_add(sf_segment_t *seg, size_t n) {
     SF_SET(seg->committed_bytes, seg->committed_bytes + n);
     sf_stat_add(&sf_gstats.committed, n);
+    if (unlikely(sf_phase_on())) sf_phase_committed(atomic_load_explicit(&sf_gstats.committed, memory_order_relaxed));
 }
 
 /* ---- small and medium segments ---------------------------------------- */

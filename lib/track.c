@@ -61,6 +61,7 @@ static bool under_memcheck(void) {
 /* valgrind.track = false keeps the untracked behaviour under memcheck too. */
 void sf_track_init(void) {
     sf_tracked = sf_knob(SF_KNOB_VALGRIND_TRACK) != 0 && under_memcheck();
+    if (sf_tracked) __atomic_fetch_or(&sf_generic_mode, SF_MODE_TRACKED, __ATOMIC_RELAXED);
 }
 
 void sf_track_quiet_begin(void) {
@@ -83,7 +84,7 @@ void sf_tracked_free(void *p) {
     if (p == NULL) return;
     VALGRIND_FREELIKE_BLOCK(p, 0);
     VALGRIND_DISABLE_ERROR_REPORTING;
-    sf_free_checked(p);
+    sf_free_tracked_tail(p); /* (counted in a phase by the caller) */
     VALGRIND_ENABLE_ERROR_REPORTING;
 }
 

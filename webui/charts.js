@@ -13,9 +13,12 @@
 //
 // Marks are dashed vertical lines with a label, on both charts: the
 // process's events (from /events) and the page's own (restart, gone).
+// Phases (from /phases) are pale green spans with their name, on both
+// charts; one still open runs to the right edge.
 //
-// The number of points is on each chart's element as data-points, and of
-// marks as data-marks (the browser test reads them).
+// The number of points is on each chart's element as data-points, of marks
+// as data-marks, and the phases drawn as data-spans (name,name,...; the
+// browser test reads them).
 
 import {bytes, short} from './format.js';
 import {MEM_SERIES, OPS_SERIES} from './timeline.js';
@@ -54,6 +57,32 @@ function marksPlugin(timeline) {
       const w = ctx.measureText(m.label).width; // to the left of the line near the right edge
       const tx = x + 3 * dpr + w > left + width ? x - 3 * dpr - w : x + 3 * dpr;
       ctx.fillText(m.label, tx, top + (11 + 11 * (i % 4)) * dpr);
+    });
+    ctx.restore();
+  };
+  return {hooks: {draw: [draw]}};
+}
+
+// A uPlot plugin drawing the phases as pale spans with their name on top.
+function spansPlugin(timeline) {
+  const draw = (u) => {
+    const {ctx} = u;
+    const {left, top, width, height} = u.bbox;
+    const dpr = window.devicePixelRatio || 1;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(left, top, width, height);
+    ctx.clip();
+    ctx.font = 10 * dpr + 'px system-ui, sans-serif';
+    timeline.spans.forEach((s) => {
+      const x0 = Math.max(left, u.valToPos(s.from, 'x', true));
+      const x1 = s.to === null ? left + width : Math.min(left + width, u.valToPos(s.to, 'x', true));
+      if (x1 <= x0) return;
+      ctx.globalAlpha = 0.10 + 0.05 * Math.min(3, (s.depth || 1) - 1);
+      ctx.fillStyle = '#059669';
+      ctx.fillRect(x0, top, x1 - x0, height);
+      ctx.globalAlpha = 1;
+      ctx.fillText(s.name, x0 + 3 * dpr, top + height - 4 * dpr);
     });
     ctx.restore();
   };
@@ -111,8 +140,8 @@ export class Charts {
     this.range = 0; // seconds shown; 0: the whole run
     const w = (e) => Math.max(300, e.clientWidth);
     const d = this.data();
-    this.mem = new window.uPlot(options(MEM_SERIES, bytes, [marksPlugin(timeline), rangesPlugin(timeline)], w(memEl)), d.mem, memEl);
-    this.ops = new window.uPlot(options(OPS_SERIES, (v) => short(v) + '/s', [marksPlugin(timeline)], w(opsEl)), d.ops, opsEl);
+    this.mem = new window.uPlot(options(MEM_SERIES, bytes, [spansPlugin(timeline), marksPlugin(timeline), rangesPlugin(timeline)], w(memEl)), d.mem, memEl);
+    this.ops = new window.uPlot(options(OPS_SERIES, (v) => short(v) + '/s', [spansPlugin(timeline), marksPlugin(timeline)], w(opsEl)), d.ops, opsEl);
     const ro = new ResizeObserver(() => {
       this.mem.setSize({width: w(memEl), height: HEIGHT});
       this.ops.setSize({width: w(opsEl), height: HEIGHT});
@@ -156,12 +185,19 @@ export class Charts {
       e.dataset.marks = marks;
       e.dataset.range = this.range;
     });
+    this.labelSpans();
   }
 
-  // Redraw without new data (a mark was added).
+  labelSpans() {
+    const names = this.timeline.spans.map((s) => s.name + (s.to === null ? ' (open)' : '')).join(',');
+    this.els.forEach((e) => (e.dataset.spans = names));
+  }
+
+  // Redraw without new data (a mark or a phase was added).
   redraw() {
     this.mem.redraw(false);
     this.ops.redraw(false);
     this.els.forEach((e) => (e.dataset.marks = this.timeline.marks.length));
+    this.labelSpans();
   }
 }

@@ -18,6 +18,9 @@
 // Either endpoint answering 404 means this process has none (history off,
 // or an older sefer): the page then draws its own polls and says what it
 // saw change, as before (app.js asks historyOn() and eventsOn()).
+//
+// /phases gives the phases the process measured (sefer_phase_begin/end):
+// the charts draw them as spans.
 
 import {HISTORY_FIELDS, MAX_POINTS} from './timeline.js';
 import {eventLabel} from './events.js';
@@ -32,6 +35,7 @@ export class Feed {
     this.eventsState = null; // as history
     this.after = 0; // the process's events up to this number are shown
     this.info = null; // the last /history reply's description (without its parts)
+    this.phases = null; // as history
   }
 
   historyOn() {
@@ -50,6 +54,7 @@ export class Feed {
       out.push({what: 'history', path: '/history?fields=' + HISTORY_FIELDS.join(',') + '&since=' + since});
     }
     if (this.eventsState !== false) out.push({what: 'events', path: '/events?pretty=0&after=' + this.after});
+    if (this.phases !== false) out.push({what: 'phases', path: '/phases?pretty=0'});
     return out;
   }
 
@@ -58,10 +63,12 @@ export class Feed {
     if (!r.ok) {
       if (r.kind === 'http' && r.status === 404) { // this process has none
         if (what === 'history') this.history = false;
+        else if (what === 'phases') this.phases = false;
         else this.eventsState = false;
       }
       return false;
     }
+    if (what === 'phases') return this.takePhases(r.json);
     return what === 'history' ? this.takeHistory(r.json) : this.takeEvents(r.json);
   }
 
@@ -82,6 +89,13 @@ export class Feed {
     return added > 0 || other;
   }
 
+  takePhases(ph) {
+    this.phases = true;
+    const before = JSON.stringify(this.timeline.spans);
+    this.timeline.setSpans(ph);
+    return JSON.stringify(this.timeline.spans) !== before;
+  }
+
   takeEvents(ev) {
     this.eventsState = true;
     if (ev.recorded < this.after) { // another process: read its events from the start
@@ -91,7 +105,9 @@ export class Feed {
       return true;
     }
     this.events.addFromProcess(ev.events);
-    ev.events.forEach((e) => this.timeline.mark(e.t / 1000, e.kind, eventLabel(e), true));
+    // a phase's begin and end are its span's edges (from /phases), not marks
+    const spanned = (e) => this.phases !== false && (e.kind === 'phase_begin' || e.kind === 'phase_end');
+    ev.events.filter((e) => !spanned(e)).forEach((e) => this.timeline.mark(e.t / 1000, e.kind, eventLabel(e), true));
     this.after = ev.complete_upto;
     this.events.setCounts(ev);
     return ev.events.length > 0;

@@ -48,6 +48,14 @@ export class Timeline {
   constructor() {
     this.reset();
     this.marks = []; // {t (s), kind, label}
+    this.spans = []; // the process's phases (/phases): {from, to (s; null: still open), name}
+  }
+
+  // The phases from a /phases reply: those that ended (the process keeps
+  // the last 64) and those still open, outermost first.
+  setSpans(ph) {
+    this.spans = ph.ended.map((p) => ({from: p.start_ms / 1000, to: p.end_ms / 1000, name: p.name, depth: p.depth}))
+        .concat(ph.open.map((p) => ({from: p.start_ms / 1000, to: null, name: p.name, depth: p.depth})));
   }
 
   reset() {

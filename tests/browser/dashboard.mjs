@@ -505,6 +505,23 @@ async function historyChecks(browser) {
     log('# events: ' + kinds.join(', '));
   });
 
+  await check('the process\'s phase is a span on both charts, where its step was', async () => {
+    await page.waitForFunction(() => (document.getElementById('chart-mem').dataset.spans || '').includes('peak'), null, {timeout: 5000});
+    for (const id of ['#chart-mem', '#chart-ops']) {
+      const spans = await attr(page, id, 'spans');
+      assert(spans === 'peak', id + ' spans: "' + spans + '"');
+    }
+    const s = await page.evaluate(() => window.sefer.timeline.spans[0]);
+    const from = s.from * 1000, to = s.to * 1000;
+    assert(Math.abs(from - steps[1]) < 300, 'the phase begins at ' + from + ', step 2 at ' + steps[1]);
+    assert(Math.abs(to - steps[2]) < 300, 'the phase ends at ' + to + ', step 3 at ' + steps[2]);
+    const ph = await getJSON(url, '/phases');
+    assert(ph.ended.length === 1 && ph.ended[0].name === 'peak', '/phases: ' + JSON.stringify(ph));
+    const peak = ph.ended[0].block_bytes_peak - ph.ended[0].block_bytes_entry;
+    assert(Math.abs(peak - 32 * MIB) < 2 * MIB, 'the phase\'s peak is ' + peak + ' above its entry, not 32 MiB');
+    log('# phase "peak": ' + Math.round(to - from) + ' ms, peak ' + (peak / MIB).toFixed(1) + ' MiB above entry');
+  });
+
   await check('the time range: last 5 minutes, last hour, whole run', async () => {
     for (const [value, span] of [['300', 300], ['3600', 3600]]) {
       await page.selectOption('#range', value);

@@ -8,8 +8,9 @@
  * each for a second (one block allocated or freed per step, every byte
  * written, so RSS follows), printing "step K WALL_MS" as each begins; then
  * sets decommit.delay to 250 ms (sefer_config_set, found in the preloaded
- * libsefer.so) and calls malloc_trim(0): two events.  Prints "done" and
- * waits until its stdin is closed. */
+ * libsefer.so) and calls malloc_trim(0): two events.  The 48 MiB step is
+ * a phase named "peak" (sefer_phase_begin/end): a span on the dashboard.
+ * Prints "done" and waits until its stdin is closed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -41,15 +42,23 @@ static void *filled(size_t n) {
 }
 
 int main(void) {
+    int (*phase_begin)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "sefer_phase_begin");
+    int (*phase_end)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "sefer_phase_end");
+    if (phase_begin == NULL || phase_end == NULL) {
+        fprintf(stderr, "steps_host: not under sefer (no sefer_phase_begin)\n");
+        return 1;
+    }
     usleep(1000000);
     step(1);
     keep[0] = filled(16 * MIB);
     usleep(1000000);
     step(2);
+    phase_begin("peak");
     keep[1] = filled(32 * MIB);
     usleep(1000000);
     step(3);
     free(keep[1]);
+    phase_end(NULL);
     usleep(1000000);
     step(4);
     free(keep[0]);

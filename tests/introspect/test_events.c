@@ -13,8 +13,11 @@
  *                  its ring, which fills: one burst, one event (heap, capacity)
  *   trim           sefer_trim() (bytes released, as returned)
  *
- * Heap-profile marks and phase boundaries have their kinds and recording
- * functions but no caller yet; tests/test_events.c records them directly. */
+ *   phase_begin, phase_end  a phase (sefer_phase_begin/end) with its
+ *                  figures, and the same phase in /phases
+ *
+ * Heap-profile marks have their kind and recording function; the profiler
+ * records them (tests/test_events.c records them directly too). */
 #include "itest.h"
 
 static cJSON *events_of(int port, const char *kind, int *count)
@@ -179,6 +182,49 @@ START_TEST(test_ring_overflow_burst)
 }
 END_TEST
 
+/* A phase: its begin and end events with their figures, and /phases. */
+START_TEST(test_phase_events_and_endpoint)
+{
+    int port = it_start();
+    int rc = sefer_phase_begin("batch");
+    void *p = malloc(256 << 10);
+    free(p);
+    struct sefer_phase ph = {.size = sizeof ph};
+    int rc2 = sefer_phase_end(&ph);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(rc2, 0);
+    cJSON *b = one_event(port, "phase_begin");
+    ck_assert_str_eq(it_str(b, "name"), "batch");
+    ck_assert_uint_eq(it_u64(b, "block_bytes_entry"), ph.block_bytes_entry);
+    ck_assert_uint_eq(it_u64(b, "depth"), 1);
+    cJSON_Delete(b);
+    cJSON *e = one_event(port, "phase_end");
+    ck_assert_str_eq(it_str(e, "name"), "batch");
+    ck_assert_uint_eq(it_u64(e, "block_bytes_peak"), ph.block_bytes_peak);
+    ck_assert_uint_eq(it_u64(e, "block_bytes_exit"), ph.block_bytes_exit);
+    cJSON_Delete(e);
+    cJSON *all = it_json(port, "/phases");
+    ck_assert_uint_eq(it_u64(all, "ended_total"), 1);
+    ck_assert_int_eq(cJSON_GetArraySize(it_item(all, "open")), 0);
+    const cJSON *d = it_item(all, "ended")->child;
+    ck_assert_str_eq(it_str(d, "name"), "batch");
+    ck_assert_uint_eq(it_u64(d, "block_bytes_peak"), ph.block_bytes_peak);
+    ck_assert_uint_eq(it_u64(d, "block_bytes_peak") - it_u64(d, "block_bytes_entry"), 256 << 10);
+    ck_assert_uint_eq(it_u64(d, "allocs"), ph.allocs);
+    ck_assert_uint_eq(it_u64(d, "start_ms"), ph.start_ms);
+    ck_assert_uint_ge(it_u64(d, "end_ms"), it_u64(d, "start_ms"));
+    cJSON_Delete(all);
+    /* an open phase is listed as open */
+    ck_assert_int_eq(sefer_phase_begin("still open"), 0);
+    all = it_json(port, "/phases");
+    ck_assert_int_eq(cJSON_GetArraySize(it_item(all, "open")), 1);
+    ck_assert_str_eq(it_str(it_item(all, "open")->child, "name"), "still open");
+    cJSON_Delete(all);
+    ck_assert_int_eq(sefer_phase_end(NULL), 0);
+    sefer_introspect_stop();
+}
+END_TEST
+
 START_TEST(test_trim)
 {
     int port = it_start();
@@ -234,6 +280,7 @@ int main(void)
     tcase_add_test(tc, test_guard_detection);
     tcase_add_test(tc, test_ring_overflow_burst);
     tcase_add_test(tc, test_trim);
+    tcase_add_test(tc, test_phase_events_and_endpoint);
     tcase_add_test(tc, test_after_since_and_counts);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
