@@ -88,6 +88,7 @@ void sf_free_checked(void *p) {
     if (page == NULL) return;
     if (sf_guard_level >= 2 && !sf_guarded_free_ok(seg, page, p, seg->heap == sf_tls_heap))
         return; /* canary or cross-thread double free: reported and refused */
+    if (unlikely(SF_GET(page->flags) & SF_PAGE_SAMPLED)) sf_prof_freed(p);
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         sf_span_free(seg);
         return;

@@ -321,6 +321,7 @@ SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     sf_lock(&sf_knob_lock);
     set_value(i, v, value, SF_SRC_RUNTIME);
     sf_unlock(&sf_knob_lock);
+    if (i == SF_KNOB_PROFILE_SAMPLE_BYTES) sf_prof_knob_changed();
     return 0;
 }
 
