@@ -161,6 +161,13 @@ typedef struct {
 typedef void sf_endpoint_fn(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r);
 SF_HIDDEN sf_endpoint_fn sf_ep_segments, sf_ep_heaps, sf_ep_rings, sf_ep_stats, sf_ep_config,
     sf_ep_healthz, sf_ep_metrics, sf_ep_config_set, sf_ep_trim;
+/* the heap profile (profile_views.c, pprof.c) */
+SF_HIDDEN sf_endpoint_fn sf_ep_profile_sites, sf_ep_profile_stacks, sf_ep_profile_mark, sf_ep_pprof_heap,
+    sf_ep_pprof_allocs;
+#define SF_PROFILE_TICK_MS 1000 /* the server's thread calls sf_profile_tick at least this often */
+SF_HIDDEN void sf_profile_tick(void);
+/* profile.output: the file written at exit and on SIGUSR2 (autostart.c) */
+SF_HIDDEN void sf_profile_output_init(void);
 
 /* Replies: JSON (takes and deletes root), an error object, plain text. */
 SF_HIDDEN void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty);

@@ -74,6 +74,11 @@ static const struct route routes[] = {
     {"/config", "POST", sf_ep_config_set, "", true},
     {"/metrics", "GET", sf_ep_metrics, "", false},
     {"/trim", "POST", sf_ep_trim, "", true},
+    {"/profile/sites", "GET", sf_ep_profile_sites, "by limit since pretty", false},
+    {"/profile/stacks", "GET", sf_ep_profile_stacks, "by pretty", false},
+    {"/profile/mark", "POST", sf_ep_profile_mark, "", true},
+    {"/debug/pprof/heap", "GET", sf_ep_pprof_heap, "gc seconds", false},
+    {"/debug/pprof/allocs", "GET", sf_ep_pprof_allocs, "gc seconds", false},
 };
 #define ROUTES (sizeof routes / sizeof *routes)
 

@@ -127,6 +127,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       NULL, "heap profiling: memory its tables may take; a sample that finds them full is dropped") \
     X(PROFILE_SEED, "profile.seed", SF_KNOB_UINT, 0, 0, UINT32_MAX, 0, NULL,                        \
       "heap profiling: seed of the sampling (0: a different one each run)")                       \
+    X(PROFILE_OUTPUT, "profile.output", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                          \
+      "heap profiling: a pprof file written at exit and on SIGUSR2 (sefer run --profile)")        \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
       "start the introspection HTTP server")                                                       \
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
