@@ -130,9 +130,21 @@ static void history_take(uint64_t now) {
     sf_prof_copy_free(&c);
 }
 
+/* profile.output with each "%p" replaced by the process id (one file per
+ * process when children inherit the setting). */
 static void write_output(void) {
-    char path[SF_KNOB_STR_MAX];
-    if (sefer_config_get("profile.output", path, sizeof path) != 0 || path[0] == '\0') return;
+    char knob[SF_KNOB_STR_MAX], path[SF_KNOB_STR_MAX + 256];
+    if (sefer_config_get("profile.output", knob, sizeof knob) != 0 || knob[0] == '\0') return;
+    size_t n = 0;
+    for (const char *c = knob; *c && n + 24 < sizeof path; c++) {
+        if (c[0] == '%' && c[1] == 'p') {
+            n += (size_t)snprintf(path + n, sizeof path - n, "%ld", (long)getpid());
+            c++;
+        } else {
+            path[n++] = *c;
+        }
+    }
+    path[n] = '\0';
     if (sf_pprof_write_file(path) != 0)
         fprintf(stderr, "sefer: profile.output %s: %s\n", path, strerror(errno));
 }

@@ -302,9 +302,12 @@ static void name_address(uintptr_t a, sf_sym_t *s) {
             break;
         }
     dw_name(a, s);
-    if (s->function == NULL) { /* exported symbols only */
+    if (s->function == NULL) { /* exported symbols only, and only inside one */
         Dl_info info;
-        if (dladdr((void *)a, &info) != 0 && info.dli_sname != NULL) s->function = strdup(info.dli_sname);
+        const ElfW(Sym) *sym = NULL;
+        if (dladdr1((void *)a, &info, (void **)&sym, RTLD_DL_SYMENT) != 0 && info.dli_sname != NULL &&
+            sym != NULL && a - (uintptr_t)info.dli_saddr < sym->st_size)
+            s->function = strdup(info.dli_sname);
     }
     if (s->function != NULL) { /* "__libc_start_main@@GLIBC_2.34": the name without its version */
         char *at = strchr(s->function, '@');
