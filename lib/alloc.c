@@ -42,9 +42,9 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
          * empty page never appear in direct[], so links are plain here. */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->local_free;
-        /* (profiling: lists reach the fast path through page.c, cut at the
-         * next sample) */
-        if (b != NULL && likely(!sf_prof_is_armed())) {
+        if (b != NULL) {
+            /* (profiling: the list is charged, and cut at the next sample) */
+            if (unlikely(sf_prof_is_armed())) return sf_prof_malloc_swap(n, heap, page);
             page->local_free = NULL;
             return sf_hand_out(heap, page, b, b->next);
         }

@@ -183,8 +183,8 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     if (page == NULL || SF_GET(page->flags) != 0) return NULL;
     sf_block_t *b = page->free;
     if (b == NULL) {
-        /* (profiling: a new list reaches the page through page.c, charged) */
-        if ((b = page->local_free) == NULL || unlikely(sf_prof_is_armed())) return NULL;
+        if ((b = page->local_free) == NULL) return NULL;
+        if (unlikely(sf_prof_is_armed())) return sf_prof_swap(heap, page); /* (charged) */
         page->local_free = NULL;
     }
     return sf_hand_out(heap, page, b, b->next);

@@ -649,6 +649,14 @@ SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run ti
 /* sf_heap_malloc_class: the class's current page has nothing on its free
  * list; true if this allocation is the class's next sample. */
 SF_HIDDEN bool sf_prof_due(sf_heap_t *heap, unsigned class_idx);
+/* The owner's frees of `page` (local_free, not empty; free is empty)
+ * become its list, charged: the first block, or NULL if this allocation is
+ * the class's next sample (the caller then takes the slow path). */
+SF_HIDDEN void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page);
+/* sf_malloc_generic's swap: the same, or the slow path for the sample (one
+ * tail call taking the registers as they are: nothing moves on the path
+ * without profiling) */
+SF_HIDDEN void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page);
 /* page->free was just given a list (local_free now NULL): charge it. */
 SF_HIDDEN void sf_prof_charge(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves its heap */

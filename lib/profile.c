@@ -9,9 +9,10 @@
  * floor(E / s) with E exponential of mean R.  Each heap keeps that count per
  * class (sf_heap_prof_t.skip), so the fast paths need not count anything:
  *
- *   - a free list reaches the fast path only from page.c (page_refill, a
- *     new page), and only there while profiling (sf_prof_armed: alloc.c and
- *     fastpath.h leave their shortcuts).  sf_prof_charge takes the list's
+ *   - a free list reaches the fast path from page.c (page_refill, a new
+ *     page) and from the swaps of alloc.c and fastpath.h, which call
+ *     sf_prof_swap while profiling (the remote-free and level 2 swaps leave
+ *     it to page.c).  sf_prof_charge takes the list's
  *     length (capacity - used, O(1)) off the count; a list longer than the
  *     count is cut after `count` blocks, the rest going to local_free, so
  *     the fast path runs dry exactly at the class's next sample;
@@ -40,6 +41,7 @@
  * (prof_lock) guards them; it is taken last, holds no other lock and never
  * waits inside, and the stack is captured before it is taken. */
 #include "profile.h"
+#include "fastpath.h"
 
 #include <sys/types.h>
 #include <time.h>
@@ -172,6 +174,21 @@ void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
     sf_link_set(page, last, NULL);
     page->local_free = rest; /* (it was empty: the list just came from it or is new) */
     *skip = 0;
+}
+
+void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page) {
+    heap_refresh(heap);
+    if (heap->prof.rate != 0 && heap->prof.skip[page->class_idx] == 0) return NULL;
+    page->free = page->local_free;
+    page->local_free = NULL;
+    sf_prof_charge(heap, page);
+    sf_block_t *b = page->free;
+    return sf_hand_out(heap, page, b, b->next);
+}
+
+void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page) {
+    void *p = sf_prof_swap(heap, page);
+    return p != NULL ? p : sf_malloc_slow(n, heap);
 }
 
 void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
