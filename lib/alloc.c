@@ -142,7 +142,9 @@ static bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t
     return n <= usable && n >= usable / 2;
 }
 
-void *sf_realloc(void *p, size_t n) {
+/* (flatten: the generic allocation path is inlined here, as it was before
+ * profiling added a branch to it and the compiler stopped doing so) */
+__attribute__((flatten)) void *sf_realloc(void *p, size_t n) {
     if (p == NULL) return sf_malloc(n);
     if (n == 0) {
         sf_free(p);
