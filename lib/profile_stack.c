@@ -28,10 +28,29 @@
  * ("Heap profiling") has the cost of one capture. */
 #include "profile.h"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <unwind.h>
 
 static uintptr_t self_lo, self_hi;
+
+/* Whether the unwinder can read sefer's own frames: it needs the object's
+ * PT_GNU_EH_FRAME, which a program linked with -static lacks (gcc passes
+ * --eh-frame-hdr only to dynamic links), and libgcc's unwinder aborts the
+ * process when it cannot find the first frame's tables.  _dl_find_object
+ * answers without a lock and without allocating.  1 yes, -1 no, 0 not
+ * asked yet.  Without it a sample has no frames. */
+static int unwind_state;
+
+static bool can_unwind(void) {
+    int s = __atomic_load_n(&unwind_state, __ATOMIC_RELAXED);
+    if (s == 0) {
+        struct dl_find_object dlfo;
+        s = _dl_find_object((void *)(uintptr_t)sf_prof_capture, &dlfo) == 0 && dlfo.dlfo_eh_frame != NULL ? 1 : -1;
+        __atomic_store_n(&unwind_state, s, __ATOMIC_RELAXED);
+    }
+    return s > 0;
+}
 
 void sf_prof_self_range(uintptr_t *lo, uintptr_t *hi) {
     *lo = __atomic_load_n(&self_lo, __ATOMIC_ACQUIRE);
@@ -57,7 +76,7 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
 
 SF_NOINLINE unsigned sf_prof_capture(uintptr_t *out, unsigned max) {
     struct walk w = {out, 0, max, true, 0, 0};
-    if (max == 0) return 0;
+    if (max == 0 || !can_unwind()) return 0;
     sf_prof_self_range(&w.lo, &w.hi);
     sf_prof_quiet(true);
     _Unwind_Backtrace(walk_frame, &w);
