@@ -87,9 +87,13 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(guard_overflow, "writes past the end of a block found by its canary (level >= 2)")   \
     X(guard_use_after_free, "writes into a freed block found on reuse (level >= 2)")         \
     X(remote_list_frees, "remote frees that went onto their page's list, counted as the owner takes them back") \
-    X(heap_slots, "heaps made so far (live, abandoned or free): the most threads alive at once")
+    X(heap_slots, "heaps made so far (live, abandoned or free): the most threads alive at once") \
+    X(profile_samples, "heap profiling: allocations sampled, cumulative")                 \
+    X(profile_dropped, "heap profiling: samples lost because the profile's tables were full") \
+    X(profile_live_samples, "heap profiling: sampled blocks live now")                   \
+    X(profile_bytes, "heap profiling: memory the profile's tables take")
 
-#define SEFER_STATS_VERSION 3
+#define SEFER_STATS_VERSION 4
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -38,4 +38,5 @@ __attribute__((constructor(110))) static void sf_introspect_autostart(void) {
     sf_ensure_init();
     if (sf_knob(SF_KNOB_INTROSPECT_ENABLED) && !inherited_fixed_port())
         sf_introspect_start_reporting(NULL);
+    sf_profile_output_init();
 }

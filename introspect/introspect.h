@@ -168,6 +168,13 @@ SF_HIDDEN sf_endpoint_fn sf_ep_segments, sf_ep_heaps, sf_ep_rings, sf_ep_stats, 
 /* A knob value as /config gives it: integers (durations in ms), booleans,
  * enum choices and strings as strings. */
 SF_HIDDEN cJSON *sf_knob_json_value(const struct sf_knob_def *d, uint64_t v, const char *text);
+/* the heap profile (profile_views.c, pprof.c) */
+SF_HIDDEN sf_endpoint_fn sf_ep_profile_sites, sf_ep_profile_stacks, sf_ep_profile_mark, sf_ep_pprof_heap,
+    sf_ep_pprof_allocs;
+#define SF_PROFILE_TICK_MS 1000 /* the server's thread calls sf_profile_tick at least this often */
+SF_HIDDEN void sf_profile_tick(void);
+/* profile.output: the file written at exit and on SIGUSR2 (autostart.c) */
+SF_HIDDEN void sf_profile_output_init(void);
 
 /* Replies: JSON (takes and deletes root), an error object, plain text. */
 SF_HIDDEN void sf_reply_json(sf_reply_t *r, unsigned status, cJSON *root, bool pretty);
@@ -177,6 +184,9 @@ SF_HIDDEN void sf_reply_text(sf_reply_t *r, unsigned status, const char *type, s
 SF_HIDDEN bool sf_query_u64(const sf_query_t *q, const char *key, uint64_t dflt, uint64_t max,
                             uint64_t *out, sf_reply_t *r);
 SF_HIDDEN bool sf_query_pretty(const sf_query_t *q, sf_reply_t *r, bool *pretty);
+/* A text parameter (a name): absent leaves out empty; else 1 to size-1
+ * printable ASCII characters, or false with a 400 reply. */
+SF_HIDDEN bool sf_query_name(const sf_query_t *q, const char *key, char *out, size_t size, sf_reply_t *r);
 
 /* ---- sampler.c: the history of the figures (/history) ---------------------- */
 /* Maps the history's memory (the first time; a later server appends to the

@@ -179,6 +179,23 @@ bool sf_query_u64(const sf_query_t *q, const char *key, uint64_t dflt, uint64_t 
     return true;
 }
 
+bool sf_query_name(const sf_query_t *q, const char *key, char *out, size_t size, sf_reply_t *r) {
+    bool present;
+    const char *v = query_get(q, key, &present);
+    out[0] = '\0';
+    if (!present) return true;
+    bool ok = v != NULL && *v != '\0' && strlen(v) < size;
+    for (const char *c = v; ok && *c; c++) ok = *c >= 0x20 && *c < 0x7f;
+    if (!ok) {
+        char why[160];
+        snprintf(why, sizeof why, "query parameter %s must be 1 to %zu printable ASCII characters", key, size - 1);
+        sf_reply_error(r, 400, "bad request", why);
+        return false;
+    }
+    memcpy(out, v, strlen(v) + 1);
+    return true;
+}
+
 bool sf_query_pretty(const sf_query_t *q, sf_reply_t *r, bool *pretty) {
     uint64_t v = 1;
     if (!sf_query_u64(q, "pretty", 1, 1, &v, r)) return false;

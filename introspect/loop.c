@@ -294,6 +294,8 @@ static int poll_timeout(struct sf_loop *lp, bool *listen_ready) {
             lp->backoff_until = 0;
         }
     }
+    /* the heap profile's history and SIGUSR2 dumps (profile_views.c) */
+    if (ms < 0 || ms > SF_PROFILE_TICK_MS) ms = SF_PROFILE_TICK_MS;
     return (int)ms;
 }
 
@@ -342,6 +344,7 @@ static bool loop_once(struct sf_loop *lp) {
     nfds_t conns = watch_eofs(lp, p + 3, which);
     int n = poll(p, 3 + conns, timeout);
     if (atomic_load(&lp->stopping)) return false;
+    sf_profile_tick();
     if (n < 0 && errno != EINTR) return mark_lost(lp), false;
     for (int i = 0; i < 3; i++)
         if (p[i].revents & POLLNVAL) return mark_lost(lp), false; /* closed under us */

@@ -45,7 +45,11 @@ enum metric_type { GAUGE, COUNTER };
     X(guard_overflow, "sefer_guard_detections_total", COUNTER, "overflow")            \
     X(guard_use_after_free, "sefer_guard_detections_total", COUNTER, "use_after_free") \
     X(remote_list_frees, "sefer_remote_list_frees_total", COUNTER, NULL)                \
-    X(heap_slots, "sefer_heap_slots", GAUGE, NULL)
+    X(heap_slots, "sefer_heap_slots", GAUGE, NULL)                                    \
+    X(profile_samples, "sefer_profile_samples_total", COUNTER, NULL)                  \
+    X(profile_dropped, "sefer_profile_dropped_total", COUNTER, NULL)                  \
+    X(profile_live_samples, "sefer_profile_live_samples", GAUGE, NULL)                \
+    X(profile_bytes, "sefer_profile_bytes", GAUGE, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */

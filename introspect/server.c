@@ -77,6 +77,11 @@ static const struct route routes[] = {
     {"/events", "GET", sf_ep_events, "since after pretty", false},
     {"/phases", "GET", sf_ep_phases, "pretty", false},
     {"/trim", "POST", sf_ep_trim, "", true},
+    {"/profile/sites", "GET", sf_ep_profile_sites, "by limit since pretty", false},
+    {"/profile/stacks", "GET", sf_ep_profile_stacks, "by pretty", false},
+    {"/profile/mark", "POST", sf_ep_profile_mark, "name", true},
+    {"/debug/pprof/heap", "GET", sf_ep_pprof_heap, "gc seconds", false},
+    {"/debug/pprof/allocs", "GET", sf_ep_pprof_allocs, "gc seconds", false},
 };
 #define ROUTES (sizeof routes / sizeof *routes)
 
@@ -361,7 +366,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (p->too_big)
         return send_error(c, 413, "content too large", "request bodies are limited to 4096 bytes", NULL, false);
-    sf_query_t q = {0};
+    /* the query was checked in begin(); its strings live as long as the
+     * connection, so collect them again for the handler */
+    sf_query_t q;
+    enum MHD_Result ret;
+    if (!read_query(c, p->route, &q, &ret)) return ret;
     return run(c, p->route, &q, p->body, p->len);
 }
 

@@ -26,6 +26,7 @@ void *sf_alloc_class(unsigned c) {
         sf_unlock(&sf_fallback_lock);
         sf_stat_add(&sf_gstats.fallback_allocs, 1);
     }
+    if (unlikely(sf_prof_is_armed()) && p != NULL) sf_prof_after_class_alloc(p); /* (no lock held) */
     return likely(p != NULL) ? p : fail_enomem(sf_class_size[c]);
 }
 
@@ -35,7 +36,7 @@ void *sf_alloc_span(size_t n, size_t align) {
     void *block = NULL;
     if (sf_span_alloc(n, align, &block) == NULL) return fail_enomem(n);
     sf_stat_add(&sf_gstats.shared_allocs, 1);
-    return block;
+    return unlikely(sf_prof_is_armed()) ? sf_prof_span(block) : block;
 }
 
 /* While a phase is open (phase.c) the direct tables hold only the empty
@@ -68,6 +69,8 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->local_free;
         if (b != NULL) {
+            /* (profiling: the list is charged, and cut at the next sample) */
+            if (unlikely(sf_prof_is_armed())) return sf_prof_malloc_swap(n, heap, page);
             page->local_free = NULL;
             return sf_hand_out(heap, page, b, b->next);
         }
@@ -102,7 +105,7 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
          * here), after the same local_free swap on its own table */
         if (sf_l2_fast && n <= DIRECT_MAX - SF_CANARY) {
             sf_page_t *page = heap->gdirect[(n + SF_CANARY + 15) >> 4];
-            if (page->free == NULL && page->local_free != NULL) {
+            if (page->free == NULL && page->local_free != NULL && !sf_prof_is_armed()) {
                 page->free = page->local_free;
                 page->local_free = NULL;
             }
@@ -118,7 +121,7 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
-        if (sf_page_collect_remote(heap, page) != 0) {
+        if (sf_page_collect_remote(heap, page) != 0 && likely(!sf_prof_is_armed())) {
             sf_block_t *b = page->local_free;
             page->local_free = NULL;
             return sf_hand_out(heap, page, b, b->next);

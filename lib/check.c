@@ -256,7 +256,7 @@ static size_t walk_free_list(const sf_page_t *page, const sf_block_t *b) {
 static void check_page_owner(const sf_page_t *page, const sf_heap_t *heap) {
     uintptr_t fast = (uintptr_t)page->fast_heap;
     uint8_t flags = page->flags;
-    if (flags & ~(SF_PAGE_FULL | SF_PAGE_GUARDED))
+    if (flags & ~(SF_PAGE_FULL | SF_PAGE_GUARDED | SF_PAGE_SAMPLED))
         report("small/medium page with span flags", page);
     if (!(flags & SF_PAGE_GUARDED) != (sf_guard_level < 2))
         report("page's guarded flag disagrees with guard.level", page);
@@ -265,9 +265,9 @@ static void check_page_owner(const sf_page_t *page, const sf_heap_t *heap) {
     /* flags 0: the owner; full: none; guarded: none, or (level 2's fast
      * path) the owner tagged with bit 0 */
     uintptr_t owner = fast & ~(uintptr_t)1;
-    bool ok = flags == 0               ? fast == (uintptr_t)heap
-              : (flags & SF_PAGE_FULL) ? fast == 0
-                                       : owner == 0 || owner == (uintptr_t)heap;
+    bool ok = flags == 0                                    ? fast == (uintptr_t)heap
+              : (flags & (SF_PAGE_FULL | SF_PAGE_SAMPLED)) ? fast == 0
+                                                            : owner == 0 || owner == (uintptr_t)heap;
     if (!ok) report("page's fast-path owner disagrees with its flags", page);
 }
 
@@ -480,7 +480,8 @@ static void scan_map(void) {
 
 /* ---- lists of a checked heap ------------------------------------------------ */
 
-static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsigned c,
+/* c 0: the full list; sampled: a queue of pages for sampled blocks */
+static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsigned c, bool sampled,
                          size_t bound) {
     size_t n = 0;
     const sf_page_t *prev = NULL;
@@ -495,7 +496,7 @@ static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsign
         }
         bool full = page->flags & SF_PAGE_FULL;
         if (sf_segment_of(page)->heap != heap || !page->in_use || (c == 0) != full ||
-            (c != 0 && page->class_idx != c))
+            (c != 0 && page->class_idx != c) || (c != 0 && sampled != !!(page->flags & SF_PAGE_SAMPLED)))
             report("page in the wrong queue", page);
         if (page->prev != prev) report("page queue's back link is wrong", page);
     }
@@ -605,9 +606,11 @@ static void check_heap(int64_t hi) {
     const sf_heap_t *heap = heap_at(hi);
     const struct heap_tally *t = &ck.tally[hi];
     size_t queued = 0;
-    for (unsigned c = 1; c < CLASS_COUNT; c++)
-        queued += walk_queue(heap, &heap->queues[c], c, t->pages);
-    queued += walk_queue(heap, &heap->full, 0, t->pages);
+    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+        queued += walk_queue(heap, &heap->queues[c], c, false, t->pages);
+        queued += walk_queue(heap, &heap->sampled[c], c, true, t->pages);
+    }
+    queued += walk_queue(heap, &heap->full, 0, false, t->pages);
     if (queued != t->pages || heap->pages_in_use != t->pages)
         report("heap's queues or pages_in_use disagree with its pages in use", heap);
     check_direct(heap);

@@ -185,6 +185,7 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     sf_block_t *b = page->free;
     if (b == NULL) {
         if ((b = page->local_free) == NULL) return NULL;
+        if (unlikely(sf_prof_is_armed())) return sf_prof_swap(heap, page); /* (charged) */
         page->local_free = NULL;
     }
     return sf_hand_out(heap, page, b, b->next);

@@ -71,8 +71,10 @@ SF_INLINE bool free_remote_small(void *p) {
     if (!sf_segmap_is_small_chunk(chunk) || ((u >> SMALL_PAGE_SHIFT) & (SMALL_PAGES - 1)) == 0)
         return false; /* (page 0 of a small segment is its header) */
     sf_heap_t *owner = SF_PEEK(((sf_segment_t *)(chunk << SEG_SHIFT))->heap), *me = sf_tls_heap;
-    /* (guarded pages: level >= 2; callers have ruled valgrind's tracking out) */
-    if (owner == me || owner == &sf_heap_fallback || sf_guard_level >= 2) return false;
+    /* (guarded pages: level >= 2; callers have ruled valgrind's tracking
+     * out; with profiling on the page may be sampled, which
+     * free_checked_uncounted tells the profile about) */
+    if (owner == me || owner == &sf_heap_fallback || sf_guard_level >= 2 || sf_prof_is_armed()) return false;
     count_remote(me);
     sf_remote_free(owner, sf_small_page_desc(chunk, u), p);
     return true;
@@ -130,6 +132,7 @@ static void free_checked_uncounted(void *p) {
     if (page == NULL) return;
     if (sf_guard_level >= 2 && !sf_guarded_free_ok(seg, page, p, seg->heap == sf_tls_heap))
         return; /* canary or cross-thread double free: reported and refused */
+    if (unlikely(SF_GET(page->flags) & SF_PAGE_SAMPLED)) sf_prof_freed(p);
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         sf_span_free(seg);
         return;

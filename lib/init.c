@@ -27,6 +27,7 @@ void sf_init_slow(void) {
         sf_track_init();
         sf_l2_fast = sf_guard_level == 2 && !sf_tracked;
         sf_entry_choose();
+        sf_prof_init();
         sf_thread_key_ok = pthread_key_create(&sf_thread_key, sf_heap_thread_done) == 0;
         atomic_store_explicit(&sf_initialized, 1, memory_order_release);
     }
@@ -41,9 +42,11 @@ static void fork_prepare(void) {
     sf_lock(&sf_fallback_lock);
     sf_lock(&sf_cache_lock);
     sf_lock(&sf_seg_lock);
+    sf_prof_fork_prepare();
 }
 
 static void fork_parent(void) {
+    sf_prof_fork_parent();
     sf_unlock(&sf_seg_lock);
     sf_unlock(&sf_cache_lock);
     sf_unlock(&sf_fallback_lock);
@@ -61,6 +64,7 @@ static void fork_child(void) {
 __attribute__((constructor(101))) static void sf_constructor(void) {
     sf_ensure_init();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    sf_prof_constructor();
 }
 
 SEFER_EXPORT const char *sefer_version(void) { return SEFER_VERSION_STRING; }

@@ -119,6 +119,16 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \
       "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
+    X(PROFILE_SAMPLE_BYTES, "profile.sample_bytes", SF_KNOB_SIZE, 0, 0, 1ull << 40, 1, NULL,         \
+      "heap profiling: mean bytes allocated between two samples (0: off; docs/introspection.md)") \
+    X(PROFILE_DEPTH, "profile.depth", SF_KNOB_UINT, 32, 1, 64, 1, NULL,                             \
+      "heap profiling: frames kept of each sampled allocation's stack")                           \
+    X(PROFILE_MAX_BYTES, "profile.max_bytes", SF_KNOB_SIZE, 32ull << 20, 64ull << 10, 1ull << 40, 1, \
+      NULL, "heap profiling: memory its tables may take; a sample that finds them full is dropped") \
+    X(PROFILE_SEED, "profile.seed", SF_KNOB_UINT, 0, 0, UINT32_MAX, 0, NULL,                        \
+      "heap profiling: seed of the sampling (0: a different one each run)")                       \
+    X(PROFILE_OUTPUT, "profile.output", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                          \
+      "heap profiling: a pprof file written at exit and on SIGUSR2 (sefer run --profile)")        \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
       "start the introspection HTTP server")                                                       \
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \
@@ -250,7 +260,8 @@ struct sf_segment_s;
 enum sf_page_flag {
     SF_PAGE_FULL = 1,   /* in the heap's full list, not its class queue */
     SF_PAGE_SPAN = 2,   /* large or huge: the page is the whole span, one block */
-    SF_PAGE_GUARDED = 4 /* guard level >= 2 or tracked by valgrind: off levels 0-1's fast paths */
+    SF_PAGE_GUARDED = 4, /* guard level >= 2 or tracked by valgrind: off levels 0-1's fast paths */
+    SF_PAGE_SAMPLED = 8  /* serves sampled blocks only (profile.c): off every free fast path */
 };
 
 typedef struct sf_page_s {
@@ -288,7 +299,12 @@ typedef struct sf_page_s {
     struct sf_page_s *next, *prev;
     uint8_t *page_start;
     size_t page_bytes;
-    size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+    union {
+        size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+        size_t prof_charged; /* class pages: `free` was charged to the heap's sampling
+                                countdown (profile.c), so what is left on it is refunded
+                                if the page goes away */
+    };
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
@@ -375,6 +391,15 @@ typedef struct {
     uint64_t peak[SF_REUSE_WINDOW];  /* pages (a heap) or bytes (the large cache) */
 } sf_reuse_t;
 
+/* A heap's sampling state (profile.c): per size class, how many more
+ * allocations are not sampled; the blocks on its pages' free lists are
+ * charged to it when a list is handed to the fast path. */
+typedef struct {
+    uint64_t skip[CLASS_COUNT];
+    uint64_t rate; /* the profile.sample_bytes they were drawn with (0: none) */
+    uint64_t rng;  /* 0: not seeded yet */
+} sf_heap_prof_t;
+
 enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLLECTING };
 /* A thread's sf_tls_heap is a real registry heap, or one of two markers whose
  * direct table holds only the empty page, so the fast path falls through:
@@ -414,6 +439,8 @@ typedef struct sf_heap_s {
     uint32_t purge_count;     /* pages on its purge queue */
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
     size_t quarantine_bytes, quarantine_count;
+    sf_heap_prof_t prof;                  /* heap profiling: countdowns (profile.c) */
+    sf_page_queue_t sampled[CLASS_COUNT]; /* pages serving sampled blocks only */
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;
@@ -664,6 +691,38 @@ SF_HIDDEN void sf_track_zeroed(void *p, size_t n);
 SF_HIDDEN size_t sf_track_usable(const void *p, size_t usable);
 SF_HIDDEN void sf_track_page_blocks(sf_page_t *page);
 SF_HIDDEN void sf_track_segment_header(sf_segment_t *seg);
+
+/* ---- profile.c: sampled heap profiling (docs/design.md, "Heap profiling") -- */
+/* Set once profile.sample_bytes is first non-zero, never cleared: the slow
+ * paths then hand lists to the fast path through the profiler, which cuts
+ * them at the next sample.  While it is false no fast path changes. */
+SF_HIDDEN extern bool sf_prof_armed;
+SF_INLINE bool sf_prof_is_armed(void) { return SF_PEEK(sf_prof_armed); }
+SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */
+SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside malloc) */
+SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
+/* sf_heap_malloc_class: the class's current page has nothing on its free
+ * list; true if this allocation is the class's next sample. */
+SF_HIDDEN bool sf_prof_due(sf_heap_t *heap, unsigned class_idx);
+/* The owner's frees of `page` (local_free, not empty; free is empty)
+ * become its list, charged: the first block, or NULL if this allocation is
+ * the class's next sample (the caller then takes the slow path). */
+SF_HIDDEN void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page);
+/* sf_malloc_generic's swap: the same, or the slow path for the sample (one
+ * tail call taking the registers as they are: nothing moves on the path
+ * without profiling) */
+SF_HIDDEN void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page);
+/* page->free was just given a list (local_free now NULL): charge it. */
+SF_HIDDEN void sf_prof_charge(sf_heap_t *heap, sf_page_t *page);
+SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves its heap */
+/* sf_alloc_class: p came from a sampled page of class c: record its stack. */
+SF_HIDDEN void sf_prof_after_class_alloc(void *p);
+SF_HIDDEN void *sf_prof_span(void *p); /* sf_alloc_span: maybe sample a span */
+SF_HIDDEN void sf_prof_freed(const void *p); /* a block of a SAMPLED page is freed */
+SF_HIDDEN void sf_prof_fork_prepare(void);
+SF_HIDDEN void sf_prof_fork_parent(void);
+/* page.c */
+SF_HIDDEN sf_page_queue_t *sf_page_queue(sf_heap_t *heap, const sf_page_t *page);
 
 /* ---- stats.c ---------------------------------------------------------------- */
 SF_HIDDEN void sf_stats_collect(struct sefer_stats *out);

@@ -324,6 +324,7 @@ SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     set_value(i, v, value, SF_SRC_RUNTIME);
     sf_unlock(&sf_knob_lock);
     sf_event_knob(i, old, v, old_source, SF_SRC_RUNTIME);
+    if (i == SF_KNOB_PROFILE_SAMPLE_BYTES) sf_prof_knob_changed();
     return 0;
 }
 

@@ -69,6 +69,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->divmagic = UINT64_MAX / bsize + 1;
     SF_SET(page->capacity, 0);
     page->free = page->local_free = NULL;
+    page->prof_charged = 0;
     atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_pages_checked() ? SF_PAGE_GUARDED : 0));
@@ -111,20 +112,27 @@ static void page_extend(sf_page_t *page) {
 }
 
 /* Makes `page` able to serve, if it can be: its own frees, then other
- * threads' (remote.c), then blocks not carved yet.  False: it is full. */
+ * threads' (remote.c), then blocks not carved yet.  False: it is full.
+ * While profiling, the new list is charged to the sampling countdown (and
+ * cut at the next sample); pages of sampled blocks are not. */
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (page->local_free) {
         page->free = page->local_free;
         page->local_free = NULL;
-        return true;
-    }
-    if (page->capacity < page->reserved) {
+    } else if (page->capacity < page->reserved) {
         page_extend(page);
-        return true;
+    } else {
+        return false;
     }
-    return false;
+    if (unlikely(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
+    return true;
+}
+
+/* The queue a page of `heap` in use belongs to while it is not full. */
+sf_page_queue_t *sf_page_queue(sf_heap_t *heap, const sf_page_t *page) {
+    return (page->flags & SF_PAGE_SAMPLED) ? &heap->sampled[page->class_idx] : &heap->queues[page->class_idx];
 }
 
 /* Puts a page with nothing left on the full list, unless a remote free
@@ -138,8 +146,10 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
     return false;
 }
 
-static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
-    sf_page_queue_t *q = &heap->queues[class_idx];
+/* A page of the class that can serve, from the class queue (or, sampled,
+ * from the queue of pages for sampled blocks, which direct[] never names). */
+static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled) {
+    sf_page_queue_t *q = sampled ? &heap->sampled[class_idx] : &heap->queues[class_idx];
     sf_page_t *page = q->first;
     while (page != NULL) {
         sf_page_t *next = page->next;
@@ -161,7 +171,12 @@ static sf_page_t *find_page(sf_heap_t *heap, unsigned class_idx) {
         return NULL;
     }
     heap->pages_in_use++;
+    if (sampled) { /* off every free fast path: each free is recorded */
+        SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_SAMPLED));
+        sf_page_set_fast_owner(page, heap);
+    }
     page_extend(page);
+    if (unlikely(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
     sf_queue_push_front(q, page);
     sf_heap_update_direct(heap, class_idx);
     return page;
@@ -193,6 +208,16 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
     return b;
 }
 
+static void *heap_malloc_from(sf_heap_t *heap, unsigned class_idx, bool sampled) {
+    sf_heap_drain_remote(heap);
+    for (;;) {
+        sf_page_t *page = find_page_in(heap, class_idx, sampled);
+        if (page == NULL) return NULL;
+        sf_block_t *b = page_pop(heap, page);
+        if (b != NULL) return b;
+    }
+}
+
 /* The slow path for one class: take in remote frees, find or make a page. */
 void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
     /* the current page may still have blocks (guard level >= 2 comes here
@@ -202,14 +227,14 @@ void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
         sf_block_t *b = page_pop(heap, first);
         if (b != NULL) return b;
     }
-    sf_heap_drain_remote(heap);
-    for (;;) {
-        sf_page_t *page = find_page(heap, class_idx);
-        if (page == NULL) return NULL;
-        sf_block_t *b = page_pop(heap, page);
-        if (b != NULL) return b;
+    /* profiling: the class's lists are used up to its next sample */
+    if (unlikely(sf_prof_is_armed()) && sf_prof_due(heap, class_idx)) {
+        void *p = heap_malloc_from(heap, class_idx, true);
+        if (p != NULL) return p;
     }
+    return heap_malloc_from(heap, class_idx, false);
 }
+
 
 /* A full page has a free block again: back to the end of its class queue
  * (the pages ahead of it are fuller of free blocks, or as full). */
@@ -218,7 +243,7 @@ void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {
     SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
     sf_page_set_fast_owner(page, heap);
     sf_queue_remove(&heap->full, page);
-    sf_page_queue_t *q = &heap->queues[page->class_idx];
+    sf_page_queue_t *q = sf_page_queue(heap, page);
     queue_push_back(q, page);
     if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
 }
@@ -233,7 +258,8 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
 }
 
 static void page_release(sf_heap_t *heap, sf_page_t *page) {
-    sf_page_queue_t *q = &heap->queues[page->class_idx];
+    if (unlikely(sf_prof_is_armed())) sf_prof_refund(heap, page);
+    sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     sf_queue_remove(q, page);
     if (was_first) sf_heap_update_direct(heap, page->class_idx);
@@ -241,9 +267,12 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
     sf_segment_page_free(heap, page);
 }
 
+/* (A page of sampled blocks goes at once: it is rarely used.) */
 void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
-    sf_page_queue_t *q = &heap->queues[page->class_idx];
-    if (page->class_idx <= SMALL_CLASS_MAX && q->first == page && page->next == NULL) return;
+    sf_page_queue_t *q = sf_page_queue(heap, page);
+    if (page->class_idx <= SMALL_CLASS_MAX && q->first == page && page->next == NULL &&
+        !(page->flags & SF_PAGE_SAMPLED))
+        return;
     page_release(heap, page);
 }
 
@@ -261,19 +290,22 @@ size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
         next = page->next;
         sf_page_collect_remote(heap, page);
     }
-    for (unsigned c = 1; c < CLASS_COUNT; c++)
-        for (sf_page_t *page = heap->queues[c].first; page != NULL; page = page->next)
-            sf_page_collect_remote(heap, page);
     size_t released = 0;
-    for (unsigned c = 1; c < CLASS_COUNT; c++) {
-        sf_page_t *page = heap->queues[c].first;
-        while (page != NULL) {
-            sf_page_t *next = page->next;
-            if (page->used == 0 && (force || page != heap->queues[c].first || next != NULL)) {
-                page_release(heap, page);
-                released++;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        sf_page_queue_t *queues = sampled ? heap->sampled : heap->queues;
+        for (unsigned c = 1; c < CLASS_COUNT; c++)
+            for (sf_page_t *page = queues[c].first; page != NULL; page = page->next)
+                sf_page_collect_remote(heap, page);
+        for (unsigned c = 1; c < CLASS_COUNT; c++) {
+            sf_page_t *page = queues[c].first;
+            while (page != NULL) {
+                sf_page_t *next = page->next;
+                if (page->used == 0 && (force || sampled || page != queues[c].first || next != NULL)) {
+                    page_release(heap, page);
+                    released++;
+                }
+                page = next;
             }
-            page = next;
         }
     }
     sf_segment_collect_purges(heap, purge_now);

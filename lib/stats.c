@@ -1,6 +1,6 @@
 /* stats.c - statistics: process-wide atomics (slow paths only) plus the
  * per-heap plain counters, summed on demand. */
-#include "internal.h"
+#include "profile.h"
 
 struct sf_global_stats sf_gstats;
 
@@ -80,6 +80,12 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->guard_double_free = LOAD(sf_gstats.guard[SF_GUARD_DOUBLE]);
     out->guard_overflow = LOAD(sf_gstats.guard[SF_GUARD_OVERFLOW]);
     out->guard_use_after_free = LOAD(sf_gstats.guard[SF_GUARD_USE_AFTER_FREE]);
+    sf_prof_totals_t prof;
+    sf_prof_totals(&prof);
+    out->profile_samples = prof.samples;
+    out->profile_dropped = prof.dropped;
+    out->profile_live_samples = prof.live_samples;
+    out->profile_bytes = prof.bytes;
 }
 
 SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size) {

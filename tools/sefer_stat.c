@@ -1,5 +1,6 @@
 /* sefer_stat.c - `sefer stat [URL]`: one screen about a running process,
- * from its /stats, /heaps and /rings endpoints.
+ * from its /stats, /heaps and /rings endpoints; `sefer stat --sites [URL]`:
+ * the top allocation sites of its heap profile (/profile/sites).
  *
  * The token (needed on a listener that is not loopback) comes from
  * SEFER_INTROSPECT_TOKEN, from --token-file FILE (its first line), or from
@@ -126,6 +127,60 @@ static void print_rings(const cJSON *rings) {
     printf("\n");
 }
 
+/* A frame as "function (file:line)", "module+0xoffset" or the address. */
+static void print_frame(const cJSON *f) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "function"),
+                *mod = cJSON_GetObjectItemCaseSensitive(f, "module"),
+                *file = cJSON_GetObjectItemCaseSensitive(f, "file");
+    if (cJSON_IsString(fn)) printf("%s", fn->valuestring);
+    else if (cJSON_IsString(mod)) printf("%s+%s", strrchr(mod->valuestring, '/') ? strrchr(mod->valuestring, '/') + 1 : mod->valuestring, text(f, "offset"));
+    else printf("%s", text(f, "address"));
+    if (cJSON_IsString(file)) printf(" (%s:%.0f)", file->valuestring, num(f, "line"));
+}
+
+/* The top sites by live bytes, with their growth since the mark if one is set. */
+static int print_sites(const char *url, const char *token) {
+    cJSON *sites = fetch(url, "/profile/sites?pretty=0&limit=10", token);
+    if (sites == NULL) return 1;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(sites, "totals"),
+                *mark = cJSON_GetObjectItemCaseSensitive(sites, "mark");
+    bool marked = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mark, "set"));
+    cJSON *growth = marked ? fetch(url, "/profile/sites?pretty=0&limit=1000&since=mark", token) : NULL;
+    char h1[32], h2[32];
+    printf("heap profile at %s: one sample per %s allocated on average\n", url,
+           human(num(sites, "rate"), h1, sizeof h1));
+    printf("  %.0f samples (%.0f live, %.0f dropped), %.0f sites; estimated live %s, exact bytes in blocks %s\n",
+           num(t, "samples"), num(t, "live_samples"), num(t, "dropped"), num(t, "sites"),
+           human(num(t, "estimated_live_bytes"), h1, sizeof h1), human(num(t, "bytes_in_blocks"), h2, sizeof h2));
+    if (num(sites, "rate") == 0) printf("  profiling is off (profile.sample_bytes = 0)\n");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(sites, "sites");
+    int rank = 0;
+    for (const cJSON *s = list ? list->child : NULL; s; s = s->next) {
+        printf("%2d. %10s live in ~%.0f blocks (%.0f samples), %s allocated", ++rank,
+               human(num(s, "live_bytes"), h1, sizeof h1), num(s, "live_objects"), num(s, "live_samples"),
+               human(num(s, "allocated_bytes"), h2, sizeof h2));
+        const cJSON *g = growth ? cJSON_GetObjectItemCaseSensitive(growth, "sites") : NULL;
+        for (g = g ? g->child : NULL; g; g = g->next)
+            if (num(g, "id") == num(s, "id")) {
+                double d = num(g, "growth_bytes");
+                printf(", %s%s since the mark", d < 0 ? "-" : "+", human(d < 0 ? -d : d, h1, sizeof h1));
+                break;
+            }
+        printf("\n");
+        const cJSON *frames = cJSON_GetObjectItemCaseSensitive(s, "frames");
+        int n = 0;
+        for (const cJSON *f = frames ? frames->child : NULL; f && n < 6; f = f->next, n++) {
+            printf("      %s ", n ? "<-" : "at");
+            print_frame(f);
+            printf("\n");
+        }
+    }
+    if (rank == 0) printf("  no live sampled blocks\n");
+    cJSON_Delete(growth);
+    cJSON_Delete(sites);
+    return 0;
+}
+
 /* The first line of path, without its newline, into buf. */
 static bool read_token_file(const char *path, char *buf, size_t len) {
     FILE *f = fopen(path, "re");
@@ -143,8 +198,11 @@ static bool read_token_file(const char *path, char *buf, size_t len) {
 int cli_stat(int argc, char **argv) {
     const char *url = SEFER_CLI_DEFAULT_URL, *token = getenv("SEFER_INTROSPECT_TOKEN");
     static char from_file[512];
+    bool sites = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--sites") == 0) {
+            sites = true;
+        } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
             token = argv[++i];
         } else if (strcmp(argv[i], "--token-file") == 0 && i + 1 < argc) {
             if (!read_token_file(argv[++i], from_file, sizeof from_file)) return 2;
@@ -152,11 +210,12 @@ int cli_stat(int argc, char **argv) {
         } else if (argv[i][0] != '-') {
             url = argv[i];
         } else {
-            fprintf(stderr, "usage: sefer stat [URL] [--token-file FILE | --token TOKEN]\n");
+            fprintf(stderr, "usage: sefer stat [--sites] [URL] [--token-file FILE | --token TOKEN]\n");
             return 2;
         }
     }
     if (token != NULL && *token == '\0') token = NULL;
+    if (sites) return print_sites(url, token);
     cJSON *st = fetch(url, "/stats?pretty=0", token);
     if (st == NULL) return 1;
     cJSON *heaps = fetch(url, "/heaps?pretty=0", token), *rings = fetch(url, "/rings?pretty=0", token);

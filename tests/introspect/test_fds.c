@@ -52,8 +52,14 @@ static int start_listing(int *fds, int max, int *n)
     fdset_t before, after;
     list_fds(&before);
     int port = it_start();
-    list_fds(&after);
-    *n = new_fds(&before, &after, fds, max);
+    /* the server's thread opens /proc/self/statm for a moment at each
+     * history sample: a listing can catch it, so list again until the
+     * server's own four are all there is (a leak stays and still fails) */
+    for (uint64_t end = it_now_ms() + 2000;; usleep(10000)) {
+        list_fds(&after);
+        *n = new_fds(&before, &after, fds, max);
+        if (*n == 4 || it_now_ms() >= end) break;
+    }
     return port;
 }
 

@@ -182,8 +182,18 @@ run_arm() { # arm, then env assignments
     t1=$(now)
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }' >"$tmp/$arm.time"
 }
+# PRELOAD_PROFILE_NAMES (regular expressions, space-separated): the
+# preloaded run also profiles the heap (at PRELOAD_PROFILE_RATE bytes per
+# sample, default 4096), each process writes its pprof file at exit, and
+# every expression must match a function name in those files.
+profile_env=()
+if [ -n "${PRELOAD_PROFILE_NAMES:-}" ]; then
+    mkdir -p "$tmp/prof"
+    profile_env=(SEFER_PROFILE_SAMPLE_BYTES="${PRELOAD_PROFILE_RATE:-4096}"
+                 SEFER_PROFILE_OUTPUT="$tmp/prof/%p.pb.gz")
+fi
 run_arm glibc
-run_arm preload LD_PRELOAD="$lib"
+run_arm preload LD_PRELOAD="$lib" "${profile_env[@]}"
 grc=$(cat "$tmp/glibc.rc")
 prc=$(cat "$tmp/preload.rc")
 echo "glibc:   exit $grc, $(wc -c <"$tmp/glibc.out") bytes of stdout, $(cat "$tmp/glibc.time") s"
@@ -222,6 +232,35 @@ if [ $status != 0 ]; then
     echo "--- stderr under $stem (first 3000 bytes):"
     head -c 3000 "$tmp/preload.err"
     exit 1
+fi
+if [ -n "${PRELOAD_PROFILE_NAMES:-}" ]; then
+    shopt -s nullglob
+    files=("$tmp"/prof/*.pb.gz)
+    [ ${#files[@]} -gt 0 ] || fail "profiled run: no profile file written in $tmp/prof"
+    # a pprof file's string table (field 6 of the Profile message) holds
+    # the function names of its frames, one a line here
+    python3 -c '
+import gzip, sys
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]; i += 1; v |= (c & 0x7f) << s; s += 7
+        if c < 0x80: return v, i
+for path in sys.argv[1:]:
+    b, i = gzip.open(path).read(), 0
+    while i < len(b):
+        key, i = varint(b, i)
+        if key & 7 == 0: _, i = varint(b, i)
+        elif key & 7 == 2:
+            n, i = varint(b, i)
+            if key >> 3 == 6: print(b[i:i + n].decode("utf-8", "replace"))
+            i += n
+        else: sys.exit("unexpected wire type in " + path)
+' "${files[@]}" >"$tmp/prof-strings" || fail "profiled run: a profile file is not a gzipped profile.proto"
+    for re in $PRELOAD_PROFILE_NAMES; do
+        grep -Eq "$re" "$tmp/prof-strings" || fail "profiled run: no function matching $re in ${#files[@]} profile(s)"
+    done
+    echo "profile: ${#files[@]} file(s), functions matching $PRELOAD_PROFILE_NAMES found"
 fi
 echo "PASS: $kind: same stdout and exit code under glibc and $stem"
 exit 0

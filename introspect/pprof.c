@@ -1,0 +1,386 @@
+/* pprof.c - the heap profile as pprof's profile.proto, gzipped: what
+ * /debug/pprof/heap, /debug/pprof/allocs and `sefer run --profile` give
+ * (docs/introspection.md).
+ *
+ * The encoder is written here rather than generated with protobuf-c.  The
+ * message is write-only, flat and small: six message types, fields of two
+ * wire types (varint, length-delimited), no reading, no unknown fields, no
+ * versioning.  protobuf-c would need the .proto in the tree, generated code
+ * at build time, a runtime library loaded into every process that preloads
+ * sefer, and the whole profile built as a tree of malloc'd structs before
+ * packing; the writer below appends bytes to one buffer, and
+ * tests/introspect's pprof test reads its output with Go's own pprof.
+ *
+ * Compression: zlib's deflate (libz.so.1, opened with dlopen when a
+ * profile is first written); without it, the same gzip container with
+ * stored (uncompressed) deflate blocks, which every gzip reader accepts. */
+#include "symbols.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(SF_HAVE_ZLIB)
+#include <zlib.h>
+#endif
+
+/* ---- a byte buffer and protobuf's two wire types ------------------------- */
+
+typedef struct {
+    unsigned char *b;
+    size_t len, cap;
+    bool failed;
+} buf_t;
+
+static void put(buf_t *o, const void *p, size_t n) {
+    if (o->failed) return;
+    if (o->len + n > o->cap) {
+        size_t cap = o->cap ? o->cap : 4096;
+        while (cap < o->len + n) cap *= 2;
+        unsigned char *b = realloc(o->b, cap);
+        if (b == NULL) {
+            o->failed = true;
+            return;
+        }
+        o->b = b;
+        o->cap = cap;
+    }
+    memcpy(o->b + o->len, p, n);
+    o->len += n;
+}
+
+static void varint(buf_t *o, uint64_t v) {
+    unsigned char t[10];
+    size_t n = 0;
+    do {
+        t[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    put(o, t, n);
+}
+
+static void field_int(buf_t *o, unsigned field, uint64_t v) {
+    varint(o, (uint64_t)field << 3);
+    varint(o, v);
+}
+
+static void field_bytes(buf_t *o, unsigned field, const void *p, size_t n) {
+    varint(o, (uint64_t)field << 3 | 2);
+    varint(o, n);
+    put(o, p, n);
+}
+
+static void field_msg(buf_t *o, unsigned field, buf_t *m) {
+    if (m->failed) o->failed = true;
+    field_bytes(o, field, m->b, m->len);
+    m->len = 0;
+}
+
+/* ---- the string table ------------------------------------------------------ */
+
+typedef struct {
+    buf_t out; /* the Profile message being built (string_table goes last) */
+    buf_t strings;
+    const char **keys;
+    uint64_t *ids;
+    size_t cap, count;
+} strtab_t;
+
+static uint64_t str_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* The index of s in the string table (0 is ""). */
+static uint64_t str_id(strtab_t *t, const char *s) {
+    if (s == NULL || *s == '\0') return 0;
+    if ((t->count + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 1024;
+        const char **keys = calloc(cap, sizeof *keys);
+        uint64_t *ids = calloc(cap, sizeof *ids);
+        if (keys == NULL || ids == NULL) {
+            free(keys);
+            free(ids);
+            t->out.failed = true;
+            return 0;
+        }
+        for (size_t i = 0; i < t->cap; i++) {
+            if (t->keys[i] == NULL) continue;
+            size_t j = str_hash(t->keys[i]) & (cap - 1);
+            while (keys[j] != NULL) j = (j + 1) & (cap - 1);
+            keys[j] = t->keys[i];
+            ids[j] = t->ids[i];
+        }
+        free(t->keys);
+        free(t->ids);
+        t->keys = keys;
+        t->ids = ids;
+        t->cap = cap;
+    }
+    size_t j = str_hash(s) & (t->cap - 1);
+    for (; t->keys[j] != NULL; j = (j + 1) & (t->cap - 1))
+        if (strcmp(t->keys[j], s) == 0) return t->ids[j];
+    t->keys[j] = s; /* (the caller keeps s alive until the profile is done) */
+    t->ids[j] = ++t->count;
+    field_bytes(&t->strings, 6, s, strlen(s));
+    return t->count;
+}
+
+/* ---- address -> location id ------------------------------------------------- */
+
+typedef struct {
+    uintptr_t *addr;
+    uint64_t *id;
+    size_t cap, count;
+} locs_t;
+
+static uint64_t loc_id(locs_t *l, uintptr_t a, bool *fresh) {
+    size_t j = (size_t)((a * 0x9e3779b97f4a7c15ull) >> 17) & (l->cap - 1);
+    for (; l->addr[j] != 0; j = (j + 1) & (l->cap - 1))
+        if (l->addr[j] == a) {
+            *fresh = false;
+            return l->id[j];
+        }
+    l->addr[j] = a;
+    l->id[j] = ++l->count;
+    *fresh = true;
+    return l->count;
+}
+
+/* ---- gzip -------------------------------------------------------------------- */
+
+static uint32_t crc32_of(const unsigned char *p, size_t n) {
+    static uint32_t table[256];
+    if (table[1] == 0)
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+/* The gzip container around stored deflate blocks (RFC 1951 3.2.4). */
+static unsigned char *gzip_stored(const unsigned char *p, size_t n, size_t *len) {
+    buf_t o = {0};
+    static const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+    put(&o, head, sizeof head);
+    size_t at = 0;
+    do {
+        size_t k = n - at > 65535 ? 65535 : n - at;
+        unsigned char h[5] = {at + k == n ? 1 : 0, (unsigned char)k, (unsigned char)(k >> 8),
+                              (unsigned char)~k, (unsigned char)(~k >> 8)};
+        put(&o, h, sizeof h);
+        put(&o, p + at, k);
+        at += k;
+    } while (at < n);
+    uint32_t tail[2] = {crc32_of(p, n), (uint32_t)n};
+    put(&o, tail, sizeof tail); /* (little-endian, as x86-64 stores them) */
+    if (o.failed) {
+        free(o.b);
+        return NULL;
+    }
+    *len = o.len;
+    return o.b;
+}
+
+#if defined(SF_HAVE_ZLIB)
+static unsigned char *gzip_deflate(const unsigned char *p, size_t n, size_t *len) {
+    static void *lib;
+    static int (*init)(z_streamp, int, int, int, int, int, const char *, int);
+    static int (*deflate_fn)(z_streamp, int);
+    static int (*end)(z_streamp);
+    static bool tried;
+    if (!tried) {
+        tried = true;
+        lib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (lib != NULL) {
+            init = (__typeof__(init))dlsym(lib, "deflateInit2_");
+            deflate_fn = (__typeof__(deflate_fn))dlsym(lib, "deflate");
+            end = (__typeof__(end))dlsym(lib, "deflateEnd");
+        }
+    }
+    if (init == NULL || deflate_fn == NULL || end == NULL) return NULL;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (init(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, (int)sizeof z) != Z_OK) return NULL;
+    size_t cap = n + n / 1000 + 64;
+    unsigned char *out = malloc(cap);
+    if (out == NULL) {
+        end(&z);
+        return NULL;
+    }
+    z.next_in = (unsigned char *)p;
+    z.avail_in = (unsigned)n;
+    z.next_out = out;
+    z.avail_out = (unsigned)cap;
+    int rc = deflate_fn(&z, Z_FINISH);
+    *len = z.total_out;
+    end(&z);
+    if (rc != Z_STREAM_END) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+#endif
+
+static unsigned char *gzip(const unsigned char *p, size_t n, size_t *len) {
+#if defined(SF_HAVE_ZLIB)
+    unsigned char *z = gzip_deflate(p, n, len);
+    if (z != NULL) return z;
+#endif
+    return gzip_stored(p, n, len);
+}
+
+/* ---- the Profile message ------------------------------------------------------ */
+
+static void value_type(strtab_t *t, unsigned field, const char *type, const char *unit, buf_t *m) {
+    field_int(m, 1, str_id(t, type));
+    field_int(m, 2, str_id(t, unit));
+    field_msg(&t->out, field, m);
+}
+
+/* Functions are numbered by name: one per distinct (name, file). */
+static uint64_t function_id(strtab_t *t, locs_t *funcs, const sf_sym_t *s, buf_t *m) {
+    uint64_t name = str_id(t, s->function), file = str_id(t, s->file);
+    bool fresh;
+    uint64_t id = loc_id(funcs, (uintptr_t)((name << 32) | file), &fresh);
+    if (fresh) {
+        field_int(m, 1, id);
+        field_int(m, 2, name);
+        field_int(m, 3, name);
+        field_int(m, 4, file);
+        field_msg(&t->out, 5, m);
+    }
+    return id;
+}
+
+unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len) {
+    strtab_t t = {0};
+    buf_t m = {0}, line = {0};
+    locs_t locs = {0}, funcs = {0};
+    size_t nframes = c->totals.frames ? c->totals.frames : 1;
+    locs.cap = funcs.cap = 1;
+    while (locs.cap < nframes * 2 + 2) locs.cap *= 2;
+    funcs.cap = locs.cap;
+    locs.addr = calloc(locs.cap, sizeof *locs.addr);
+    locs.id = calloc(locs.cap, sizeof *locs.id);
+    funcs.addr = calloc(funcs.cap, sizeof *funcs.addr);
+    funcs.id = calloc(funcs.cap, sizeof *funcs.id);
+    unsigned char *result = NULL;
+    if (locs.addr == NULL || locs.id == NULL || funcs.addr == NULL || funcs.id == NULL) goto done;
+    field_bytes(&t.strings, 6, "", 0);
+    value_type(&t, 1, "alloc_objects", "count", &m);
+    value_type(&t, 1, "alloc_space", "bytes", &m);
+    value_type(&t, 1, "inuse_objects", "count", &m);
+    value_type(&t, 1, "inuse_space", "bytes", &m);
+    size_t nmaps;
+    const sf_mapping_t *maps = sf_sym_mappings(&nmaps);
+    for (size_t k = 0; k < nmaps; k++) {
+        field_int(&m, 1, k + 1);
+        field_int(&m, 2, maps[k].start);
+        field_int(&m, 3, maps[k].limit);
+        field_int(&m, 4, maps[k].offset);
+        field_int(&m, 5, str_id(&t, maps[k].path));
+        field_int(&m, 6, str_id(&t, maps[k].build_id));
+        field_int(&m, 7, 1); /* has_functions: every location names one where it can */
+        field_msg(&t.out, 3, &m);
+    }
+    for (size_t i = 0; i < c->nsites; i++) {
+        const sf_prof_site_t *s = &c->sites[i];
+        size_t first, n;
+        sf_prof_site_frames(c, s, &first, &n);
+        buf_t ids = {0}, vals = {0};
+        for (size_t f = first; f < first + n; f++) {
+            uintptr_t a = c->frames[f];
+            bool fresh;
+            uint64_t id = loc_id(&locs, a, &fresh);
+            varint(&ids, id);
+            if (!fresh) continue;
+            const sf_sym_t *sym = sf_sym_lookup(a);
+            field_int(&m, 1, id);
+            if (sym->mapping != UINT32_MAX) field_int(&m, 2, sym->mapping + 1);
+            field_int(&m, 3, a);
+            if (sym->function != NULL) {
+                field_int(&line, 1, function_id(&t, &funcs, sym, &line));
+                if (sym->line > 0) field_int(&line, 2, (uint64_t)sym->line);
+                field_msg(&m, 4, &line);
+            }
+            field_msg(&t.out, 4, &m);
+        }
+        varint(&vals, (uint64_t)(s->alloc_objs / SF_PROF_OBJ_UNIT + 0.5));
+        varint(&vals, s->alloc_bytes);
+        varint(&vals, (uint64_t)(s->live_objs / SF_PROF_OBJ_UNIT + 0.5));
+        varint(&vals, s->live_bytes);
+        field_msg(&m, 1, &ids);
+        field_msg(&m, 2, &vals);
+        field_msg(&t.out, 2, &m);
+        free(ids.b);
+        free(vals.b);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    field_int(&t.out, 9, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    value_type(&t, 11, "space", "bytes", &m);
+    field_int(&t.out, 12, c->totals.rate);
+    field_int(&t.out, 14, str_id(&t, heap ? "inuse_space" : "alloc_space"));
+    put(&t.out, t.strings.b, t.strings.len);
+    if (!t.out.failed && !t.strings.failed && !m.failed) result = gzip(t.out.b, t.out.len, len);
+done:
+    free(t.out.b);
+    free(t.strings.b);
+    free(t.keys);
+    free(t.ids);
+    free(m.b);
+    free(line.b);
+    free(locs.addr);
+    free(locs.id);
+    free(funcs.addr);
+    free(funcs.id);
+    return result;
+}
+
+int sf_pprof_write_file(const char *path) {
+    sf_prof_copy_t c;
+    if (!sf_prof_copy_take(&c)) {
+        errno = ENOMEM;
+        return -1;
+    }
+    sf_sym_begin();
+    size_t len = 0;
+    unsigned char *gz = sf_pprof_encode(&c, true, &len);
+    sf_sym_end();
+    sf_prof_copy_free(&c);
+    if (gz == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = -1, err = 0;
+    if (fd >= 0) {
+        size_t at = 0;
+        while (at < len) {
+            ssize_t w = write(fd, gz + at, len - at);
+            if (w <= 0) break;
+            at += (size_t)w;
+        }
+        err = errno;
+        if (close(fd) == 0 && at == len && rename(tmp, path) == 0) rc = 0;
+        else err = err ? err : errno;
+        if (rc != 0) unlink(tmp);
+    } else {
+        err = errno;
+    }
+    free(gz);
+    errno = err;
+    return rc;
+}

@@ -1,0 +1,427 @@
+/* profile_views.c - the heap profile over HTTP: /profile/sites,
+ * /profile/stacks, POST /profile/mark, /debug/pprof/heap and /allocs, the
+ * short history of the top sites, and profile.output's file
+ * (docs/introspection.md, "Heap profile").
+ *
+ * Every view starts from one copy of the profile's tables (lib/profile.c
+ * copies them under its lock into buffers allocated here, before the lock
+ * is taken), then names the frames (symbols.c) and formats.  Nothing here
+ * runs inside malloc. */
+#include "introspect.h"
+#include "cjson_calls.h"
+#include "symbols.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define SITES_LIMIT_DEFAULT 20
+#define SITES_LIMIT_MAX 1000
+#define HISTORY_POINTS 60   /* the history keeps the last 60 points... */
+#define HISTORY_MS 5000     /* ...taken every 5 s: 5 minutes */
+#define HISTORY_SITES 32    /* the top sites by live bytes at each point */
+
+/* ---- one copy of the profile -------------------------------------------------- */
+
+bool sf_prof_copy_take(sf_prof_copy_t *c) {
+    memset(c, 0, sizeof *c);
+    sf_prof_totals_t t;
+    sf_prof_totals(&t);
+    for (;;) {
+        size_t ns = t.sites + t.sites / 4 + 16, nf = t.frames + t.frames / 4 + 256;
+        c->sites = malloc(ns * sizeof *c->sites);
+        c->frames = malloc(nf * sizeof *c->frames);
+        if (c->sites == NULL || c->frames == NULL) {
+            sf_prof_copy_free(c);
+            return false;
+        }
+        if (sf_prof_copy(c->sites, ns, c->frames, nf, &t)) break;
+        free(c->sites);
+        free(c->frames);
+    }
+    c->totals = t;
+    c->nsites = t.sites;
+    return true;
+}
+
+void sf_prof_copy_free(sf_prof_copy_t *c) {
+    free(c->sites);
+    free(c->frames);
+    c->sites = NULL;
+    c->frames = NULL;
+}
+
+void sf_prof_site_frames(const sf_prof_copy_t *c, const sf_prof_site_t *s, size_t *first, size_t *n) {
+    size_t f = s->frames_at, end = s->frames_at + s->depth;
+    /* (keep the last frame even if it looks like sefer's: a stack is never empty) */
+    while (f + 1 < end && sf_sym_is_allocator(c->frames[f], sf_sym_lookup(c->frames[f]))) f++;
+    *first = f;
+    *n = end - f;
+}
+
+/* ---- query parameters ------------------------------------------------------------ */
+
+static const char *query_text(const sf_query_t *q, const char *key) {
+    for (unsigned i = 0; i < q->count; i++)
+        if (strcmp(q->key[i], key) == 0) return q->value[i] ? q->value[i] : "";
+    return NULL;
+}
+
+/* by=live (default) or by=allocated; false after a 400 reply. */
+static bool query_by(const sf_query_t *q, sf_reply_t *r, bool *allocated) {
+    const char *by = query_text(q, "by");
+    *allocated = by != NULL && strcmp(by, "allocated") == 0;
+    if (by == NULL || *allocated || strcmp(by, "live") == 0) return true;
+    sf_reply_error(r, 400, "bad request", "query parameter by must be live or allocated");
+    return false;
+}
+
+/* ---- ordering ------------------------------------------------------------------- */
+
+static int sort_key; /* 0 live bytes, 1 allocated bytes, 2 growth since the mark */
+static int64_t growth(const sf_prof_site_t *s) { return (int64_t)(s->live_bytes - s->mark_bytes); }
+
+static int by_key(const void *a, const void *b) {
+    const sf_prof_site_t *x = a, *y = b;
+    int64_t kx = sort_key == 0 ? (int64_t)x->live_bytes : sort_key == 1 ? (int64_t)x->alloc_bytes : growth(x);
+    int64_t ky = sort_key == 0 ? (int64_t)y->live_bytes : sort_key == 1 ? (int64_t)y->alloc_bytes : growth(y);
+    if (kx != ky) return kx > ky ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void sort_sites(sf_prof_copy_t *c, int key) {
+    sort_key = key; /* (one server thread: no other sorter at once) */
+    qsort(c->sites, c->nsites, sizeof *c->sites, by_key);
+}
+
+/* ---- history ------------------------------------------------------------------ */
+
+struct point {
+    uint64_t ms;
+    uint32_t n;
+    uint32_t id[HISTORY_SITES];
+    uint64_t bytes[HISTORY_SITES];
+};
+static pthread_mutex_t history_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct point history[HISTORY_POINTS];
+static unsigned history_next, history_count;
+static uint64_t history_last_ms;
+static volatile sig_atomic_t dump_requested;
+
+static void history_take(uint64_t now) {
+    sf_prof_copy_t c;
+    if (!sf_prof_copy_take(&c)) return;
+    if (c.nsites != 0) {
+        sort_sites(&c, 0);
+        sf_lock(&history_lock);
+        struct point *p = &history[history_next];
+        p->ms = now;
+        p->n = 0;
+        for (size_t i = 0; i < c.nsites && p->n < HISTORY_SITES && c.sites[i].live_bytes > 0; i++, p->n++) {
+            p->id[p->n] = c.sites[i].id;
+            p->bytes[p->n] = c.sites[i].live_bytes;
+        }
+        history_next = (history_next + 1) % HISTORY_POINTS;
+        if (history_count < HISTORY_POINTS) history_count++;
+        sf_unlock(&history_lock);
+    }
+    sf_prof_copy_free(&c);
+}
+
+/* profile.output with each "%p" replaced by the process id (one file per
+ * process when children inherit the setting). */
+static void write_output(void) {
+    char knob[SF_KNOB_STR_MAX], path[SF_KNOB_STR_MAX + 256];
+    if (sefer_config_get("profile.output", knob, sizeof knob) != 0 || knob[0] == '\0') return;
+    size_t n = 0;
+    for (const char *c = knob; *c && n + 24 < sizeof path; c++) {
+        if (c[0] == '%' && c[1] == 'p') {
+            n += (size_t)snprintf(path + n, sizeof path - n, "%ld", (long)getpid());
+            c++;
+        } else {
+            path[n++] = *c;
+        }
+    }
+    path[n] = '\0';
+    if (sf_pprof_write_file(path) != 0)
+        fprintf(stderr, "sefer: profile.output %s: %s\n", path, strerror(errno));
+}
+
+void sf_profile_tick(void) {
+    uint64_t now = sf_now_ms();
+    if (dump_requested) {
+        dump_requested = 0;
+        write_output();
+    }
+    if (now - history_last_ms < HISTORY_MS) return;
+    history_last_ms = now;
+    if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0 || history_count != 0) history_take(now);
+}
+
+/* The site's past live bytes, oldest first (null where it was not among
+ * the top sites). */
+static cJSON *site_history(uint32_t id) {
+    cJSON *a = cJSON_CreateArray();
+    for (unsigned k = 0; k < history_count; k++) {
+        const struct point *p = &history[(history_next + HISTORY_POINTS - history_count + k) % HISTORY_POINTS];
+        cJSON *v = NULL;
+        for (uint32_t j = 0; j < p->n && v == NULL; j++)
+            if (p->id[j] == id) v = sf_json_u64_item(p->bytes[j]);
+        sf_json_add(a, NULL, v ? v : cJSON_CreateNull());
+    }
+    return a;
+}
+
+static cJSON *history_ages(uint64_t now) {
+    cJSON *a = cJSON_CreateArray();
+    for (unsigned k = 0; k < history_count; k++) {
+        const struct point *p = &history[(history_next + HISTORY_POINTS - history_count + k) % HISTORY_POINTS];
+        sf_json_add(a, NULL, sf_json_u64_item(now - p->ms));
+    }
+    return a;
+}
+
+/* ---- JSON ---------------------------------------------------------------------- */
+
+static cJSON *frame_json(uintptr_t a) {
+    const sf_sym_t *s = sf_sym_lookup(a);
+    size_t nmaps;
+    const sf_mapping_t *maps = sf_sym_mappings(&nmaps);
+    cJSON *o = cJSON_CreateObject();
+    sf_json_hex(o, "address", a);
+    if (s->function) sf_json_str(o, "function", s->function);
+    else sf_json_null(o, "function");
+    if (s->mapping != UINT32_MAX) {
+        sf_json_str(o, "module", maps[s->mapping].path);
+        sf_json_hex(o, "offset", s->module_offset);
+    } else {
+        sf_json_null(o, "module");
+        sf_json_null(o, "offset");
+    }
+    if (s->file) {
+        sf_json_str(o, "file", s->file);
+        sf_json_u64(o, "line", (uint64_t)s->line);
+    } else {
+        sf_json_null(o, "file");
+        sf_json_null(o, "line");
+    }
+    return o;
+}
+
+static void add_objs(cJSON *o, const char *key, uint64_t fixed) {
+    sf_json_u64(o, key, (uint64_t)(fixed / SF_PROF_OBJ_UNIT + 0.5));
+}
+
+static void add_signed(cJSON *o, const char *key, int64_t v) {
+    char text[24];
+    snprintf(text, sizeof text, "%" PRId64, v);
+    sf_json_add(o, key, cJSON_CreateRaw(text));
+}
+
+static cJSON *totals_json(const sf_prof_totals_t *t) {
+    struct sefer_stats st;
+    memset(&st, 0, sizeof st);
+    st.size = sizeof st;
+    sefer_stats_get(&st, sizeof st);
+    cJSON *o = cJSON_CreateObject();
+    sf_json_u64(o, "samples", t->samples);
+    sf_json_u64(o, "dropped", t->dropped);
+    sf_json_u64(o, "live_samples", t->live_samples);
+    sf_json_u64(o, "estimated_live_bytes", t->live_bytes);
+    add_objs(o, "estimated_live_objects", t->live_objs);
+    sf_json_u64(o, "bytes_in_blocks", st.bytes_in_blocks);
+    sf_json_u64(o, "sites", t->sites);
+    sf_json_u64(o, "profile_bytes", t->bytes);
+    return o;
+}
+
+void sf_ep_profile_sites(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty, allocated;
+    uint64_t limit;
+    const char *since = query_text(q, "since");
+    if (!sf_query_pretty(q, r, &pretty) || !query_by(q, r, &allocated) ||
+        !sf_query_u64(q, "limit", SITES_LIMIT_DEFAULT, SITES_LIMIT_MAX, &limit, r))
+        return;
+    if (since != NULL && strcmp(since, "mark") != 0)
+        return sf_reply_error(r, 400, "bad request", "query parameter since must be mark");
+    sf_prof_copy_t c;
+    if (!sf_prof_copy_take(&c)) return sf_reply_error(r, 503, "out of memory", "no room to copy the profile");
+    bool growth_view = since != NULL;
+    sort_sites(&c, growth_view ? 2 : allocated ? 1 : 0);
+    uint64_t now = sf_now_ms();
+    cJSON *root = cJSON_CreateObject();
+    sf_json_u64(root, "rate", c.totals.rate);
+    sf_json_str(root, "by", growth_view ? "growth" : allocated ? "allocated" : "live");
+    sf_json_add(root, "totals", totals_json(&c.totals));
+    cJSON *mark = cJSON_CreateObject();
+    sf_json_bool(mark, "set", c.totals.mark_ms != 0);
+    if (c.totals.mark_ms != 0) sf_json_u64(mark, "age_ms", now - c.totals.mark_ms);
+    else sf_json_null(mark, "age_ms");
+    sf_json_u64(mark, "marks", c.totals.marks);
+    sf_json_add(root, "mark", mark);
+    sf_json_u64(root, "history_interval_ms", HISTORY_MS);
+    sf_lock(&history_lock);
+    sf_json_add(root, "history_ages_ms", history_ages(now));
+    sf_sym_begin();
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; i < c.nsites && i < limit; i++) {
+        const sf_prof_site_t *s = &c.sites[i];
+        if (!allocated && !growth_view && s->live_samples == 0) break; /* (sorted: the rest hold nothing) */
+        cJSON *o = cJSON_CreateObject();
+        sf_json_u64(o, "id", s->id);
+        sf_json_u64(o, "live_bytes", s->live_bytes);
+        add_objs(o, "live_objects", s->live_objs);
+        sf_json_u64(o, "allocated_bytes", s->alloc_bytes);
+        add_objs(o, "allocated_objects", s->alloc_objs);
+        sf_json_u64(o, "samples", s->samples);
+        sf_json_u64(o, "live_samples", s->live_samples);
+        if (growth_view) {
+            add_signed(o, "growth_bytes", growth(s));
+            add_signed(o, "growth_objects", (int64_t)((double)(int64_t)(s->live_objs - s->mark_objs) / SF_PROF_OBJ_UNIT));
+        }
+        size_t first, n;
+        sf_prof_site_frames(&c, s, &first, &n);
+        cJSON *frames = cJSON_CreateArray();
+        for (size_t f = first; f < first + n; f++) sf_json_add(frames, NULL, frame_json(c.frames[f]));
+        sf_json_add(o, "frames", frames);
+        sf_json_add(o, "history", site_history(s->id));
+        sf_json_add(list, NULL, o);
+    }
+    sf_sym_end();
+    sf_unlock(&history_lock);
+    sf_json_add(root, "sites", list);
+    sf_prof_copy_free(&c);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* A frame as one name: function, else module+offset, else the address. */
+static cJSON *frame_name(uintptr_t a) {
+    const sf_sym_t *s = sf_sym_lookup(a);
+    char text[1200];
+    size_t nmaps;
+    const sf_mapping_t *maps = sf_sym_mappings(&nmaps);
+    if (s->function) return cJSON_CreateString(s->function);
+    if (s->mapping != UINT32_MAX) {
+        const char *base = strrchr(maps[s->mapping].path, '/');
+        snprintf(text, sizeof text, "%s+0x%" PRIxPTR, base ? base + 1 : maps[s->mapping].path, s->module_offset);
+    } else {
+        snprintf(text, sizeof text, "0x%" PRIxPTR, a);
+    }
+    return cJSON_CreateString(text);
+}
+
+/* Every stack with its bytes, frames from the outermost (main) in: the
+ * input of a flame graph (merge equal prefixes; width = bytes). */
+void sf_ep_profile_stacks(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    bool pretty, allocated;
+    if (!sf_query_pretty(q, r, &pretty) || !query_by(q, r, &allocated)) return;
+    sf_prof_copy_t c;
+    if (!sf_prof_copy_take(&c)) return sf_reply_error(r, 503, "out of memory", "no room to copy the profile");
+    sort_sites(&c, allocated ? 1 : 0);
+    cJSON *root = cJSON_CreateObject();
+    sf_json_u64(root, "rate", c.totals.rate);
+    sf_json_str(root, "by", allocated ? "allocated" : "live");
+    sf_json_str(root, "unit", "bytes");
+    uint64_t total = 0;
+    sf_sym_begin();
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; i < c.nsites; i++) {
+        const sf_prof_site_t *s = &c.sites[i];
+        uint64_t v = allocated ? s->alloc_bytes : s->live_bytes;
+        if (v == 0) continue;
+        total += v;
+        cJSON *o = cJSON_CreateObject();
+        sf_json_u64(o, "site", s->id);
+        sf_json_u64(o, "bytes", v);
+        size_t first, n;
+        sf_prof_site_frames(&c, s, &first, &n);
+        cJSON *frames = cJSON_CreateArray();
+        for (size_t f = first + n; f-- > first;) sf_json_add(frames, NULL, frame_name(c.frames[f]));
+        sf_json_add(o, "frames", frames);
+        sf_json_add(list, NULL, o);
+    }
+    sf_sym_end();
+    sf_json_u64(root, "total_bytes", total);
+    sf_json_add(root, "stacks", list);
+    sf_prof_copy_free(&c);
+    sf_reply_json(r, 200, root, pretty);
+}
+
+/* POST /profile/mark[?name=N]: one event on the timeline per mark, with its
+ * name ("mark K" if none was given) and its number. */
+void sf_ep_profile_mark(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)body, (void)len;
+    char name[64];
+    if (!sf_query_name(q, "name", name, sizeof name, r)) return;
+    sf_prof_mark();
+    sf_prof_totals_t t;
+    sf_prof_totals(&t);
+    if (name[0] == '\0') snprintf(name, sizeof name, "mark %" PRIu64, t.marks);
+    sf_event_profile_mark(name, t.marks);
+    cJSON *root = cJSON_CreateObject();
+    sf_json_bool(root, "marked", true);
+    sf_json_str(root, "name", name);
+    sf_json_u64(root, "marks", t.marks);
+    sf_json_u64(root, "sites", t.sites);
+    sf_json_u64(root, "estimated_live_bytes", t.live_bytes);
+    sf_reply_json(r, 200, root, true);
+}
+
+/* ---- pprof ----------------------------------------------------------------------- */
+
+static void pprof_reply(sf_reply_t *r, bool heap) {
+    sf_prof_copy_t c;
+    if (!sf_prof_copy_take(&c)) return sf_reply_error(r, 503, "out of memory", "no room to copy the profile");
+    sf_sym_begin();
+    size_t len = 0;
+    unsigned char *gz = sf_pprof_encode(&c, heap, &len);
+    sf_sym_end();
+    sf_prof_copy_free(&c);
+    if (gz == NULL) return sf_reply_error(r, 503, "out of memory", "no room to encode the profile");
+    r->status = 200;
+    r->type = "application/octet-stream";
+    r->body = (char *)gz;
+    r->len = len;
+}
+
+void sf_ep_pprof_heap(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)q, (void)body, (void)len;
+    pprof_reply(r, true);
+}
+
+void sf_ep_pprof_allocs(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
+    (void)q, (void)body, (void)len;
+    pprof_reply(r, false);
+}
+
+/* ---- profile.output ------------------------------------------------------------- */
+
+static void on_sigusr2(int sig) {
+    (void)sig;
+    dump_requested = 1; /* the server's thread writes the file (sf_profile_tick) */
+}
+
+static void output_at_exit(void) { write_output(); }
+
+/* With profile.output set, in the process `sefer run` started (not in its
+ * children, which inherit the variables): the file at exit, and on SIGUSR2
+ * while the introspection server runs (its thread writes it within
+ * SF_PROFILE_TICK_MS; a signal handler may not allocate). */
+void sf_profile_output_init(void) {
+    char path[SF_KNOB_STR_MAX];
+    if (sefer_config_get("profile.output", path, sizeof path) != 0 || path[0] == '\0') return;
+    const char *pid = secure_getenv("SEFER_INTROSPECT_PID");
+    if (pid != NULL && *pid != '\0' && strtol(pid, NULL, 10) != (long)getpid()) return;
+    atexit(output_at_exit);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigusr2;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old;
+    if (sigaction(SIGUSR2, NULL, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(SIGUSR2, &sa, NULL);
+}

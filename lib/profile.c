@@ -1,0 +1,501 @@
+/* profile.c - sampled heap profiling: which call stacks hold memory.
+ *
+ * Sampling (docs/design.md, "Heap profiling", has the argument in full).
+ * profile.sample_bytes = R makes each allocated byte a sample point with
+ * probability 1/R: a block of s bytes is sampled with p = 1 - exp(-s/R),
+ * independently of every other block.  Split by size class, that process is
+ * one Bernoulli process per class (every block of class c has the same p),
+ * and the number of blocks of class c before its next sample is geometric:
+ * floor(E / s) with E exponential of mean R.  Each heap keeps that count per
+ * class (sf_heap_prof_t.skip), so the fast paths need not count anything:
+ *
+ *   - a free list reaches the fast path from page.c (page_refill, a new
+ *     page) and from the swaps of alloc.c and fastpath.h, which call
+ *     sf_prof_swap while profiling (the remote-free and level 2 swaps leave
+ *     it to page.c).  sf_prof_charge takes the list's
+ *     length (capacity - used, O(1)) off the count; a list longer than the
+ *     count is cut after `count` blocks, the rest going to local_free, so
+ *     the fast path runs dry exactly at the class's next sample;
+ *   - sf_heap_malloc_class, reached when the class's current page has no
+ *     free block, asks sf_prof_due: a count of 0 makes this allocation the
+ *     sample, served from a page of sampled blocks (flag SF_PAGE_SAMPLED:
+ *     off every free fast path, so its free comes to sf_prof_freed), and a
+ *     new count is drawn;
+ *   - blocks charged but never handed out (their page released with a free
+ *     list left: sf_prof_refund) are given back to the count, so the count
+ *     is exactly the number of blocks the class hands out before its next
+ *     sample, as if every allocation had counted itself;
+ *   - spans (no list, no fast path) are sampled one by one with probability
+ *     p (sf_prof_span).
+ *
+ * A sample of a block of s bytes taken at rate R weighs s/p bytes and 1/p
+ * blocks, kept with it, so every estimate is unbiased per site whatever the
+ * rate was when each sample was taken.  With profile.sample_bytes = 0 and
+ * profiling never on, none of this runs and no path changes.
+ *
+ * Storage: every table is mapped from the OS (never malloc) and together
+ * they stay under profile.max_bytes.  Sites (stacks stored once, found by a
+ * hash of their frames) and their frames grow by doubling and are never
+ * removed; live sampled blocks sit in an open-addressing table by address.
+ * A sample that finds no room is counted in `dropped`.  One mutex
+ * (prof_lock) guards them; it is taken last, holds no other lock and never
+ * waits inside, and the stack is captured before it is taken. */
+#include "profile.h"
+#include "fastpath.h"
+
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+bool sf_prof_armed;
+
+static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread unsigned prof_quiet __attribute__((tls_model("initial-exec")));
+static __thread uint64_t prof_due_rate __attribute__((tls_model("initial-exec")));
+static uint64_t base_seed;
+static _Atomic uint64_t span_rng;
+
+void sf_prof_quiet(bool on) {
+    if (on) prof_quiet++;
+    else prof_quiet--;
+}
+
+/* ---- numbers without libm --------------------------------------------------- */
+
+/* Natural logarithm of x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)), and
+ * log m = 2 atanh((m-1)/(m+1)) by its series (error below 1e-10). */
+static double prof_log(double x) {
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & ((1ull << 52) - 1)) | (1023ull << 52);
+    double m;
+    memcpy(&m, &bits, sizeof m);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        e++;
+    }
+    double s = (m - 1) / (m + 1), s2 = s * s;
+    double series = 1 + s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11)))));
+    return e * 0.6931471805599453 + 2 * s * series;
+}
+
+/* 1 - exp(-x) for x >= 0, accurate also for small x. */
+static double prof_p_of(double x) {
+    if (x < 1e-5) return x * (1 - x * (0.5 - x / 6));
+    if (x > 700) return 1;
+    int k = (int)(x / 0.6931471805599453 + 0.5);
+    double r = x - k * 0.6931471805599453; /* |r| <= ln2 / 2 */
+    double term = 1, sum = 1;
+    for (int i = 1; i < 18; i++) {
+        term *= -r / i;
+        sum += term;
+    }
+    for (int i = 0; i < k; i++) sum *= 0.5;
+    return 1 - sum;
+}
+
+/* ---- random numbers ---------------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Uniform in (0, 1]. */
+static double unit_of(uint64_t r) { return (double)((r >> 11) + 1) * 0x1p-53; }
+
+static uint64_t heap_random(sf_heap_t *heap) {
+    uint64_t *s = &heap->prof.rng;
+    if (*s == 0) *s = splitmix(base_seed ^ ((uint64_t)heap->slot + 1) * 0xd1b54a32d192ed03ull) | 1;
+    uint64_t x = *s; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+#define SKIP_NEVER ((uint64_t)1 << 62)
+
+/* Blocks of class c handed out before the next sample: floor(E / s). */
+static uint64_t draw_skip(sf_heap_t *heap, unsigned c, uint64_t rate) {
+    double e = -prof_log(unit_of(heap_random(heap))) * (double)rate / (double)sf_class_size[c];
+    return e >= (double)SKIP_NEVER ? SKIP_NEVER : (uint64_t)e;
+}
+
+/* The heap's counts follow profile.sample_bytes: drawn again when it
+ * changed (at a block boundary, which the process's lack of memory makes
+ * as good as any). */
+static void heap_refresh(sf_heap_t *heap) {
+    uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
+    if (likely(rate == heap->prof.rate)) return;
+    heap->prof.rate = rate;
+    for (unsigned c = 1; c < CLASS_COUNT; c++) heap->prof.skip[c] = rate ? draw_skip(heap, c, rate) : SKIP_NEVER;
+}
+
+/* ---- the slow paths' side (page.c, alloc.c, free.c) -------------------------- */
+
+bool sf_prof_due(sf_heap_t *heap, unsigned c) {
+    heap_refresh(heap);
+    uint64_t rate = heap->prof.rate;
+    if (rate == 0 || heap->prof.skip[c] != 0) return false;
+    uint64_t next = draw_skip(heap, c, rate);
+    if (unlikely(prof_quiet)) { /* (inside the unwinder: served unsampled) */
+        heap->prof.skip[c] = next + 1;
+        return false;
+    }
+    heap->prof.skip[c] = next;
+    prof_due_rate = rate;
+    return true;
+}
+
+void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
+    page->prof_charged = 1;
+    heap_refresh(heap);
+    if (heap->prof.rate == 0) return;
+    uint64_t *skip = &heap->prof.skip[page->class_idx];
+    uint64_t len = (uint64_t)page->capacity - page->used;
+    if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
+    if (*skip >= len) {
+        *skip -= len;
+        return;
+    }
+    sf_block_t *last = page->free;
+    uint64_t n = 1;
+    for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
+    sf_block_t *rest = sf_link_decode(page, last);
+    if (n < *skip || rest == NULL) { /* (shorter than capacity - used says) */
+        *skip -= n;
+        return;
+    }
+    sf_link_set(page, last, NULL);
+    page->local_free = rest; /* (it was empty: the list just came from it or is new) */
+    *skip = 0;
+}
+
+void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page) {
+    heap_refresh(heap);
+    if (heap->prof.rate != 0 && heap->prof.skip[page->class_idx] == 0) return NULL;
+    page->free = page->local_free;
+    page->local_free = NULL;
+    sf_prof_charge(heap, page);
+    sf_block_t *b = page->free;
+    return sf_hand_out(heap, page, b, b->next);
+}
+
+void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page) {
+    void *p = sf_prof_swap(heap, page);
+    return p != NULL ? p : sf_malloc_slow(n, heap);
+}
+
+void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
+    if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0) return;
+    uint64_t n = 0;
+    for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
+    uint64_t *skip = &heap->prof.skip[page->class_idx];
+    *skip = *skip + n < SKIP_NEVER ? *skip + n : SKIP_NEVER;
+}
+
+/* ---- the tables --------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t hash;
+    uint64_t frames_at;
+    uint32_t depth, pad;
+    uint64_t live_samples, samples, live_bytes, alloc_bytes, live_objs, alloc_objs, mark_bytes, mark_objs;
+} prof_stack_t;
+
+typedef struct {
+    uintptr_t addr; /* 0: empty slot */
+    uint32_t stack, pad;
+    uint64_t w_bytes, w_objs;
+} prof_live_t;
+
+static struct {
+    prof_stack_t *stacks;
+    size_t nstacks, stacks_cap;
+    uintptr_t *frames;
+    size_t nframes, frames_cap;
+    uint32_t *index; /* stack number + 1 by hash; 0: empty */
+    size_t index_cap;
+    prof_live_t *live;
+    size_t nlive, live_cap;
+    size_t bytes; /* mapped for all of the above */
+    uint64_t samples, dropped, live_bytes, live_objs, mark_ms, marks;
+} T;
+
+static uint64_t hash_frames(const uintptr_t *f, unsigned n) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ n;
+    for (unsigned i = 0; i < n; i++) h = splitmix(h ^ f[i]);
+    return h;
+}
+
+static size_t slot_of_addr(uintptr_t a, size_t mask) { return (size_t)(splitmix(a) & mask); }
+
+/* Maps a table of `bytes` if the budget allows one of that size in place
+ * of one of `old_bytes`. */
+static void *table_map(size_t bytes, size_t old_bytes) {
+    bytes = sf_align_up(bytes, OS_PAGE);
+    if (T.bytes - sf_align_up(old_bytes, OS_PAGE) + bytes > sf_knob(SF_KNOB_PROFILE_MAX_BYTES)) return NULL;
+    void *p = sf_os_map_plain(bytes);
+    if (p != NULL) T.bytes += bytes;
+    return p;
+}
+
+static void table_unmap(void *p, size_t bytes) {
+    if (p == NULL) return;
+    bytes = sf_align_up(bytes, OS_PAGE);
+    sf_os_unmap(p, bytes);
+    T.bytes -= bytes;
+}
+
+/* Grows an array of elements of `size` bytes to hold `need` (doubling). */
+static bool array_reserve(void **arr, size_t *cap, size_t size, size_t need, size_t first) {
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : first;
+    while (n < need) n *= 2;
+    void *fresh = table_map(n * size, 0);
+    if (fresh == NULL) return false;
+    if (*arr != NULL) memcpy(fresh, *arr, *cap * size);
+    table_unmap(*arr, *cap * size);
+    *arr = fresh;
+    *cap = n;
+    return true;
+}
+
+static bool index_grow(void) {
+    size_t n = T.index_cap ? T.index_cap * 2 : 1024;
+    uint32_t *fresh = table_map(n * sizeof *fresh, 0);
+    if (fresh == NULL) return false;
+    for (size_t i = 0; i < T.nstacks; i++) {
+        size_t j = T.stacks[i].hash & (n - 1);
+        while (fresh[j] != 0) j = (j + 1) & (n - 1);
+        fresh[j] = (uint32_t)i + 1;
+    }
+    table_unmap(T.index, T.index_cap * sizeof *T.index);
+    T.index = fresh;
+    T.index_cap = n;
+    return true;
+}
+
+/* The site of this stack, added if new; -1 if there is no room. */
+static int64_t stack_find_or_add(const uintptr_t *f, unsigned n) {
+    uint64_t h = hash_frames(f, n);
+    if (T.index_cap != 0) {
+        for (size_t j = h & (T.index_cap - 1); T.index[j] != 0; j = (j + 1) & (T.index_cap - 1)) {
+            prof_stack_t *s = &T.stacks[T.index[j] - 1];
+            if (s->hash == h && s->depth == n && memcmp(&T.frames[s->frames_at], f, n * sizeof *f) == 0)
+                return T.index[j] - 1;
+        }
+    }
+    if ((T.nstacks + 1) * 2 > T.index_cap && !index_grow()) return -1;
+    if (!array_reserve((void **)&T.stacks, &T.stacks_cap, sizeof *T.stacks, T.nstacks + 1, 256) ||
+        !array_reserve((void **)&T.frames, &T.frames_cap, sizeof *T.frames, T.nframes + n, 4096))
+        return -1;
+    prof_stack_t *s = &T.stacks[T.nstacks];
+    memset(s, 0, sizeof *s);
+    s->hash = h;
+    s->depth = n;
+    s->frames_at = T.nframes;
+    memcpy(&T.frames[T.nframes], f, n * sizeof *f);
+    T.nframes += n;
+    size_t j = h & (T.index_cap - 1);
+    while (T.index[j] != 0) j = (j + 1) & (T.index_cap - 1);
+    T.index[j] = (uint32_t)T.nstacks + 1;
+    return (int64_t)T.nstacks++;
+}
+
+static void live_put(prof_live_t *table, size_t cap, const prof_live_t *e) {
+    size_t j = slot_of_addr(e->addr, cap - 1);
+    while (table[j].addr != 0) j = (j + 1) & (cap - 1);
+    table[j] = *e;
+}
+
+static bool live_grow(void) {
+    size_t n = T.live_cap ? T.live_cap * 2 : 1024;
+    prof_live_t *fresh = table_map(n * sizeof *fresh, 0);
+    if (fresh == NULL) return false;
+    for (size_t i = 0; i < T.live_cap; i++)
+        if (T.live[i].addr != 0) live_put(fresh, n, &T.live[i]);
+    table_unmap(T.live, T.live_cap * sizeof *T.live);
+    T.live = fresh;
+    T.live_cap = n;
+    return true;
+}
+
+static void site_add(prof_stack_t *s, const prof_live_t *e, bool alloc) {
+    s->live_samples++;
+    s->live_bytes += e->w_bytes;
+    s->live_objs += e->w_objs;
+    T.live_bytes += e->w_bytes;
+    T.live_objs += e->w_objs;
+    if (!alloc) return;
+    s->samples++;
+    s->alloc_bytes += e->w_bytes;
+    s->alloc_objs += e->w_objs;
+}
+
+static void site_sub(prof_stack_t *s, const prof_live_t *e) {
+    s->live_samples--;
+    s->live_bytes -= e->w_bytes;
+    s->live_objs -= e->w_objs;
+    T.live_bytes -= e->w_bytes;
+    T.live_objs -= e->w_objs;
+}
+
+/* Removes the live sample at slot i (backward-shift deletion: no tombstones). */
+static void live_remove_at(size_t i) {
+    size_t mask = T.live_cap - 1;
+    for (size_t j = (i + 1) & mask; T.live[j].addr != 0; j = (j + 1) & mask) {
+        size_t home = slot_of_addr(T.live[j].addr, mask);
+        bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            T.live[i] = T.live[j];
+            i = j;
+        }
+    }
+    T.live[i].addr = 0;
+    T.nlive--;
+}
+
+static size_t live_find(uintptr_t a) {
+    if (T.live_cap == 0) return SIZE_MAX;
+    size_t mask = T.live_cap - 1;
+    for (size_t j = slot_of_addr(a, mask); T.live[j].addr != 0; j = (j + 1) & mask)
+        if (T.live[j].addr == a) return j;
+    return SIZE_MAX;
+}
+
+/* A sampled block of `size` bytes taken at `rate`: its stack and weight. */
+static void record(void *p, uint64_t size, uint64_t rate) {
+    uintptr_t frames[SF_PROF_DEPTH_MAX];
+    unsigned depth = (unsigned)sf_knob(SF_KNOB_PROFILE_DEPTH);
+    if (depth > SF_PROF_DEPTH_MAX) depth = SF_PROF_DEPTH_MAX;
+    unsigned n = sf_prof_capture(frames, depth);
+    double prob = prof_p_of((double)size / (double)(rate ? rate : 1));
+    prof_live_t e = {(uintptr_t)p, 0, 0, (uint64_t)((double)size / prob + 0.5),
+                     (uint64_t)(SF_PROF_OBJ_UNIT / prob + 0.5)};
+    sf_lock(&prof_lock);
+    size_t old = live_find(e.addr);
+    if (old != SIZE_MAX) { /* (its free was never seen: a double free's aftermath) */
+        site_sub(&T.stacks[T.live[old].stack], &T.live[old]);
+        live_remove_at(old);
+    }
+    int64_t site = stack_find_or_add(frames, n);
+    if (site < 0 || ((T.nlive + 1) * 2 > T.live_cap && !live_grow())) {
+        T.dropped++;
+    } else {
+        e.stack = (uint32_t)site;
+        live_put(T.live, T.live_cap, &e);
+        T.nlive++;
+        T.samples++;
+        site_add(&T.stacks[site], &e, true);
+    }
+    sf_unlock(&prof_lock);
+}
+
+void sf_prof_after_class_alloc(void *p) {
+    sf_page_t *page = sf_page_of(sf_segment_of(p), p);
+    if (!(SF_GET(page->flags) & SF_PAGE_SAMPLED)) return;
+    record(p, page->block_size, prof_due_rate);
+}
+
+void *sf_prof_span(void *p) {
+    uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
+    if (rate == 0 || prof_quiet) return p;
+    sf_page_t *page = sf_page_of(sf_segment_of(p), p);
+    uint64_t size = page->span_bytes;
+    uint64_t r = splitmix(atomic_fetch_add_explicit(&span_rng, 0x9e3779b97f4a7c15ull, memory_order_relaxed));
+    if (unit_of(r) > prof_p_of((double)size / (double)rate)) return p;
+    SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_SAMPLED));
+    record(p, size, rate);
+    return p;
+}
+
+void sf_prof_freed(const void *p) {
+    sf_lock(&prof_lock);
+    size_t i = live_find((uintptr_t)p);
+    if (i != SIZE_MAX) {
+        site_sub(&T.stacks[T.live[i].stack], &T.live[i]);
+        live_remove_at(i);
+    }
+    sf_unlock(&prof_lock);
+}
+
+/* ---- what introspection reads ------------------------------------------------- */
+
+static void totals_locked(sf_prof_totals_t *t) {
+    t->rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
+    t->samples = T.samples;
+    t->dropped = T.dropped;
+    t->live_samples = T.nlive;
+    t->live_bytes = T.live_bytes;
+    t->live_objs = T.live_objs;
+    t->bytes = T.bytes;
+    t->mark_ms = T.mark_ms;
+    t->marks = T.marks;
+    t->sites = T.nstacks;
+    t->frames = T.nframes;
+}
+
+void sf_prof_totals(sf_prof_totals_t *t) {
+    sf_lock(&prof_lock);
+    totals_locked(t);
+    sf_unlock(&prof_lock);
+}
+
+bool sf_prof_copy(sf_prof_site_t *sites, size_t max_sites, uintptr_t *frames, size_t max_frames,
+                  sf_prof_totals_t *t) {
+    sf_lock(&prof_lock);
+    totals_locked(t);
+    bool fits = T.nstacks <= max_sites && T.nframes <= max_frames;
+    if (fits) {
+        for (size_t i = 0; i < T.nstacks; i++) {
+            const prof_stack_t *s = &T.stacks[i];
+            sites[i] = (sf_prof_site_t){(uint32_t)i,    s->depth,      s->frames_at,   s->live_samples,
+                                        s->samples,     s->live_bytes, s->alloc_bytes, s->live_objs,
+                                        s->alloc_objs,  s->mark_bytes, s->mark_objs};
+        }
+        if (T.nframes) memcpy(frames, T.frames, T.nframes * sizeof *frames);
+    }
+    sf_unlock(&prof_lock);
+    return fits;
+}
+
+void sf_prof_mark(void) {
+    sf_lock(&prof_lock);
+    for (size_t i = 0; i < T.nstacks; i++) {
+        T.stacks[i].mark_bytes = T.stacks[i].live_bytes;
+        T.stacks[i].mark_objs = T.stacks[i].live_objs;
+    }
+    T.mark_ms = sf_now_ms();
+    if (T.mark_ms == 0) T.mark_ms = 1;
+    T.marks++;
+    sf_unlock(&prof_lock);
+}
+
+/* ---- start-up, run-time changes, fork ---------------------------------------- */
+
+void sf_prof_init(void) {
+    uint64_t seed = sf_knob(SF_KNOB_PROFILE_SEED);
+    if (seed == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = splitmix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40));
+    }
+    base_seed = seed;
+    atomic_store_explicit(&span_rng, splitmix(seed ^ 0x5350414eull), memory_order_relaxed);
+    if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0) __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
+}
+
+void sf_prof_knob_changed(void) {
+    if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0) __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
+}
+
+void sf_prof_constructor(void) { sf_prof_stack_init(); }
+
+void sf_prof_fork_prepare(void) { sf_lock(&prof_lock); }
+void sf_prof_fork_parent(void) { sf_unlock(&prof_lock); }

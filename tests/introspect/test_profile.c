@@ -1,0 +1,265 @@
+/* test_profile.c - the heap profile's figures and views over real HTTP.
+ *
+ * Run with profile.sample_bytes = 64 KiB and a fixed seed
+ * (tests/introspect/meson.build), so the figures repeat from run to run.
+ *
+ * The bound.  A site of N blocks of s bytes each, sampled at rate R, has
+ * K ~ Binomial(N, p) samples with p = 1 - exp(-s/R), and its estimate is
+ * K * s / p bytes (K / p blocks): unbiased, with relative standard
+ * deviation sqrt((1 - p) / (N p)).  Each estimate must lie within 4 of
+ * those deviations of the truth (a chance of about 6e-5 per site to fail
+ * with another seed; with this seed the figures are fixed):
+ *
+ *   site             truth                         N p    4 sd
+ *   hold_1k          64 MiB in 1 KiB blocks        1016   12.5 %
+ *   hold_100         8 MiB in 100 B (112 B blocks)  143   33 %
+ *   churn_4k         1 GiB of 4 KiB blocks, freed  15886  3.1 % (allocated)
+ *   leak_256         16 MiB in 256 B blocks         255   25 %
+ *
+ * Bytes are block bytes (what bytes_in_blocks counts): the 100-byte site
+ * holds 8 MiB / 100 * 112 bytes.  A site whose blocks were all freed holds
+ * exactly 0 (its samples were all freed).  After POST /profile/mark, the
+ * leaking site comes first in /profile/sites?since=mark.
+ *
+ * Optional cases (exit 77 without Go's pprof, package golang-go):
+ *   pprof-live  `go tool pprof -top` on /debug/pprof/heap of this process
+ *   pprof-file  the same on the file `sefer run --profile FILE` writes */
+#include "itest.h"
+
+#include <math.h>
+
+#define RATE 65536.0
+#define N_1K 65536
+#define N_100 83886
+#define N_CHURN 262144
+#define N_LEAK 65536
+
+static void *held_1k[N_1K], *held_100[N_100], *leaked[N_LEAK];
+
+/* One function per site; the empty asm after the call keeps it from being a
+ * tail call (which would leave no frame of the site on the stack). */
+#define SITE(name, size)                                                   \
+    __attribute__((noinline, used)) void *name(void) {                     \
+        void *p = malloc(size);                                            \
+        __asm__ __volatile__("" : "+r"(p) : : "memory");                  \
+        return p;                                                          \
+    }
+SITE(hold_1k, 1024)
+SITE(hold_100, 100)
+SITE(churn_4k, 4096)
+SITE(leak_256, 256)
+
+static void make_sites(void) {
+    for (int i = 0; i < N_1K; i++) held_1k[i] = hold_1k();
+    for (int i = 0; i < N_100; i++) held_100[i] = hold_100();
+    void *batch[256];
+    for (int i = 0; i < N_CHURN; i += 256) {
+        for (int j = 0; j < 256; j++) batch[j] = churn_4k();
+        for (int j = 0; j < 256; j++) free(batch[j]);
+    }
+}
+
+/* The site whose innermost frame is function fn, in a /profile/sites reply. */
+static const cJSON *site_named(const cJSON *reply, const char *fn) {
+    const cJSON *sites = it_item(reply, "sites");
+    for (const cJSON *s = sites->child; s; s = s->next) {
+        const cJSON *f = it_item(s, "frames")->child;
+        const cJSON *name = f ? cJSON_GetObjectItemCaseSensitive(f, "function") : NULL;
+        if (cJSON_IsString(name) && strcmp(name->valuestring, fn) == 0) return s;
+    }
+    return NULL;
+}
+
+static void check_estimate(const char *what, double got, double n, double s) {
+    double p = 1 - exp(-s / RATE), truth = n * s, sd = sqrt((1 - p) / (n * p));
+    ck_assert_msg(fabs(got - truth) <= 4 * sd * truth, "%s: estimated %.0f bytes, truth %.0f, bound +-%.1f %%", what,
+                  got, truth, 400 * sd);
+}
+
+START_TEST(test_accuracy) {
+    int port = it_start();
+    make_sites();
+    cJSON *j = it_json(port, "/profile/sites?limit=1000&by=allocated");
+    ck_assert_uint_eq(it_u64(j, "rate"), (uint64_t)RATE);
+    const cJSON *a = site_named(j, "hold_1k"), *b = site_named(j, "hold_100"), *c = site_named(j, "churn_4k");
+    ck_assert_msg(a && b && c, "the three sites are not all in /profile/sites");
+    check_estimate("hold_1k live", (double)it_u64(a, "live_bytes"), N_1K, 1024);
+    check_estimate("hold_100 live", (double)it_u64(b, "live_bytes"), N_100, 112);
+    check_estimate("churn_4k allocated", (double)it_u64(c, "allocated_bytes"), N_CHURN, 4096);
+    ck_assert_uint_eq(it_u64(c, "live_bytes"), 0);
+    ck_assert_uint_eq(it_u64(c, "live_samples"), 0);
+    ck_assert_uint_gt(it_u64(c, "samples"), 0);
+    /* each frame says where it is */
+    const cJSON *f = it_item(a, "frames")->child;
+    ck_assert_str_eq(it_str(f, "function"), "hold_1k");
+    ck_assert_ptr_nonnull(strstr(it_str(f, "module"), "test_introspect_profile"));
+    const cJSON *t = it_item(j, "totals");
+    ck_assert_uint_eq(it_u64(t, "dropped"), 0);
+    ck_assert_uint_ge(it_u64(t, "estimated_live_bytes"), it_u64(a, "live_bytes") + it_u64(b, "live_bytes"));
+    ck_assert_uint_gt(it_u64(t, "bytes_in_blocks"), (uint64_t)N_1K * 1024);
+    cJSON_Delete(j);
+
+    /* the leak hunt: mark, leak, the leaking site first */
+    it_resp_t r;
+    it_request(port, "POST", "/profile/mark?name=before-leak", "Bearer profile-test", "", &r);
+    ck_assert_msg(r.status == 200, "POST /profile/mark: %d %s", r.status, r.body);
+    ck_assert_msg(strstr(r.body, "\"before-leak\"") != NULL, "mark reply: %s", r.body);
+    it_free(&r);
+    /* the mark is an event on the timeline, with its name */
+    j = it_json(port, "/events");
+    bool seen = false;
+    for (const cJSON *e = it_item(j, "events")->child; e; e = e->next)
+        if (strcmp(it_str(e, "kind"), "profile_mark") == 0) seen = strcmp(it_str(e, "name"), "before-leak") == 0;
+    ck_assert_msg(seen, "no profile_mark event named before-leak in /events");
+    cJSON_Delete(j);
+    it_request(port, "POST", "/profile/mark?name=%01", "Bearer profile-test", "", &r);
+    ck_assert_int_eq(r.status, 400);
+    it_free(&r);
+    it_request(port, "POST", "/profile/mark", NULL, "", &r);
+    ck_assert_int_eq(r.status, 401);
+    it_free(&r);
+    for (int i = 0; i < N_LEAK; i++) leaked[i] = leak_256();
+    j = it_json(port, "/profile/sites?since=mark&limit=5");
+    const cJSON *first = it_item(j, "sites")->child;
+    ck_assert_ptr_nonnull(first);
+    ck_assert_str_eq(it_str(it_item(first, "frames")->child, "function"), "leak_256");
+    check_estimate("leak_256 growth", (double)it_u64(first, "growth_bytes"), N_LEAK, 256);
+    ck_assert(cJSON_IsTrue(it_item(it_item(j, "mark"), "set")));
+    cJSON_Delete(j);
+
+    /* the flame graph's input: stacks from main inwards */
+    j = it_json(port, "/profile/stacks");
+    const cJSON *st = it_item(j, "stacks")->child;
+    ck_assert_ptr_nonnull(st);
+    ck_assert_uint_gt(it_u64(st, "bytes"), 0);
+    cJSON_Delete(j);
+    it_get(port, "/profile/sites?by=nothing", &r);
+    ck_assert_int_eq(r.status, 400);
+    it_free(&r);
+}
+END_TEST
+
+/* /metrics and /stats carry the profile's counters. */
+START_TEST(test_counters) {
+    int port = it_start();
+    for (int i = 0; i < 1000; i++) held_1k[i] = hold_1k();
+    it_resp_t r;
+    it_get(port, "/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "sefer_profile_samples_total "));
+    ck_assert_ptr_nonnull(strstr(r.body, "sefer_profile_dropped_total 0"));
+    ck_assert_ptr_nonnull(strstr(r.body, "sefer_profile_bytes "));
+    it_free(&r);
+    cJSON *j = it_json(port, "/stats");
+    ck_assert_uint_gt(it_u64(j, "profile_samples"), 0);
+    ck_assert_uint_gt(it_u64(j, "profile_bytes"), 0);
+    cJSON_Delete(j);
+}
+END_TEST
+
+/* ---- Go's pprof ---------------------------------------------------------------- */
+
+static const char *go_why_not(void) {
+    return system("go version >/dev/null 2>&1") == 0 ? NULL : "no `go` (Debian package golang-go)";
+}
+
+/* Runs argv with stdout and stderr into out; returns the exit status. */
+static int run_capture(char *const argv[], char *out, size_t cap) {
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        alarm(60);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < cap && (got = read(fd[0], out + n, cap - 1 - n)) > 0) n += (size_t)got;
+    out[n] = '\0';
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+/* pprof's -top lists hold_1k and hold_100 as the first two functions. */
+static void check_top(const char *source) {
+    static char out[1 << 16];
+    char tmp[] = "/tmp/sefer-pprof-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    setenv("PPROF_TMPDIR", tmp, 1);
+    setenv("HOME", tmp, 1);
+    char *argv[] = {"go", "tool", "pprof", "-top", "-nodecount=3", (char *)source, NULL};
+    int status = run_capture(argv, out, sizeof out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "go tool pprof %s failed:\n%s", source, out);
+    const char *table = strstr(out, "flat%");
+    ck_assert_msg(table != NULL, "no table in:\n%s", out);
+    const char *first = strstr(table, "hold_1k"), *second = strstr(table, "hold_100");
+    ck_assert_msg(first && second && first < second, "hold_1k, then hold_100, expected at the top:\n%s", out);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_pprof_live) {
+    int port = it_start();
+    for (int i = 0; i < N_1K; i++) held_1k[i] = hold_1k();
+    for (int i = 0; i < N_100; i++) held_100[i] = hold_100();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/debug/pprof/heap", port);
+    check_top(url);
+    it_resp_t r;
+    it_get(port, "/debug/pprof/allocs", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(r.len > 2 && (unsigned char)r.body[0] == 0x1f && (unsigned char)r.body[1] == 0x8b); /* gzip */
+    it_free(&r);
+}
+END_TEST
+
+START_TEST(test_pprof_file) {
+    char dir[] = "/tmp/sefer-prof-XXXXXX", file[96], out[8192];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/heap.pb.gz", dir);
+    char *argv[] = {getenv("SEFER_TEST_CLI"), "run", "--listen", "127.0.0.1:0", "--profile", file, "--",
+                    "/proc/self/exe", "hold", NULL};
+    ck_assert_ptr_nonnull(argv[0]);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_int_gt(n, 0);
+    self[n] = '\0';
+    argv[7] = self;
+    int status = run_capture(argv, out, sizeof out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sefer run failed:\n%s", out);
+    ck_assert_msg(access(file, R_OK) == 0, "no %s after the program exited:\n%s", file, out);
+    check_top(file);
+    unlink(file);
+    rmdir(dir);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "hold") == 0) { /* the program `sefer run --profile` runs */
+        for (int i = 0; i < N_1K; i++) held_1k[i] = hold_1k();
+        for (int i = 0; i < N_100; i++) held_100[i] = hold_100();
+        return 0;
+    }
+    Suite *s = suite_create("introspect-profile");
+    TCase *tc = tcase_create("profile");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_accuracy);
+    tcase_add_test(tc, test_counters);
+    suite_add_tcase(s, tc);
+    tc = st_optional_case(s, "pprof-live", go_why_not);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_pprof_live);
+    tc = st_optional_case(s, "pprof-file", go_why_not);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_pprof_file);
+    return st_main(s, argc, argv);
+}
