@@ -54,13 +54,13 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
     if (unlikely(sf_guard_level >= 2)) {
         /* level 2: its fast pop (callers other than malloc come straight
          * here), after the same local_free swap on its own table */
-        if (sf_l2_fast && n <= DIRECT_MAX - SF_CANARY) {
-            sf_page_t *page = heap->gdirect[(n + SF_CANARY + 15) >> 4];
+        if (sf_l2_fast && n <= DIRECT_MAX - SF_GUARD_TAIL) {
+            sf_page_t *page = heap->gdirect[sf_l2_index(n)];
             if (page->free == NULL && page->local_free != NULL) {
                 page->free = page->local_free;
                 page->local_free = NULL;
             }
-            void *b = sf_l2_pop(heap, page);
+            void *b = sf_l2_pop(heap, page, n);
             if (b != NULL) return b;
         }
         return sf_guarded_malloc(n, 16);

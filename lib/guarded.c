@@ -32,26 +32,16 @@
 
 static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
 
-/* Level 2 class blocks: canary at the block's end, nothing else stored. */
-static bool end_canary_layout(const sf_page_t *page) { return sf_guard_level == 2 && !is_span(page); }
-
-/* Level 3 and spans: the canary after the request. */
+/* The canary right after a block's request: address XOR the page's key
+ * (small and medium blocks) or XOR a key made from the span's address. */
 static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
     uintptr_t key = is_span(page) ? sf_canary_secret ^ (uintptr_t)seg : page->canary_key;
     return (uint64_t)((uintptr_t)p ^ key);
 }
 
-static uint32_t *size_slot(const sf_page_t *page, void *p) {
-    return (uint32_t *)((uint8_t *)p + page->block_size - sizeof(uint32_t));
-}
-
 static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
-    if (end_canary_layout(page)) {
-        *sf_end_canary(page, p) = sf_end_canary_value(page, p);
-        return;
-    }
     if (is_span(page)) page->requested = n;
-    else *size_slot(page, p) = (uint32_t)n;
+    else *sf_size_word(page, p) = (uint32_t)n;
     uint64_t canary = canary_of(seg, page, p);
     memcpy((uint8_t *)p + n, &canary, sizeof canary);
 }
@@ -62,7 +52,8 @@ void *sf_guarded_malloc(size_t n, size_t align) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t need = n + (sf_guard_level == 2 ? SF_CANARY : SF_GUARD_TAIL); /* both fit a span */
+    size_t need = n + SF_GUARD_TAIL; /* (a span's tail is only the canary, and fits) */
+    if (need < SF_GUARD_MIN_BLOCK) need = SF_GUARD_MIN_BLOCK;
     unsigned c = align <= 16 ? (need <= MEDIUM_MAX ? sf_class_of(need) : 0)
                              : sf_class_for_aligned(need, align);
     void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
@@ -72,13 +63,12 @@ void *sf_guarded_malloc(size_t n, size_t align) {
     return p;
 }
 
-/* What the caller may use of a live block: up to the canary (level 2), or
- * the request size, SIZE_MAX if its size slot is not plausible (overwritten). */
+/* What the caller may use of a live block: the request size, SIZE_MAX if
+ * its size word is not one (overwritten). */
 static size_t requested_size(const sf_page_t *page, void *p) {
-    if (end_canary_layout(page)) return page->block_size - SF_CANARY;
     if (is_span(page)) return page->requested;
-    uint32_t n = *size_slot(page, p);
-    return n + SF_GUARD_TAIL <= page->block_size ? n : SIZE_MAX;
+    uint32_t w = *sf_size_word(page, p);
+    return sf_size_word_ok(w, page->block_size) ? (w & SF_SIZE_MASK) : SIZE_MAX;
 }
 
 size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p) {
@@ -105,20 +95,23 @@ bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
     return true;
 }
 
-/* Checks a block being freed (already known to be a live block start):
- * canary and size slot (level 2), and at level 3 marks it free with an
- * atomic exchange (a second free from any thread finds the mark) and fills
- * it with junk.  false: reported and the free must be refused. */
+/* The block before p in its page (if any) must end with a size word: a
+ * write before p (an underflow) lands there first. */
+static bool block_before_intact(const sf_page_t *page, const void *p) {
+    if ((const uint8_t *)p == page->block_start) return true;
+    return sf_size_word_ok(((const uint32_t *)p)[-1], page->block_size);
+}
+
+/* Checks a block being freed (already known to be a live block start): its
+ * size word and canary, the size word of the block before it, and at level
+ * 3 marks it free with an atomic exchange (a second free from any thread
+ * finds the mark) and fills it with zeros.  false: reported and the free
+ * must be refused. */
 bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner) {
     bool span = is_span(page);
-    if (end_canary_layout(page)) {
-        if (*sf_end_canary(page, p) == sf_end_canary_value(page, p)) return true;
-        sf_guard_report(SF_GUARD_OVERFLOW, p);
-        return false;
-    }
     sf_block_t *b = p;
     /* level 3, another thread's block: already marked free means freed
-     * before (its junk would also fail the canary: say what it is) */
+     * before (its zero fill would also fail the canary: say what it is) */
     if (sf_guard_level >= 3 && !owner && !span &&
         __atomic_load_n(&b->cookie, __ATOMIC_ACQUIRE) == sf_page_cookie(page)) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
@@ -127,7 +120,7 @@ bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner)
     size_t n = requested_size(page, p);
     uint64_t canary = 0;
     if (n != SIZE_MAX) memcpy(&canary, (uint8_t *)p + n, sizeof canary);
-    if (n == SIZE_MAX || canary != canary_of(seg, page, p)) {
+    if (n == SIZE_MAX || canary != canary_of(seg, page, p) || (!span && !block_before_intact(page, p))) {
         sf_guard_report(SF_GUARD_OVERFLOW, p);
         return false;
     }
@@ -143,6 +136,34 @@ bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner)
     return true;
 }
 
+/* ---- level 3: no predictable order ------------------------------------------- */
+
+/* A thread's random stream (xorshift64*), seeded from the guard secret and
+ * the thread's stack address: unpredictable without reading the process. */
+static __thread uint64_t rng_state;
+
+static uint64_t rng_next(void) {
+    uint64_t x = rng_state;
+    if (x == 0) x = sf_guard_secret ^ (uintptr_t)&x ^ 0x2545f4914f6cdd1dull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* order[0..n) := a random permutation of 0..n-1 (the order freshly carved
+ * blocks are handed out in). */
+void sf_guarded_shuffle(uint16_t *order, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) order[i] = (uint16_t)i;
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = (uint32_t)(rng_next() % i);
+        uint16_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
 /* ---- quarantine (level 3): a FIFO threaded through the freed blocks ------- */
 
 static bool quarantined_block_ok(const sf_heap_t *heap, const sf_block_t *b) {
@@ -156,9 +177,9 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_block_t *b = heap->quarantine_head;
     sf_block_t *next = b->next;
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    /* its free mark overwritten: a write after free.  The block leaves the
-     * queue but is never reused (it stays counted in use). */
-    bool dirty = b->cookie != sf_page_cookie(page);
+    /* its free mark or its zero fill overwritten: a write after free.  The
+     * block leaves the queue but is never reused (it stays counted in use). */
+    bool dirty = b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b);
     if (dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
     if (next != NULL && !quarantined_block_ok(heap, next)) {
         /* the link of a quarantined block was overwritten: a write after

@@ -287,7 +287,7 @@ typedef struct sf_page_s {
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
-        uintptr_t canary_key; /* blocks at guard level 2: canary = address ^ key */
+        uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
     };
 } __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
 
@@ -557,17 +557,31 @@ SF_INLINE void sf_link_set(const sf_page_t *page, sf_block_t *b, const sf_block_
 }
 
 /* ---- guarded.c: guard levels 2 and 3 -------------------------------------- */
-#define SF_GUARD_TAIL 12 /* level 3: 8-byte canary after the request, 4-byte size at block end */
-#define SF_CANARY 8      /* level 2: the canary is a block's last 8 bytes */
-#define SF_JUNK 0xDB     /* level 3 fills freed blocks with it */
+/* A small or medium block at level >= 2 is laid out
+ *     [request][canary: 8 bytes][slack][size word: 4 bytes]
+ * The canary (the block's address XOR its page's canary key) starts right
+ * after the requested bytes, so an overflow of even one byte reaches it; the
+ * size word holds the request size in its low 24 bits and, at level 3, how
+ * the block was allocated (SF_FAMILY_*) in the next 8: anything else there
+ * is not a size (an underflow of the next block wrote into it).  Blocks are
+ * at least SF_GUARD_MIN_BLOCK bytes, so the size word of a free block never
+ * shares the free mark's word and reads as a size too (0, or its last one). */
+#define SF_GUARD_TAIL 12
+#define SF_GUARD_MIN_BLOCK 32
+#define SF_SIZE_BITS 24
+#define SF_SIZE_MASK ((1u << SF_SIZE_BITS) - 1)
+enum sf_family { SF_FAMILY_MALLOC, SF_FAMILY_NEW, SF_FAMILY_NEW_ARRAY };
+#define SF_JUNK 0 /* level 3 fills freed blocks with it (zero on free) */
 
-/* Level 2's end-of-block canary of a small or medium block: its address
- * XOR the page's canary key, so it differs per block and page. */
-SF_INLINE uint64_t *sf_end_canary(const sf_page_t *page, const void *b) {
-    return (uint64_t *)((uint8_t *)b + page->block_size - SF_CANARY);
+SF_INLINE uint32_t *sf_size_word(const sf_page_t *page, const void *b) {
+    return (uint32_t *)((uint8_t *)b + page->block_size - sizeof(uint32_t));
 }
-SF_INLINE uint64_t sf_end_canary_value(const sf_page_t *page, const void *b) {
+SF_INLINE uint64_t sf_canary_value(const sf_page_t *page, const void *b) {
     return (uint64_t)((uintptr_t)b ^ page->canary_key);
+}
+/* Whether a size word can be one (of a block of bsize bytes). */
+SF_INLINE bool sf_size_word_ok(uint32_t w, uint32_t bsize) {
+    return (w & SF_SIZE_MASK) + SF_GUARD_TAIL <= bsize && (w >> SF_SIZE_BITS) <= SF_FAMILY_NEW_ARRAY;
 }
 
 /* The free fast paths' ownership word (page->fast_heap): the owner heap
@@ -588,6 +602,7 @@ SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, b
 SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);
 SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
 SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
+SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);

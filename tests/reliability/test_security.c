@@ -63,20 +63,25 @@ static char global_block[64];
 static size_t pair_stride;
 
 /* Two blocks of n bytes next to each other (a then b), from fresh carving:
- * consecutive allocations are adjacent in address order. */
+ * among 64 allocations, two a block apart (consecutive allocations are
+ * adjacent in address order, except at level 3, which hands fresh blocks
+ * out in a random order). */
 static void adjacent_pair(size_t n, unsigned char **a, unsigned char **b)
 {
-    unsigned char *prev = malloc(n), *cur = NULL;
-    for (int i = 0; i < 64; i++, prev = cur) {
-        cur = malloc(n);
-        if (cur > prev && (size_t)(cur - prev) < 2 * n + 64) {
-            *a = prev;
-            *b = cur;
-            pair_stride = (size_t)(cur - prev);
-            return;
-        }
-    }
-    _exit(4); /* no adjacent pair: the probe cannot run */
+    unsigned char *v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = malloc(n);
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++)
+            if (v[j] > v[i] && (size_t)(v[j] - v[i]) < best) {
+                best = (size_t)(v[j] - v[i]);
+                *a = v[i];
+                *b = v[j];
+            }
+    if (best >= 2 * n + 64)
+        _exit(4); /* no adjacent pair: the probe cannot run */
+    pair_stride = best;
 }
 
 static void *free_it(void *p)
