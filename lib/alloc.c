@@ -237,6 +237,7 @@ size_t sf_trim(void) {
     sf_heap_collect(&sf_heap_fallback, true);
     sf_unlock(&sf_fallback_lock);
     sf_heaps_collect_abandoned(true);
+    if (sf_guard_level >= 2) sf_span_quarantine_flush();
     sf_cache_purge(true);
     sf_track_quiet_end();
     return (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);

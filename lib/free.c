@@ -14,8 +14,10 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) {
-        /* a span that went to the large cache was freed before */
-        sf_guard_report(sf_cache_holds(p) ? SF_GUARD_DOUBLE : SF_GUARD_INVALID, p);
+        /* a span that went to the large cache (or waits in the span
+         * quarantine, guard level >= 2) was freed before */
+        bool freed = sf_cache_holds(p) || (sf_guard_level >= 2 && sf_span_quarantine_holds(p));
+        sf_guard_report(freed ? SF_GUARD_DOUBLE : SF_GUARD_INVALID, p);
         return NULL;
     }
     sf_page_t *page = sf_page_of(seg, p);

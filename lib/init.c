@@ -37,6 +37,7 @@ void sf_init_slow(void) {
 static void fork_prepare(void) {
     sf_lock(&sf_knob_lock);
     sf_lock(&sf_fallback_lock);
+    sf_lock(&sf_span_quarantine_lock);
     sf_lock(&sf_cache_lock);
     sf_lock(&sf_seg_lock);
 }
@@ -44,6 +45,7 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
     sf_unlock(&sf_seg_lock);
     sf_unlock(&sf_cache_lock);
+    sf_unlock(&sf_span_quarantine_lock);
     sf_unlock(&sf_fallback_lock);
     sf_unlock(&sf_knob_lock);
 }

@@ -117,6 +117,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "what a detected misuse does: abort, or report and refuse the operation")                   \
     X(GUARD_QUARANTINE, "guard.quarantine", SF_KNOB_SIZE, 256ull << 10, 0, 64ull << 20, 0, NULL,     \
       "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
+    X(GUARD_PROTECT_RATE, "guard.protect_rate", SF_KNOB_UINT, 1000, 0, 1000000, 1, NULL,              \
+      "with guard.level >= 2: freed large blocks made inaccessible per second, at most (0: all)") \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \
       "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
@@ -192,7 +194,9 @@ SF_HIDDEN unsigned sf_config_parse(const char *buf, size_t len, const sf_config_
 SF_HIDDEN void *sf_os_map_aligned(size_t size, size_t align);
 SF_HIDDEN void sf_os_unmap(void *p, size_t size);
 SF_HIDDEN void sf_os_decommit(void *p, size_t size);
-SF_HIDDEN void sf_os_protect(void *p, size_t size, bool accessible);
+SF_HIDDEN bool sf_os_decommit_try(void *p, size_t size);
+SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
+SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
 SF_HIDDEN uint64_t sf_now_ms(void);
 
@@ -441,6 +445,7 @@ SF_HIDDEN sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out);
 SF_HIDDEN void sf_span_free(sf_segment_t *seg);
+SF_HIDDEN void sf_span_release(sf_segment_t *seg, bool reusable); /* (after the quarantine) */
 SF_HIDDEN bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size);
 SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
@@ -455,8 +460,9 @@ SF_HIDDEN uint64_t sf_reuse_keep(sf_reuse_t *r, uint64_t now, uint64_t in_use);
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 /* committed_out: bytes of the span that may still be resident, counted from
  * its start (0: it reads as zero) */
-SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out);
-SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed);
+SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
+                              size_t *guard_out);
+SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
 SF_HIDDEN bool sf_cache_holds(const void *p);
 
@@ -607,6 +613,12 @@ SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 SF_HIDDEN void *sf_alloc_class(unsigned c);
+
+/* ---- guarded_span.c: freed large blocks wait (guard level >= 2) ----------- */
+SF_HIDDEN extern pthread_mutex_t sf_span_quarantine_lock;
+SF_HIDDEN bool sf_span_quarantine_put(sf_segment_t *seg); /* false: not taken, release it */
+SF_HIDDEN bool sf_span_quarantine_holds(const void *p);
+SF_HIDDEN void sf_span_quarantine_flush(void);
 SF_HIDDEN void *sf_alloc_span(size_t n, size_t align);
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
