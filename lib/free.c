@@ -31,7 +31,7 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
                (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
-                (sf_guard_level >= 3 && sf_quarantine_holds(seg->heap, p)))) {
+                (sf_guard_level >= 2 && sf_quarantine_holds(seg->heap, p)))) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return NULL;
     }
@@ -43,7 +43,7 @@ static void free_to_fallback(sf_page_t *page, sf_block_t *b) {
     sf_lock(&sf_fallback_lock);
     if (b->cookie == sf_page_cookie(page) &&
         (sf_page_holds_free_block(page, b) ||
-         (sf_guard_level >= 3 && sf_quarantine_holds(&sf_heap_fallback, b)))) {
+         (sf_guard_level >= 2 && sf_quarantine_holds(&sf_heap_fallback, b)))) {
         sf_unlock(&sf_fallback_lock);
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
@@ -85,6 +85,7 @@ void sf_free_generic(void *p) {
 }
 
 void sf_free_checked(void *p) {
+    if (unlikely(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;

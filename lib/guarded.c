@@ -39,6 +39,13 @@ static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const 
     return (uint64_t)((uintptr_t)p ^ key);
 }
 
+/* Spans keep the request size in page->requested, and at level 3 how the
+ * block was allocated in its top bits. */
+#define SPAN_FAMILY_SHIFT 62
+static size_t span_requested(const sf_page_t *page) {
+    return page->requested & (((size_t)1 << SPAN_FAMILY_SHIFT) - 1);
+}
+
 static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
     if (is_span(page)) page->requested = n;
     else *sf_size_word(page, p) = (uint32_t)n;
@@ -47,6 +54,10 @@ static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
 }
 
 void *sf_guarded_malloc(size_t n, size_t align) {
+    if (n == 0 && align <= 16 && sf_guard_level >= 3) {
+        void *z = sf_zero_alloc();
+        if (z != NULL) return z;
+    }
     if (n > PTRDIFF_MAX - 2 * SF_GUARD_TAIL) {
         sf_stat_add(&sf_gstats.enomem, 1);
         errno = ENOMEM;
@@ -66,7 +77,7 @@ void *sf_guarded_malloc(size_t n, size_t align) {
 /* What the caller may use of a live block: the request size, SIZE_MAX if
  * its size word is not one (overwritten). */
 static size_t requested_size(const sf_page_t *page, void *p) {
-    if (is_span(page)) return page->requested;
+    if (is_span(page)) return span_requested(page);
     uint32_t w = *sf_size_word(page, p);
     return sf_size_word_ok(w, page->block_size) ? (w & SF_SIZE_MASK) : SIZE_MAX;
 }
@@ -179,7 +190,7 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     /* its free mark or its zero fill overwritten: a write after free.  The
      * block leaves the queue but is never reused (it stays counted in use). */
-    bool dirty = b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b);
+    bool dirty = b->cookie != sf_page_cookie(page) || (sf_guard_level >= 3 && !sf_junk_intact(page, b));
     if (dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
     if (next != NULL && !quarantined_block_ok(heap, next)) {
         /* the link of a quarantined block was overwritten: a write after
@@ -211,8 +222,13 @@ void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     heap->quarantine_tail = b;
     heap->quarantine_bytes += page->block_size;
     heap->quarantine_count++;
+    /* level 2 holds one block back: the one freed last through the checked
+     * path (a medium block, say), so the next malloc of its size gets
+     * another (with its page's last block out, the page is not emptied and
+     * carved again from its first block either) */
     size_t budget = (size_t)sf_knob(SF_KNOB_GUARD_QUARANTINE);
-    while (heap->quarantine_head != NULL && heap->quarantine_bytes > budget)
+    while (heap->quarantine_head != NULL &&
+           (sf_guard_level >= 3 ? heap->quarantine_bytes > budget : heap->quarantine_count > 1))
         quarantine_release_oldest(heap);
 }
 
@@ -225,4 +241,113 @@ bool sf_quarantine_holds(const sf_heap_t *heap, const void *b) {
     for (size_t i = 0; q != NULL && i < heap->quarantine_count; i++, q = q->next)
         if (q == b) return true;
     return false;
+}
+
+/* ---- level 3: malloc(0) ------------------------------------------------------ */
+
+/* malloc(0) returns a unique pointer to no accessible memory: a slot of a
+ * no-access reservation (ZERO_SLOTS slots of 16 bytes: 16 MiB of address
+ * space, reserved at the first malloc(0) and never touched).  Slots are
+ * handed out round the reservation, so a freed one comes back only after
+ * ZERO_SLOTS - 1 others; a bitmap says which are out (a free of one that is
+ * not is a double free). */
+#define ZERO_SLOT 16
+#define ZERO_SLOTS ((size_t)1 << 20)
+enum { ZERO_NONE, ZERO_MAKING, ZERO_READY, ZERO_FAILED };
+static _Atomic int zero_state;
+static uint8_t *zero_base;
+static _Atomic uint64_t *zero_out; /* one bit per slot */
+static _Atomic size_t zero_cursor;
+
+static bool zero_ready(void) {
+    int st = atomic_load_explicit(&zero_state, memory_order_acquire);
+    while (st != ZERO_READY && st != ZERO_FAILED) {
+        int none = ZERO_NONE;
+        if (st == ZERO_NONE && atomic_compare_exchange_strong(&zero_state, &none, ZERO_MAKING)) {
+            zero_base = sf_os_reserve_none(ZERO_SLOTS * ZERO_SLOT);
+            zero_out = zero_base ? sf_os_map_plain(ZERO_SLOTS / 8) : NULL;
+            atomic_store_explicit(&zero_state, zero_out ? ZERO_READY : ZERO_FAILED, memory_order_release);
+        }
+        st = atomic_load_explicit(&zero_state, memory_order_acquire);
+    }
+    return st == ZERO_READY;
+}
+
+void *sf_zero_alloc(void) {
+    if (!zero_ready()) return NULL;
+    for (unsigned tries = 0; tries < 64; tries++) {
+        size_t i = atomic_fetch_add_explicit(&zero_cursor, 1, memory_order_relaxed) % ZERO_SLOTS;
+        uint64_t bit = (uint64_t)1 << (i % 64);
+        if (!(atomic_fetch_or(&zero_out[i / 64], bit) & bit)) return zero_base + i * ZERO_SLOT;
+    }
+    return NULL; /* (a million of them live: an ordinary block then) */
+}
+
+bool sf_zero_holds(const void *p) {
+    return atomic_load_explicit(&zero_state, memory_order_acquire) == ZERO_READY &&
+           (const uint8_t *)p >= zero_base && (const uint8_t *)p < zero_base + ZERO_SLOTS * ZERO_SLOT;
+}
+
+/* Frees p if it is a malloc(0) slot (reporting a misuse of one); false if
+ * it is not one. */
+bool sf_zero_free(void *p) {
+    if (!sf_zero_holds(p)) return false;
+    size_t off = (size_t)((uint8_t *)p - zero_base), i = off / ZERO_SLOT;
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (off % ZERO_SLOT != 0) sf_guard_report(SF_GUARD_INTERIOR, p);
+    else if (!(atomic_fetch_and(&zero_out[i / 64], ~bit) & bit)) sf_guard_report(SF_GUARD_DOUBLE, p);
+    return true;
+}
+
+/* ---- level 3: operator new and delete ------------------------------------------- */
+
+/* The live block at p and its request size and family; NULL if p is no
+ * live block (the free that follows sorts that out). */
+static sf_page_t *live_block(void *p, sf_segment_t **seg_out) {
+    sf_segment_t *seg = sf_segmap_header(p);
+    if (seg == NULL) return NULL;
+    sf_page_t *page = sf_page_of(seg, p);
+    if (is_span(page)) {
+        if (p != page->block_start || SF_GET(page->used) == 0) return NULL;
+    } else if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p) ||
+               ((sf_block_t *)p)->cookie == sf_page_cookie(page)) {
+        return NULL;
+    }
+    *seg_out = seg;
+    return page;
+}
+
+static unsigned family_of(const sf_page_t *page, void *p) {
+    if (is_span(page)) return (unsigned)(page->requested >> SPAN_FAMILY_SHIFT);
+    return *sf_size_word(page, p) >> SF_SIZE_BITS;
+}
+
+void *sf_guarded_new(size_t n, size_t align, enum sf_family family) {
+    void *p = sf_guarded_malloc(n, align);
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = p != NULL ? live_block(p, &seg) : NULL;
+    if (page == NULL) return p; /* (NULL, or a malloc(0) slot) */
+    if (is_span(page)) page->requested |= (size_t)family << SPAN_FAMILY_SHIFT;
+    else *sf_size_word(page, p) |= (uint32_t)family << SF_SIZE_BITS;
+    return p;
+}
+
+/* operator delete (family SF_FAMILY_NEW) or delete[] (NEW_ARRAY), with the
+ * size the sized forms pass (0: none).  A block from new freed by delete[]
+ * (or the reverse), or a size that is not the one new was given, is
+ * reported and the free refused; blocks from malloc are not checked (a
+ * program that frees them with delete is wrong, but common, and harmless
+ * to sefer). */
+void sf_guarded_delete(void *p, enum sf_family family, size_t size) {
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = p != NULL ? live_block(p, &seg) : NULL;
+    if (page != NULL) {
+        unsigned got = family_of(page, p);
+        size_t n = requested_size(page, p);
+        if (got != SF_FAMILY_MALLOC && (got != family || (size != 0 && size != n))) {
+            sf_guard_report(SF_GUARD_MISMATCH, p);
+            return;
+        }
+    }
+    sf_free_checked(p);
 }

@@ -198,15 +198,17 @@ SF_HIDDEN bool sf_os_decommit_try(void *p, size_t size);
 SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
 SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
+SF_HIDDEN void *sf_os_reserve_none(size_t size);
 SF_HIDDEN uint64_t sf_now_ms(void);
 
 /* ---- process-wide counters (stats.c) ------------------------------------- */
+#define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard.c) */
 struct sf_global_stats {
     _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
     _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
     /* operations not counted in a heap: spans, and threads without a heap */
     _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs;
-    _Atomic uint64_t guard[5];
+    _Atomic uint64_t guard[SF_GUARD_KINDS_COUNTED];
 };
 SF_HIDDEN extern struct sf_global_stats sf_gstats;
 SF_INLINE void sf_stat_add(_Atomic uint64_t *c, uint64_t v) {
@@ -544,6 +546,9 @@ enum sf_guard_kind {
     SF_GUARD_DOUBLE,
     SF_GUARD_OVERFLOW,
     SF_GUARD_USE_AFTER_FREE,
+    /* level 3, counted with the kind above them in sefer_stats: */
+    SF_GUARD_MISMATCH, /* operator delete of new[], or the wrong size (as invalid frees) */
+    SF_GUARD_BOUNDS,   /* memcpy/memmove/memset out of a block (as overflows) */
     SF_GUARD_KINDS
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
@@ -609,6 +614,11 @@ SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const voi
 SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
 SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
 SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
+SF_HIDDEN void *sf_zero_alloc(void);
+SF_HIDDEN bool sf_zero_holds(const void *p);
+SF_HIDDEN bool sf_zero_free(void *p);
+SF_HIDDEN void *sf_guarded_new(size_t n, size_t align, enum sf_family family);
+SF_HIDDEN void sf_guarded_delete(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);

@@ -124,6 +124,12 @@ void *sf_os_map_plain(size_t size) {
     return map_raw(sf_align_up(size, OS_PAGE));
 }
 
+/* Address space no access is allowed to (guard level 3's malloc(0)). */
+void *sf_os_reserve_none(size_t size) {
+    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 /* Makes [p, p + size) read as zero by replacing it with a fresh mapping;
  * false if the kernel refused. */
 static bool remap_fresh(void *p, size_t size) {

@@ -142,7 +142,7 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     if (sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
-        if (sf_page_holds_free_block(page, b)) {
+        if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {
             sf_guard_report(SF_GUARD_DOUBLE, b);
             return;
         }
