@@ -30,6 +30,8 @@
  * (the link key and the canary key come from independent secrets). */
 #include "fastpath.h"
 
+bool sf_mem_checked;
+
 static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
 
 /* The canary right after a block's request: address XOR the page's key

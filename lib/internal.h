@@ -29,6 +29,17 @@
 #include <stdint.h>
 #include <string.h>
 
+/* With -Doverride=true sefer exports a checked memcpy, memmove and memset
+ * (guarded_mem.c); its own calls go to glibc's under these names instead,
+ * so sefer's work on freed blocks and on its metadata is never checked as
+ * if it were the program's. */
+#if defined(SF_INTERPOSE_MEM) && !defined(SF_DEFINES_MEM_FUNCTIONS)
+void *memcpy(void *, const void *, size_t) __asm__("sf_raw_memcpy");
+void *memmove(void *, const void *, size_t) __asm__("sf_raw_memmove");
+void *memset(void *, int, size_t) __asm__("sf_raw_memset");
+#endif
+
+
 #define SF_HIDDEN __attribute__((visibility("hidden")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -614,6 +625,9 @@ SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const voi
 SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
 SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
 SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
+/* memcpy, memmove, memset check their destination (guarded_mem.c): level
+ * 3, not under valgrind; set at start-up. */
+SF_HIDDEN extern bool sf_mem_checked;
 SF_HIDDEN void *sf_zero_alloc(void);
 SF_HIDDEN bool sf_zero_holds(const void *p);
 SF_HIDDEN bool sf_zero_free(void *p);
