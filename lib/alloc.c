@@ -50,21 +50,25 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     return sf_malloc_slow(n, heap);
 }
 
-SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
-    if (unlikely(sf_guard_level >= 2)) {
-        /* level 2: its fast pop (callers other than malloc come straight
-         * here), after the same local_free swap on its own table */
-        if (sf_l2_fast && n <= DIRECT_MAX - SF_GUARD_TAIL) {
-            sf_page_t *page = heap->gdirect[sf_l2_index(n)];
-            if (page->free == NULL && page->local_free != NULL) {
-                page->free = page->local_free;
-                page->local_free = NULL;
-            }
-            void *b = sf_l2_pop(heap, page, n);
-            if (b != NULL) return b;
+/* Guard level >= 2 (out of line: what levels 0-1 run in sf_malloc_slow
+ * does not grow with it). */
+SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
+    /* level 2: its fast pop (callers other than malloc come straight
+     * here), after the same local_free swap on its own table */
+    if (sf_l2_fast && n <= DIRECT_MAX - SF_GUARD_TAIL) {
+        sf_page_t *page = heap->gdirect[sf_l2_index(n)];
+        if (page->free == NULL && page->local_free != NULL) {
+            page->free = page->local_free;
+            page->local_free = NULL;
         }
-        return sf_guarded_malloc(n, 16);
+        void *b = sf_l2_pop(heap, page, n);
+        if (b != NULL) return b;
     }
+    return sf_guarded_malloc(n, 16);
+}
+
+SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
+    if (unlikely(sf_guard_level >= 2)) return malloc_slow_guarded(n, heap);
     if (n > MEDIUM_MAX) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
     if (n <= DIRECT_MAX) {

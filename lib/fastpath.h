@@ -187,7 +187,7 @@ SF_INLINE bool sf_l2_free_owned(void *p) {
 
 SF_INLINE void sf_free_l2(void *p) {
     if (likely(sf_l2_free_owned(p))) return;
-    sf_free_checked(p);
+    sf_free_checked(p); /* (which tries it once more, harmlessly) */
 }
 
 /* Pops a block from the class's current page, if it has one ready (its

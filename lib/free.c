@@ -78,13 +78,14 @@ static bool free_remote_small(void *p) {
 }
 
 void sf_free_generic(void *p) {
-    /* level 2: its fast push first (callers other than free come straight here) */
-    if (sf_l2_fast && sf_l2_free_owned(p)) return;
     if (unlikely(sf_tracked)) sf_tracked_free(p);
-    else if (!free_remote_small(p)) sf_free_checked(p);
+    else if (!free_remote_small(p)) sf_free_checked(p); /* (level 2's pages are never remote-small) */
 }
 
 void sf_free_checked(void *p) {
+    /* level 2: its fast push first (callers other than free come here
+     * through sf_free_generic) */
+    if (unlikely(sf_l2_fast) && sf_l2_free_owned(p)) return;
     if (unlikely(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);

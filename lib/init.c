@@ -60,6 +60,9 @@ static void fork_child(void) {
 
 __attribute__((constructor(101))) static void sf_constructor(void) {
     sf_ensure_init();
+#ifdef SF_INTERPOSE_MEM
+    sf_mem_resolve();
+#endif
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 

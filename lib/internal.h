@@ -30,13 +30,22 @@
 #include <string.h>
 
 /* With -Doverride=true sefer exports a checked memcpy, memmove and memset
- * (guarded_mem.c); its own calls go to glibc's under these names instead,
- * so sefer's work on freed blocks and on its metadata is never checked as
- * if it were the program's. */
+ * (guarded_mem.c).  Its own calls go to glibc's instead, so that sefer's
+ * work on freed blocks and its metadata is never checked as if it were the
+ * program's: through pointers to glibc's routines, looked up once at
+ * start-up (one indirect call, as a call through the GOT was), and until
+ * then through sf_raw_*, glibc's _chk forms; a constant size is left to the
+ * compiler (inlined, or a call of sf_raw_*). */
 #if defined(SF_INTERPOSE_MEM) && !defined(SF_DEFINES_MEM_FUNCTIONS)
 void *memcpy(void *, const void *, size_t) __asm__("sf_raw_memcpy");
 void *memmove(void *, const void *, size_t) __asm__("sf_raw_memmove");
 void *memset(void *, int, size_t) __asm__("sf_raw_memset");
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memcpy)(void *, const void *, size_t);
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memmove)(void *, const void *, size_t);
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memset)(void *, int, size_t);
+#define memcpy(d, s, n) (__builtin_constant_p(n) ? __builtin_memcpy(d, s, n) : sf_libc_memcpy(d, s, n))
+#define memmove(d, s, n) (__builtin_constant_p(n) ? __builtin_memmove(d, s, n) : sf_libc_memmove(d, s, n))
+#define memset(d, c, n) (__builtin_constant_p(n) ? __builtin_memset(d, c, n) : sf_libc_memset(d, c, n))
 #endif
 
 
@@ -547,7 +556,7 @@ SF_HIDDEN void *sf_pvalloc(size_t n);
 SF_HIDDEN size_t sf_trim(void);
 SF_HIDDEN void sf_print_stats(void);
 SF_HIDDEN void sf_free_generic(void *p);
-SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
+SF_HIDDEN void sf_free_checked(void *p); /* the checked free (level 2: its fast push first) */
 SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
 
 /* ---- guard.c ---------------------------------------------------------------- */
@@ -628,6 +637,7 @@ SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
 /* memcpy, memmove, memset check their destination (guarded_mem.c): level
  * 3, not under valgrind; set at start-up. */
 SF_HIDDEN extern bool sf_mem_checked;
+SF_HIDDEN void sf_mem_resolve(void); /* guarded_mem.c (-Doverride=true) */
 SF_HIDDEN void *sf_zero_alloc(void);
 SF_HIDDEN bool sf_zero_holds(const void *p);
 SF_HIDDEN bool sf_zero_free(void *p);

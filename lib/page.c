@@ -191,7 +191,6 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
     }
     SF_COUNT(heap->allocs);
     b->cookie = 0;
-    if (sf_guard_level >= 3) b->next = NULL; /* zero from end to end */
     return b;
 }
 
