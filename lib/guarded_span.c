@@ -10,12 +10,14 @@
  * span is reused it reads as zero.  Leaving the quarantine costs one more
  * call (mprotect back).
  *
- * Those two calls are what a large malloc/free pair costs at these levels
- * where the quarantine protects (tens of microseconds on a virtual machine
- * whose page-table changes are slow, against well under one for a pair that
- * reuses a cached span), so they are rationed: guard.protect_rate freed
- * blocks a second at most (a token bucket holding one second's worth; 0:
- * no limit).  A block freed beyond the rate waits accessible (and at level
+ * Those two calls, and faulting the dropped pages in again when the span
+ * is reused, are what a large malloc/free pair costs at these levels where
+ * the quarantine protects: tens of microseconds for 256 KiB on a virtual
+ * machine whose page-table changes are slow, milliseconds for a 4 MiB block
+ * whose every page is touched, against well under a microsecond for a pair
+ * that reuses a cached span.  Since the cost grows with the block, it is
+ * rationed by bytes: guard.protect_rate bytes of freed blocks a second at
+ * most (a token bucket holding one second's worth; 0: no limit).  A block freed beyond the rate waits accessible (and at level
  * 3 its old pages are zeroed when the span is reused: segment.c), still out
  * of reach of the next malloc; a program freeing fewer large blocks than
  * that a second has every one of them protected.
@@ -40,7 +42,7 @@ static size_t first, count, bytes;
 static uint64_t tokens, refilled_ms;
 static bool tokens_set;
 
-/* Takes `cost` protection calls from the budget if it has them. */
+/* Takes `cost` bytes from the budget if it has them. */
 static bool budget_take(uint64_t cost) {
     uint64_t rate = sf_knob(SF_KNOB_GUARD_PROTECT_RATE), now = sf_now_ms();
     if (rate == 0) return true;
@@ -49,7 +51,7 @@ static bool budget_take(uint64_t cost) {
         refilled_ms = now;
         tokens_set = true;
     }
-    uint64_t add = (now - refilled_ms) * rate / 1000;
+    uint64_t add = (now - refilled_ms) * (rate / 1000);
     if (add > 0) { /* (a fraction of a token waits for the next look) */
         tokens = tokens + add < rate ? tokens + add : rate;
         refilled_ms = now;
@@ -87,7 +89,7 @@ bool sf_span_quarantine_put(sf_segment_t *seg) {
     struct held h = {seg, page->span_bytes, false};
     if (h.bytes > SPAN_QUARANTINE_BYTES) return false; /* (huge: unmapped, which protects) */
     sf_lock(&sf_span_quarantine_lock);
-    bool afford = budget_take(2); /* protect now, and back when it leaves */
+    bool afford = budget_take(h.bytes);
     sf_unlock(&sf_span_quarantine_lock);
     h.protected = afford && protect_block(seg);
     struct held out[SPAN_QUARANTINE_MAX + 1];

@@ -137,8 +137,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "what a detected misuse does: abort, or report and refuse the operation")                   \
     X(GUARD_QUARANTINE, "guard.quarantine", SF_KNOB_SIZE, 256ull << 10, 0, 64ull << 20, 0, NULL,     \
       "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
-    X(GUARD_PROTECT_RATE, "guard.protect_rate", SF_KNOB_UINT, 1000, 0, 1000000, 1, NULL,              \
-      "with guard.level >= 2: freed large blocks made inaccessible per second, at most (0: all)") \
+    X(GUARD_PROTECT_RATE, "guard.protect_rate", SF_KNOB_SIZE, 64ull << 20, 0, 1ull << 40, 1, NULL,   \
+      "with guard.level >= 2: bytes of freed large blocks made inaccessible a second, at most (0: all)") \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \
       "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
