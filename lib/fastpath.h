@@ -121,9 +121,8 @@ SF_INLINE void sf_free(void *p) {
  * links XOR-ed with the page secret and required to stay in their 64 KiB
  * page when followed; the canary right after the request and the request
  * size in the block's last 4 bytes (internal.h, "guarded.c"), written on
- * malloc and checked on free, with the size word of the block before (an
- * underflow of this block lands in it).  Anything unusual, including a
- * failed check, goes to the generic path, which reports it. */
+ * malloc and checked on free.  Anything unusual, including a failed check,
+ * goes to the generic path, which reports it. */
 /* Pops a block for a request of n bytes from `page` (a gdirect entry) if it
  * has one whose link checks out; NULL otherwise (empty page, or a bad link:
  * the checked path reports it). */
@@ -162,25 +161,29 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
     return sf_malloc_generic(n, heap);
 }
 
+/* Whether a small block on a level-2 page has its size word and canary
+ * intact.  (The size word of the block before is checked by the checked
+ * path only: an underflow of this block overwrote that word, which the
+ * block before's own free checks, on whichever path.) */
+SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
+    uint32_t bsize = page->block_size, n = *sf_size_word(page, p);
+    if (unlikely(n + SF_GUARD_TAIL > bsize)) return false;
+    uint64_t canary;
+    memcpy(&canary, (const uint8_t *)p + n, sizeof canary);
+    return likely(canary == sf_canary_value(page, p));
+}
+
 /* Frees p if it is a small block of this thread's, on a guarded page that
- * takes fast frees, with its size word, its canary and the size word of the
- * block before it (when it has one) intact; false: the caller takes the
- * checked path. */
+ * takes fast frees, with its size word and canary intact; false: the
+ * caller takes the checked path. */
 SF_INLINE bool sf_l2_free_owned(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG));
-    if (likely(page != NULL)) {
-        uint32_t bsize = page->block_size, n = *sf_size_word(page, p);
-        uint64_t canary = 0;
-        if (likely(n + SF_GUARD_TAIL <= bsize)) memcpy(&canary, (uint8_t *)p + n, sizeof canary);
-        bool first = ((uintptr_t)p & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1)) == 0;
-        if (likely(canary == sf_canary_value(page, p) &&
-                   (first || ((const uint32_t *)p)[-1] + SF_GUARD_TAIL <= bsize))) {
-            sf_block_t *b = (sf_block_t *)p;
-            sf_link_set(page, b, page->local_free);
-            sf_free_to_local(heap, page, b);
-            return true;
-        }
+    if (likely(page != NULL && sf_l2_tail_ok(page, p))) {
+        sf_block_t *b = (sf_block_t *)p;
+        sf_link_set(page, b, page->local_free);
+        sf_free_to_local(heap, page, b);
+        return true;
     }
     return false;
 }

@@ -255,8 +255,9 @@ size_t sf_heap_collect(sf_heap_t *heap, bool force) { return sf_heap_collect_ex(
 
 /* sf_heap_collect, with forced page release and forced decommit apart. */
 size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
-    if (force) sf_quarantine_flush(heap);
     sf_heap_drain_remote(heap);
+    /* after the drain: the blocks it returns go through the quarantine */
+    if (force) sf_quarantine_flush(heap);
     /* full pages first: the ones other threads freed into rejoin their queues */
     for (sf_page_t *page = heap->full.first, *next; page != NULL; page = next) {
         next = page->next;

@@ -35,7 +35,9 @@
  * new blocks" would have to be said after the block was published, when the
  * page may already be gone.
  *
- * The xfree links are plain pointers: guarded pages never use the list. */
+ * The xfree links are plain pointers; at guard level 2, whose page lists
+ * are encoded, the owner encodes them as it takes the list (level 3 and
+ * valgrind's pages never use it). */
 #include "internal.h"
 
 /* ---- the ring path ---------------------------------------------------------- */
@@ -64,7 +66,9 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
 
 void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
     uintptr_t cookie = sf_page_cookie(page);
-    if ((SF_GET(page->flags) & SF_PAGE_GUARDED) || b->cookie == cookie ||
+    /* (level 2's pages take the page's list too: the freeing thread checked
+     * the block, and the owner encodes the links as it takes them) */
+    if (((SF_GET(page->flags) & SF_PAGE_GUARDED) && !sf_l2_fast) || b->cookie == cookie ||
         atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
         sf_heap_remote_free(owner, b);
         return;
@@ -88,6 +92,17 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
     }
 }
 
+/* The links from first to last (plain, as pushed) become encoded ones
+ * (sf_link_set), last's included. */
+SF_NOINLINE static void encode_links(sf_page_t *page, sf_block_t *first, sf_block_t *last) {
+    for (sf_block_t *b = first;;) {
+        sf_block_t *next = b->next;
+        sf_link_set(page, b, next);
+        if (b == last) return;
+        b = next;
+    }
+}
+
 /* Takes the page's remote frees into its local free list (owner context).
  * Returns how many; a full page they arrive in goes back to its queue. */
 uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
@@ -105,6 +120,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
         n++;
     }
     last->next = page->local_free;
+    if (unlikely(page->secret != 0)) encode_links(page, first, last); /* (guard level 2) */
     page->local_free = first;
     SF_SET(page->used, page->used - n);
     SF_SET(heap->remote_collected, heap->remote_collected + n); /* read by statistics */
