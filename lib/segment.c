@@ -408,7 +408,9 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     size_t span = sf_align_up(rounded + lead + tail, SEG_SIZE);
     bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
     size_t resident = 0, guard = 0;
-    sf_segment_t *seg = span_take(&span, span, cacheable, &resident, &guard);
+    /* (with guard pages cached spans are not split: one up to twice the
+     * size serves whole, its old pages kept, rather than a new mapping) */
+    sf_segment_t *seg = span_take(&span, guarded ? 2 * span : span, cacheable, &resident, &guard);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
