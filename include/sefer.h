@@ -81,10 +81,10 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(heaps_live, "heap registry slots owned by a running thread")                         \
     X(heaps_abandoned, "heap registry slots whose thread exited with blocks still live")   \
     X(fallback_allocs, "allocations served by the locked fallback heap")                   \
-    X(guard_invalid_free, "frees of pointers sefer does not own")                          \
+    X(guard_invalid_free, "frees of pointers sefer does not own (and, level 3, deletes not matching new)") \
     X(guard_interior_free, "frees of pointers inside a block")                             \
     X(guard_double_free, "double frees detected")                                          \
-    X(guard_overflow, "writes past the end of a block found by its canary (level >= 2)")   \
+    X(guard_overflow, "writes outside a block found by its canary or size word (level >= 2), or memcpy/memmove/memset out of bounds (level 3)") \
     X(guard_use_after_free, "writes into a freed block found on reuse (level >= 2)")         \
     X(remote_list_frees, "remote frees that went onto their page's list, counted as the owner takes them back") \
     X(heap_slots, "heaps made so far (live, abandoned or free): the most threads alive at once") \

@@ -17,6 +17,16 @@
  * it enters; with delayed, after decommit.delay; with never, it stays
  * resident until it is evicted.
  *
+ * A large block's span just freed is not handed out again at once (guard
+ * level >= 1): it stays apart ("cooling", not merged) until the next span is
+ * put back, and takes skip it, so a free followed by a malloc of the same
+ * size gets a different block (a loop of them alternates two spans).  At
+ * guard level >= 2 spans carry guard pages (segment.c): a page at 60 KiB,
+ * the same in every span, and one after the block, whose offset the entry
+ * keeps (`guard`) so that a span reused for a block of the same size needs
+ * no mprotect; spans are then neither split nor merged (a guard page would
+ * end up inside a block).
+ *
  * Cached spans stay counted in stats.segments (they are mapped), but their
  * segmap entries are clear: a free of a pointer into one is foreign. */
 #include "internal.h"
@@ -30,6 +40,8 @@ struct cache_entry {
     size_t committed; /* bytes of it counted in stats.bytes_committed: from
                          its start, an upper bound of what may be resident
                          (what lies past it reads as zero) */
+    size_t guard;     /* guard level >= 2: offset of its end guard page (0: none) */
+    bool cooling;     /* the span freed last: not handed out, not merged */
 };
 
 pthread_mutex_t sf_cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -37,6 +49,9 @@ static struct cache_entry entries[CACHE_SLOTS_MAX];
 static size_t entry_count;
 static sf_reuse_t reuse; /* bytes handed out lately (decommit.c) */
 static uint64_t out_bytes; /* spans and segments handed out (hit or miss) and not put back */
+
+/* Spans carry guard pages (guard level >= 2): neither split nor merged. */
+static bool guarded_spans(void) { return sf_guard_level >= 2; }
 
 static void entry_remove(size_t i) {
     sf_stat_sub(&sf_gstats.cache_bytes, entries[i].size);
@@ -62,7 +77,10 @@ static size_t entry_decommit_tail(size_t i, size_t bytes) {
     size_t keep = e->committed > bytes ? sf_align_up(e->committed - bytes, OS_PAGE) : 0;
     if (keep >= e->committed) return 0;
     size_t n = e->committed - keep;
-    sf_os_decommit(e->base + keep, keep == 0 ? e->size : n);
+    uint8_t *at = e->base + keep;
+    size_t len = keep == 0 ? e->size : n;
+    if (!guarded_spans()) sf_os_decommit(at, len);
+    else if (!sf_os_decommit_try(at, len)) return 0; /* (never cleared by hand: guard pages) */
     e->committed = keep;
     sf_stat_sub(&sf_gstats.committed, n);
     sf_stat_add(&sf_gstats.decommitted_total, n);
@@ -111,6 +129,7 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
     struct cache_entry *e = &entries[i], front = *e;
     front.size = at;
     front.committed = e->committed < at ? e->committed : at;
+    front.guard = 0; /* (no guards where spans are split) */
     e->base += at;
     e->size -= at;
     e->committed -= front.committed;
@@ -123,7 +142,8 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
  * it, whole if it is at most max_size, else its first min_size bytes (see
  * the top of the file).  *committed_out: how many bytes from its start may
  * still be resident (0: it all reads as zero). */
-void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out) {
+void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
+                    size_t *guard_out) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
     out_bytes += min_size; /* hit or miss: that much is in use now */
@@ -131,6 +151,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
+        if (entries[i].cooling || (guarded_spans() && s > max_size)) continue;
         if (s >= min_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
     }
     void *p = NULL;
@@ -148,6 +169,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
         p = e.base;
         *size_out = e.size;
         *committed_out = e.committed; /* 0: all zero, as mapped or decommitted */
+        *guard_out = e.guard;
         sf_stat_add(&sf_gstats.cache_hits, 1);
     } else {
         sf_stat_add(&sf_gstats.cache_misses, 1);
@@ -169,8 +191,10 @@ static size_t joined_committed(const struct cache_entry *lo, const struct cache_
  * their slots and the whole takes one.  False if it touches none.  Holds
  * sf_cache_lock. */
 static bool merge_locked(struct cache_entry e) {
+    if (guarded_spans()) return false;
     size_t below = SIZE_MAX, above = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++) {
+        if (entries[i].cooling) continue;
         if (entries[i].base + entries[i].size == e.base) below = i;
         if (e.base + e.size == entries[i].base) above = i;
     }
@@ -204,10 +228,28 @@ static bool merge_locked(struct cache_entry e) {
     return true;
 }
 
+/* The span cooling so far becomes an ordinary entry (merged with its
+ * neighbours where it touches them).  Holds sf_cache_lock. */
+static void uncool_locked(void) {
+    for (size_t i = 0; i < entry_count; i++)
+        if (entries[i].cooling) {
+            struct cache_entry e = entries[i];
+            e.cooling = false;
+            entry_remove(i);
+            if (!merge_locked(e)) {
+                entries[entry_count++] = e;
+                sf_stat_add(&sf_gstats.cache_bytes, e.size);
+                sf_stat_add(&sf_gstats.cache_spans, 1);
+            }
+            return;
+        }
+}
+
 /* Offers a span (its segmap entries already clear; `committed` of its bytes
- * counted in stats.bytes_committed).  Returns false if the budget refuses it:
- * the caller unmaps. */
-bool sf_cache_put(void *base, size_t size, size_t committed) {
+ * counted in stats.bytes_committed; `guard`: see struct cache_entry).
+ * `freed_block`: a large block's span freed just now, to cool (see the top
+ * of the file).  Returns false if the budget refuses it: the caller unmaps. */
+bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block) {
     uint64_t slots = sf_knob(SF_KNOB_LARGE_CACHE_SLOTS);
     uint64_t budget = sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES);
     if (slots > CACHE_SLOTS_MAX) slots = CACHE_SLOTS_MAX;
@@ -219,7 +261,10 @@ bool sf_cache_put(void *base, size_t size, size_t committed) {
         return false;
     }
     expire_locked(now, false);
-    if (merge_locked((struct cache_entry){base, size, now, committed})) {
+    bool cool = freed_block && sf_guard_level >= 1;
+    if (cool) uncool_locked();
+    struct cache_entry fresh = {base, size, now, committed, guard, cool};
+    if (!cool && merge_locked(fresh)) {
         sf_unlock(&sf_cache_lock);
         return true;
     }
@@ -231,7 +276,7 @@ bool sf_cache_put(void *base, size_t size, size_t committed) {
             if (entries[i].since_ms < entries[oldest].since_ms) oldest = i;
         entry_unmap(oldest);
     }
-    entries[entry_count] = (struct cache_entry){base, size, now, committed};
+    entries[entry_count] = fresh;
     sf_stat_add(&sf_gstats.cache_bytes, size);
     sf_stat_add(&sf_gstats.cache_spans, 1);
     if (sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_EAGER) entry_decommit(entry_count);

@@ -120,13 +120,14 @@ SF_INLINE void sf_free(void *p) {
  * delete, ...) runs the level 0-1 paths, finds no page there, and the
  * generic paths try these same pops and pushes first.  On top of levels 0-1:
  * links XOR-ed with the page secret and required to stay in their 64 KiB
- * page when followed; each block's last 8 bytes hold a canary, written on
+ * page when followed; the canary right after the request and the request
+ * size in the block's last 4 bytes (internal.h, "guarded.c"), written on
  * malloc and checked on free.  Anything unusual, including a failed check,
  * goes to the generic path, which reports it. */
-/* Pops a block from `page` (a gdirect entry) if it has one whose link
- * checks out; NULL otherwise (empty page, or a bad link: the checked path
- * reports it). */
-SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page) {
+/* Pops a block for a request of n bytes from `page` (a gdirect entry) if it
+ * has one whose link checks out; NULL otherwise (empty page, or a bad link:
+ * the checked path reports it). */
+SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
     sf_block_t *b = page->free;
     if (likely(b != NULL)) {
 #if defined(__x86_64__)
@@ -137,32 +138,49 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page) {
          * secret alive to test next == NULL as link == secret: 2 movs) */
         __asm__("" : "+r"(next));
         if (likely(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << SMALL_PAGE_SHIFT) || next == NULL)) {
-            uint64_t *canary = sf_end_canary(page, b);
-            uint64_t value = sf_end_canary_value(page, b);
+            uint64_t value = sf_canary_value(page, b);
+            uint32_t *size = sf_size_word(page, b);
             sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
-            *canary = value;                  /* a 16 B block's canary is there */
+            memcpy((uint8_t *)b + n, &value, sizeof value); /* a short request's canary is there */
+            *size = (uint32_t)n;
             return b;
         }
     }
     return NULL;
 }
 
+/* The gdirect index of a request: by its size with the tail; the smallest
+ * entries name the SF_GUARD_MIN_BLOCK class (sf_heap_update_direct). */
+SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
+
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    if (likely(n <= DIRECT_MAX - SF_CANARY)) {
-        void *b = sf_l2_pop(heap, heap->gdirect[(n + SF_CANARY + 15) >> 4]);
+    if (likely(n <= DIRECT_MAX - SF_GUARD_TAIL)) {
+        void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n);
         if (likely(b != NULL)) return b;
     }
     return sf_malloc_generic(n, heap);
 }
 
+/* Whether a small block on a level-2 page has its size word and canary
+ * intact.  (The size word of the block before is checked by the checked
+ * path only: an underflow of this block overwrote that word, which the
+ * block before's own free checks, on whichever path.) */
+SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
+    uint32_t bsize = page->block_size, n = *sf_size_word(page, p);
+    if (unlikely(n + SF_GUARD_TAIL > bsize)) return false;
+    uint64_t canary;
+    memcpy(&canary, (const uint8_t *)p + n, sizeof canary);
+    return likely(canary == sf_canary_value(page, p));
+}
+
 /* Frees p if it is a small block of this thread's, on a guarded page that
- * takes fast frees, with its canary intact; false: the caller takes the
- * checked path. */
+ * takes fast frees, with its size word and canary intact; false: the
+ * caller takes the checked path. */
 SF_INLINE bool sf_l2_free_owned(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG));
-    if (likely(page != NULL && *sf_end_canary(page, p) == sf_end_canary_value(page, p))) {
+    if (likely(page != NULL && sf_l2_tail_ok(page, p))) {
         sf_block_t *b = (sf_block_t *)p;
         sf_link_set(page, b, page->local_free);
         sf_free_to_local(heap, page, b);
@@ -173,7 +191,7 @@ SF_INLINE bool sf_l2_free_owned(void *p) {
 
 SF_INLINE void sf_free_l2(void *p) {
     if (likely(sf_l2_free_owned(p))) return;
-    sf_free_checked(p);
+    sf_free_checked(p); /* (which tries it once more, harmlessly) */
 }
 
 /* Pops a block from the class's current page, if it has one ready (its

@@ -14,8 +14,10 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) {
-        /* a span that went to the large cache was freed before */
-        sf_guard_report(sf_cache_holds(p) ? SF_GUARD_DOUBLE : SF_GUARD_INVALID, p);
+        /* a span that went to the large cache (or waits in the span
+         * quarantine, guard level >= 2) was freed before */
+        bool freed = sf_cache_holds(p) || (sf_guard_level >= 2 && sf_span_quarantine_holds(p));
+        sf_guard_report(freed ? SF_GUARD_DOUBLE : SF_GUARD_INVALID, p);
         return NULL;
     }
     sf_page_t *page = sf_page_of(seg, p);
@@ -29,7 +31,7 @@ sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
                (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
-                (sf_guard_level >= 3 && sf_quarantine_holds(seg->heap, p)))) {
+                (sf_guard_level >= 2 && sf_quarantine_holds(seg->heap, p)))) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return NULL;
     }
@@ -41,7 +43,7 @@ static void free_to_fallback(sf_page_t *page, sf_block_t *b) {
     sf_lock(&sf_fallback_lock);
     if (b->cookie == sf_page_cookie(page) &&
         (sf_page_holds_free_block(page, b) ||
-         (sf_guard_level >= 3 && sf_quarantine_holds(&sf_heap_fallback, b)))) {
+         (sf_guard_level >= 2 && sf_quarantine_holds(&sf_heap_fallback, b)))) {
         sf_unlock(&sf_fallback_lock);
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
@@ -127,6 +129,7 @@ void sf_free_checked(void *p) {
 void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
 
 static void free_checked_uncounted(void *p) {
+    if (unlikely(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_check_block(p, &seg);
     if (page == NULL) return;

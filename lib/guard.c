@@ -16,9 +16,12 @@ static const char *const kind_text[SF_GUARD_KINDS] = {
     [SF_GUARD_INVALID] = "free of a pointer sefer does not own",
     [SF_GUARD_INTERIOR] = "free of a pointer inside a block",
     [SF_GUARD_DOUBLE] = "double free",
-    [SF_GUARD_OVERFLOW] = "write past the end of a block (canary overwritten)",
+    [SF_GUARD_OVERFLOW] = "write past the end of a block (canary or size word overwritten)",
     [SF_GUARD_USE_AFTER_FREE] = "write into a freed block",
+    [SF_GUARD_MISMATCH] = "operator delete that does not match the allocation (new/new[], or size)",
+    [SF_GUARD_BOUNDS] = "memcpy/memmove/memset out of a block's bounds",
 };
+_Static_assert(SF_GUARD_KINDS == SF_GUARD_KINDS_COUNTED, "one counter per kind");
 static _Atomic bool reported[SF_GUARD_KINDS];
 
 uintptr_t sf_guard_secret, sf_canary_secret;

@@ -30,55 +30,59 @@
  * (the link key and the canary key come from independent secrets). */
 #include "fastpath.h"
 
+bool sf_mem_checked;
+
 static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
 
-/* Level 2 class blocks: canary at the block's end, nothing else stored. */
-static bool end_canary_layout(const sf_page_t *page) { return sf_guard_level == 2 && !is_span(page); }
-
-/* Level 3 and spans: the canary after the request. */
+/* The canary right after a block's request: address XOR the page's key
+ * (small and medium blocks) or XOR a key made from the span's address. */
 static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
     uintptr_t key = is_span(page) ? sf_canary_secret ^ (uintptr_t)seg : page->canary_key;
     return (uint64_t)((uintptr_t)p ^ key);
 }
 
-static uint32_t *size_slot(const sf_page_t *page, void *p) {
-    return (uint32_t *)((uint8_t *)p + page->block_size - sizeof(uint32_t));
+/* Spans keep the request size in page->requested, and at level 3 how the
+ * block was allocated in its top bits. */
+#define SPAN_FAMILY_SHIFT 62
+static size_t span_requested(const sf_page_t *page) {
+    return page->requested & (((size_t)1 << SPAN_FAMILY_SHIFT) - 1);
 }
 
 static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
-    if (end_canary_layout(page)) {
-        *sf_end_canary(page, p) = sf_end_canary_value(page, p);
-        return;
-    }
     if (is_span(page)) page->requested = n;
-    else *size_slot(page, p) = (uint32_t)n;
+    else *sf_size_word(page, p) = (uint32_t)n;
     uint64_t canary = canary_of(seg, page, p);
     memcpy((uint8_t *)p + n, &canary, sizeof canary);
 }
 
 void *sf_guarded_malloc(size_t n, size_t align) {
+    if (n == 0 && align <= 16 && sf_guard_level >= 3) {
+        void *z = sf_zero_alloc();
+        if (z != NULL) return z;
+    }
     if (n > PTRDIFF_MAX - 2 * SF_GUARD_TAIL) {
         sf_event_enomem(atomic_fetch_add_explicit(&sf_gstats.enomem, 1, memory_order_relaxed) + 1, n);
         errno = ENOMEM;
         return NULL;
     }
-    size_t need = n + (sf_guard_level == 2 ? SF_CANARY : SF_GUARD_TAIL); /* both fit a span */
+    size_t need = n + SF_GUARD_TAIL; /* (a span's tail is only the canary, and fits) */
+    if (need < SF_GUARD_MIN_BLOCK) need = SF_GUARD_MIN_BLOCK;
     unsigned c = align <= 16 ? (need <= MEDIUM_MAX ? sf_class_of(need) : 0)
                              : sf_class_for_aligned(need, align);
     void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
     if (p == NULL) return NULL;
+    if (c != 0 && sf_guard_level >= 3) ((sf_block_t *)p)->next = NULL; /* zero from end to end */
     sf_segment_t *seg = sf_segmap_header(p);
     set_tail(seg, sf_page_of(seg, p), p, n);
     return p;
 }
 
-/* What the caller may use of a live block: up to the canary (level 2), or
- * the request size, SIZE_MAX if its size slot is not plausible (overwritten). */
+/* What the caller may use of a live block: the request size, SIZE_MAX if
+ * its size word is not one (overwritten). */
 static size_t requested_size(const sf_page_t *page, void *p) {
-    if (end_canary_layout(page)) return page->block_size - SF_CANARY;
-    if (is_span(page)) return page->requested;
-    uint32_t n = *size_slot(page, p);
-    return n + SF_GUARD_TAIL <= page->block_size ? n : SIZE_MAX;
+    if (is_span(page)) return span_requested(page);
+    uint32_t w = *sf_size_word(page, p);
+    return sf_size_word_ok(w, page->block_size) ? (w & SF_SIZE_MASK) : SIZE_MAX;
 }
 
 size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p) {
@@ -105,20 +109,23 @@ bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
     return true;
 }
 
-/* Checks a block being freed (already known to be a live block start):
- * canary and size slot (level 2), and at level 3 marks it free with an
- * atomic exchange (a second free from any thread finds the mark) and fills
- * it with junk.  false: reported and the free must be refused. */
+/* The block before p in its page (if any) must end with a size word: a
+ * write before p (an underflow) lands there first. */
+static bool block_before_intact(const sf_page_t *page, const void *p) {
+    if ((const uint8_t *)p == page->block_start) return true;
+    return sf_size_word_ok(((const uint32_t *)p)[-1], page->block_size);
+}
+
+/* Checks a block being freed (already known to be a live block start): its
+ * size word and canary, the size word of the block before it, and at level
+ * 3 marks it free with an atomic exchange (a second free from any thread
+ * finds the mark) and fills it with zeros.  false: reported and the free
+ * must be refused. */
 bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner) {
     bool span = is_span(page);
-    if (end_canary_layout(page)) {
-        if (*sf_end_canary(page, p) == sf_end_canary_value(page, p)) return true;
-        sf_guard_report(SF_GUARD_OVERFLOW, p);
-        return false;
-    }
     sf_block_t *b = p;
     /* level 3, another thread's block: already marked free means freed
-     * before (its junk would also fail the canary: say what it is) */
+     * before (its zero fill would also fail the canary: say what it is) */
     if (sf_guard_level >= 3 && !owner && !span &&
         __atomic_load_n(&b->cookie, __ATOMIC_ACQUIRE) == sf_page_cookie(page)) {
         sf_guard_report(SF_GUARD_DOUBLE, p);
@@ -127,7 +134,7 @@ bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner)
     size_t n = requested_size(page, p);
     uint64_t canary = 0;
     if (n != SIZE_MAX) memcpy(&canary, (uint8_t *)p + n, sizeof canary);
-    if (n == SIZE_MAX || canary != canary_of(seg, page, p)) {
+    if (n == SIZE_MAX || canary != canary_of(seg, page, p) || (!span && !block_before_intact(page, p))) {
         sf_guard_report(SF_GUARD_OVERFLOW, p);
         return false;
     }
@@ -143,6 +150,34 @@ bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner)
     return true;
 }
 
+/* ---- level 3: no predictable order ------------------------------------------- */
+
+/* A thread's random stream (xorshift64*), seeded from the guard secret and
+ * the thread's stack address: unpredictable without reading the process. */
+static __thread uint64_t rng_state;
+
+static uint64_t rng_next(void) {
+    uint64_t x = rng_state;
+    if (x == 0) x = sf_guard_secret ^ (uintptr_t)&x ^ 0x2545f4914f6cdd1dull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* order[0..n) := a random permutation of 0..n-1 (the order freshly carved
+ * blocks are handed out in). */
+void sf_guarded_shuffle(uint16_t *order, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) order[i] = (uint16_t)i;
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = (uint32_t)(rng_next() % i);
+        uint16_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
 /* ---- quarantine (level 3): a FIFO threaded through the freed blocks ------- */
 
 static bool quarantined_block_ok(const sf_heap_t *heap, const sf_block_t *b) {
@@ -156,9 +191,9 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_block_t *b = heap->quarantine_head;
     sf_block_t *next = b->next;
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    /* its free mark overwritten: a write after free.  The block leaves the
-     * queue but is never reused (it stays counted in use). */
-    bool dirty = b->cookie != sf_page_cookie(page);
+    /* its free mark or its zero fill overwritten: a write after free.  The
+     * block leaves the queue but is never reused (it stays counted in use). */
+    bool dirty = b->cookie != sf_page_cookie(page) || (sf_guard_level >= 3 && !sf_junk_intact(page, b));
     if (dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
     if (next != NULL && !quarantined_block_ok(heap, next)) {
         /* the link of a quarantined block was overwritten: a write after
@@ -190,8 +225,13 @@ void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     heap->quarantine_tail = b;
     heap->quarantine_bytes += page->block_size;
     heap->quarantine_count++;
+    /* level 2 holds one block back: the one freed last through the checked
+     * path (a medium block, say), so the next malloc of its size gets
+     * another (with its page's last block out, the page is not emptied and
+     * carved again from its first block either) */
     size_t budget = (size_t)sf_knob(SF_KNOB_GUARD_QUARANTINE);
-    while (heap->quarantine_head != NULL && heap->quarantine_bytes > budget)
+    while (heap->quarantine_head != NULL &&
+           (sf_guard_level >= 3 ? heap->quarantine_bytes > budget : heap->quarantine_count > 1))
         quarantine_release_oldest(heap);
 }
 
@@ -204,4 +244,113 @@ bool sf_quarantine_holds(const sf_heap_t *heap, const void *b) {
     for (size_t i = 0; q != NULL && i < heap->quarantine_count; i++, q = q->next)
         if (q == b) return true;
     return false;
+}
+
+/* ---- level 3: malloc(0) ------------------------------------------------------ */
+
+/* malloc(0) returns a unique pointer to no accessible memory: a slot of a
+ * no-access reservation (ZERO_SLOTS slots of 16 bytes: 16 MiB of address
+ * space, reserved at the first malloc(0) and never touched).  Slots are
+ * handed out round the reservation, so a freed one comes back only after
+ * ZERO_SLOTS - 1 others; a bitmap says which are out (a free of one that is
+ * not is a double free). */
+#define ZERO_SLOT 16
+#define ZERO_SLOTS ((size_t)1 << 20)
+enum { ZERO_NONE, ZERO_MAKING, ZERO_READY, ZERO_FAILED };
+static _Atomic int zero_state;
+static uint8_t *zero_base;
+static _Atomic uint64_t *zero_out; /* one bit per slot */
+static _Atomic size_t zero_cursor;
+
+static bool zero_ready(void) {
+    int st = atomic_load_explicit(&zero_state, memory_order_acquire);
+    while (st != ZERO_READY && st != ZERO_FAILED) {
+        int none = ZERO_NONE;
+        if (st == ZERO_NONE && atomic_compare_exchange_strong(&zero_state, &none, ZERO_MAKING)) {
+            zero_base = sf_os_reserve_none(ZERO_SLOTS * ZERO_SLOT);
+            zero_out = zero_base ? sf_os_map_plain(ZERO_SLOTS / 8) : NULL;
+            atomic_store_explicit(&zero_state, zero_out ? ZERO_READY : ZERO_FAILED, memory_order_release);
+        }
+        st = atomic_load_explicit(&zero_state, memory_order_acquire);
+    }
+    return st == ZERO_READY;
+}
+
+void *sf_zero_alloc(void) {
+    if (!zero_ready()) return NULL;
+    for (unsigned tries = 0; tries < 64; tries++) {
+        size_t i = atomic_fetch_add_explicit(&zero_cursor, 1, memory_order_relaxed) % ZERO_SLOTS;
+        uint64_t bit = (uint64_t)1 << (i % 64);
+        if (!(atomic_fetch_or(&zero_out[i / 64], bit) & bit)) return zero_base + i * ZERO_SLOT;
+    }
+    return NULL; /* (a million of them live: an ordinary block then) */
+}
+
+bool sf_zero_holds(const void *p) {
+    return atomic_load_explicit(&zero_state, memory_order_acquire) == ZERO_READY &&
+           (const uint8_t *)p >= zero_base && (const uint8_t *)p < zero_base + ZERO_SLOTS * ZERO_SLOT;
+}
+
+/* Frees p if it is a malloc(0) slot (reporting a misuse of one); false if
+ * it is not one. */
+bool sf_zero_free(void *p) {
+    if (!sf_zero_holds(p)) return false;
+    size_t off = (size_t)((uint8_t *)p - zero_base), i = off / ZERO_SLOT;
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    if (off % ZERO_SLOT != 0) sf_guard_report(SF_GUARD_INTERIOR, p);
+    else if (!(atomic_fetch_and(&zero_out[i / 64], ~bit) & bit)) sf_guard_report(SF_GUARD_DOUBLE, p);
+    return true;
+}
+
+/* ---- level 3: operator new and delete ------------------------------------------- */
+
+/* The live block at p and its request size and family; NULL if p is no
+ * live block (the free that follows sorts that out). */
+static sf_page_t *live_block(void *p, sf_segment_t **seg_out) {
+    sf_segment_t *seg = sf_segmap_header(p);
+    if (seg == NULL) return NULL;
+    sf_page_t *page = sf_page_of(seg, p);
+    if (is_span(page)) {
+        if (p != page->block_start || SF_GET(page->used) == 0) return NULL;
+    } else if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p) ||
+               ((sf_block_t *)p)->cookie == sf_page_cookie(page)) {
+        return NULL;
+    }
+    *seg_out = seg;
+    return page;
+}
+
+static unsigned family_of(const sf_page_t *page, void *p) {
+    if (is_span(page)) return (unsigned)(page->requested >> SPAN_FAMILY_SHIFT);
+    return *sf_size_word(page, p) >> SF_SIZE_BITS;
+}
+
+void *sf_guarded_new(size_t n, size_t align, enum sf_family family) {
+    void *p = sf_guarded_malloc(n, align);
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = p != NULL ? live_block(p, &seg) : NULL;
+    if (page == NULL) return p; /* (NULL, or a malloc(0) slot) */
+    if (is_span(page)) page->requested |= (size_t)family << SPAN_FAMILY_SHIFT;
+    else *sf_size_word(page, p) |= (uint32_t)family << SF_SIZE_BITS;
+    return p;
+}
+
+/* operator delete (family SF_FAMILY_NEW) or delete[] (NEW_ARRAY), with the
+ * size the sized forms pass (0: none).  A block from new freed by delete[]
+ * (or the reverse), or a size that is not the one new was given, is
+ * reported and the free refused; blocks from malloc are not checked (a
+ * program that frees them with delete is wrong, but common, and harmless
+ * to sefer). */
+void sf_guarded_delete(void *p, enum sf_family family, size_t size) {
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = p != NULL ? live_block(p, &seg) : NULL;
+    if (page != NULL) {
+        unsigned got = family_of(page, p);
+        size_t n = requested_size(page, p);
+        if (got != SF_FAMILY_MALLOC && (got != family || (size != 0 && size != n))) {
+            sf_guard_report(SF_GUARD_MISMATCH, p);
+            return;
+        }
+    }
+    sf_free_checked(p);
 }

@@ -145,7 +145,7 @@ static void heap_init_direct(sf_heap_t *heap) {
 
 /* A block returns to its owner (owner or collector context). */
 void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
-    if (sf_guard_level >= 3) sf_quarantine_push(heap, page, b);
+    if (sf_guard_level >= 2) sf_quarantine_push(heap, page, b);
     else sf_page_local_free_slow(heap, page, b);
 }
 

@@ -26,6 +26,7 @@ void sf_init_slow(void) {
         sf_guard_init();
         sf_track_init();
         sf_l2_fast = sf_guard_level == 2 && !sf_tracked;
+        sf_mem_checked = sf_guard_level >= 3 && !sf_tracked;
         sf_entry_choose();
         sf_prof_init();
         sf_thread_key_ok = pthread_key_create(&sf_thread_key, sf_heap_thread_done) == 0;
@@ -40,6 +41,7 @@ void sf_init_slow(void) {
 static void fork_prepare(void) {
     sf_lock(&sf_knob_lock);
     sf_lock(&sf_fallback_lock);
+    sf_lock(&sf_span_quarantine_lock);
     sf_lock(&sf_cache_lock);
     sf_lock(&sf_seg_lock);
     sf_prof_fork_prepare();
@@ -49,6 +51,7 @@ static void fork_parent(void) {
     sf_prof_fork_parent();
     sf_unlock(&sf_seg_lock);
     sf_unlock(&sf_cache_lock);
+    sf_unlock(&sf_span_quarantine_lock);
     sf_unlock(&sf_fallback_lock);
     sf_unlock(&sf_knob_lock);
 }
@@ -63,6 +66,9 @@ static void fork_child(void) {
 
 __attribute__((constructor(101))) static void sf_constructor(void) {
     sf_ensure_init();
+#ifdef SF_INTERPOSE_MEM
+    sf_mem_resolve();
+#endif
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     sf_prof_constructor();
 }

@@ -29,6 +29,26 @@
 #include <stdint.h>
 #include <string.h>
 
+/* With -Doverride=true sefer exports a checked memcpy, memmove and memset
+ * (guarded_mem.c).  Its own calls go to glibc's instead, so that sefer's
+ * work on freed blocks and its metadata is never checked as if it were the
+ * program's: through pointers to glibc's routines, looked up once at
+ * start-up (one indirect call, as a call through the GOT was), and until
+ * then through sf_raw_*, glibc's _chk forms; a constant size is left to the
+ * compiler (inlined, or a call of sf_raw_*). */
+#if defined(SF_INTERPOSE_MEM) && !defined(SF_DEFINES_MEM_FUNCTIONS)
+void *memcpy(void *, const void *, size_t) __asm__("sf_raw_memcpy");
+void *memmove(void *, const void *, size_t) __asm__("sf_raw_memmove");
+void *memset(void *, int, size_t) __asm__("sf_raw_memset");
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memcpy)(void *, const void *, size_t);
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memmove)(void *, const void *, size_t);
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memset)(void *, int, size_t);
+#define memcpy(d, s, n) (__builtin_constant_p(n) ? __builtin_memcpy(d, s, n) : sf_libc_memcpy(d, s, n))
+#define memmove(d, s, n) (__builtin_constant_p(n) ? __builtin_memmove(d, s, n) : sf_libc_memmove(d, s, n))
+#define memset(d, c, n) (__builtin_constant_p(n) ? __builtin_memset(d, c, n) : sf_libc_memset(d, c, n))
+#endif
+
+
 #define SF_HIDDEN __attribute__((visibility("hidden")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -117,6 +137,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "what a detected misuse does: abort, or report and refuse the operation")                   \
     X(GUARD_QUARANTINE, "guard.quarantine", SF_KNOB_SIZE, 256ull << 10, 0, 64ull << 20, 0, NULL,     \
       "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
+    X(GUARD_PROTECT_RATE, "guard.protect_rate", SF_KNOB_SIZE, 64ull << 20, 0, 1ull << 40, 1, NULL,   \
+      "with guard.level >= 2: bytes of freed large blocks made inaccessible a second, at most (0: all)") \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \
       "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
     X(PROFILE_SAMPLE_BYTES, "profile.sample_bytes", SF_KNOB_SIZE, 0, 0, 1ull << 40, 1, NULL,         \
@@ -207,17 +229,21 @@ SF_HIDDEN unsigned sf_config_parse(const char *buf, size_t len, const sf_config_
 SF_HIDDEN void *sf_os_map_aligned(size_t size, size_t align);
 SF_HIDDEN void sf_os_unmap(void *p, size_t size);
 SF_HIDDEN void sf_os_decommit(void *p, size_t size);
-SF_HIDDEN void sf_os_protect(void *p, size_t size, bool accessible);
+SF_HIDDEN bool sf_os_decommit_try(void *p, size_t size);
+SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
+SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
+SF_HIDDEN void *sf_os_reserve_none(size_t size);
 SF_HIDDEN uint64_t sf_now_ms(void);
 
 /* ---- process-wide counters (stats.c) ------------------------------------- */
+#define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard.c) */
 struct sf_global_stats {
     _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
     _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
     /* operations not counted in a heap: spans, and threads without a heap */
     _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs;
-    _Atomic uint64_t guard[5];
+    _Atomic uint64_t guard[SF_GUARD_KINDS_COUNTED];
 };
 SF_HIDDEN extern struct sf_global_stats sf_gstats;
 SF_INLINE void sf_stat_add(_Atomic uint64_t *c, uint64_t v) {
@@ -308,7 +334,7 @@ typedef struct sf_page_s {
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
-        uintptr_t canary_key; /* blocks at guard level 2: canary = address ^ key */
+        uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
     };
 } __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
 
@@ -488,6 +514,7 @@ SF_HIDDEN sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out);
 SF_HIDDEN void sf_span_free(sf_segment_t *seg);
+SF_HIDDEN void sf_span_release(sf_segment_t *seg, bool reusable); /* (after the quarantine) */
 SF_HIDDEN bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size);
 SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
@@ -531,8 +558,9 @@ SF_HIDDEN uint64_t sf_reuse_keep(sf_reuse_t *r, uint64_t now, uint64_t in_use);
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 /* committed_out: bytes of the span that may still be resident, counted from
  * its start (0: it reads as zero) */
-SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out);
-SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed);
+SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
+                              size_t *guard_out);
+SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
 SF_HIDDEN bool sf_cache_holds(const void *p);
 
@@ -615,6 +643,9 @@ enum sf_guard_kind {
     SF_GUARD_DOUBLE,
     SF_GUARD_OVERFLOW,
     SF_GUARD_USE_AFTER_FREE,
+    /* level 3, counted with the kind above them in sefer_stats: */
+    SF_GUARD_MISMATCH, /* operator delete of new[], or the wrong size (as invalid frees) */
+    SF_GUARD_BOUNDS,   /* memcpy/memmove/memset out of a block (as overflows) */
     SF_GUARD_KINDS
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
@@ -634,17 +665,31 @@ SF_INLINE void sf_link_set(const sf_page_t *page, sf_block_t *b, const sf_block_
 }
 
 /* ---- guarded.c: guard levels 2 and 3 -------------------------------------- */
-#define SF_GUARD_TAIL 12 /* level 3: 8-byte canary after the request, 4-byte size at block end */
-#define SF_CANARY 8      /* level 2: the canary is a block's last 8 bytes */
-#define SF_JUNK 0xDB     /* level 3 fills freed blocks with it */
+/* A small or medium block at level >= 2 is laid out
+ *     [request][canary: 8 bytes][slack][size word: 4 bytes]
+ * The canary (the block's address XOR its page's canary key) starts right
+ * after the requested bytes, so an overflow of even one byte reaches it; the
+ * size word holds the request size in its low 24 bits and, at level 3, how
+ * the block was allocated (SF_FAMILY_*) in the next 8: anything else there
+ * is not a size (an underflow of the next block wrote into it).  Blocks are
+ * at least SF_GUARD_MIN_BLOCK bytes, so the size word of a free block never
+ * shares the free mark's word and reads as a size too (0, or its last one). */
+#define SF_GUARD_TAIL 12
+#define SF_GUARD_MIN_BLOCK 32
+#define SF_SIZE_BITS 24
+#define SF_SIZE_MASK ((1u << SF_SIZE_BITS) - 1)
+enum sf_family { SF_FAMILY_MALLOC, SF_FAMILY_NEW, SF_FAMILY_NEW_ARRAY };
+#define SF_JUNK 0 /* level 3 fills freed blocks with it (zero on free) */
 
-/* Level 2's end-of-block canary of a small or medium block: its address
- * XOR the page's canary key, so it differs per block and page. */
-SF_INLINE uint64_t *sf_end_canary(const sf_page_t *page, const void *b) {
-    return (uint64_t *)((uint8_t *)b + page->block_size - SF_CANARY);
+SF_INLINE uint32_t *sf_size_word(const sf_page_t *page, const void *b) {
+    return (uint32_t *)((uint8_t *)b + page->block_size - sizeof(uint32_t));
 }
-SF_INLINE uint64_t sf_end_canary_value(const sf_page_t *page, const void *b) {
+SF_INLINE uint64_t sf_canary_value(const sf_page_t *page, const void *b) {
     return (uint64_t)((uintptr_t)b ^ page->canary_key);
+}
+/* Whether a size word can be one (of a block of bsize bytes). */
+SF_INLINE bool sf_size_word_ok(uint32_t w, uint32_t bsize) {
+    return (w & SF_SIZE_MASK) + SF_GUARD_TAIL <= bsize && (w >> SF_SIZE_BITS) <= SF_FAMILY_NEW_ARRAY;
 }
 
 /* The free fast paths' ownership word (page->fast_heap): the owner heap
@@ -670,10 +715,26 @@ SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, b
 SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);
 SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
 SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
+SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
+/* memcpy, memmove, memset check their destination (guarded_mem.c): level
+ * 3, not under valgrind; set at start-up. */
+SF_HIDDEN extern bool sf_mem_checked;
+SF_HIDDEN void sf_mem_resolve(void); /* guarded_mem.c (-Doverride=true) */
+SF_HIDDEN void *sf_zero_alloc(void);
+SF_HIDDEN bool sf_zero_holds(const void *p);
+SF_HIDDEN bool sf_zero_free(void *p);
+SF_HIDDEN void *sf_guarded_new(size_t n, size_t align, enum sf_family family);
+SF_HIDDEN void sf_guarded_delete(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 SF_HIDDEN void *sf_alloc_class(unsigned c);
+
+/* ---- guarded_span.c: freed large blocks wait (guard level >= 2) ----------- */
+SF_HIDDEN extern pthread_mutex_t sf_span_quarantine_lock;
+SF_HIDDEN bool sf_span_quarantine_put(sf_segment_t *seg); /* false: not taken, release it */
+SF_HIDDEN bool sf_span_quarantine_holds(const void *p);
+SF_HIDDEN void sf_span_quarantine_flush(void);
 SF_HIDDEN void *sf_alloc_span(size_t n, size_t align);
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */

@@ -18,7 +18,9 @@
  *             space stays mapped (leaked, said once on stderr) but its pages
  *             are dropped, so RSS does not keep them;
  *   protect   making a guard page accessible again falls back to a fresh
- *             mapping, so a reused span never meets a stale guard page.
+ *             mapping, so a reused span never meets a stale guard page;
+ *   discard-protect  (a quarantined large block) either happens whole or
+ *             not at all.
  *
  * Fault injection (built with -DSEFER_FAULT_INJECTION: meson option
  * fault_injection, and always in the library variant tests/reliability links):
@@ -122,6 +124,12 @@ void *sf_os_map_plain(size_t size) {
     return map_raw(sf_align_up(size, OS_PAGE));
 }
 
+/* Address space no access is allowed to (guard level 3's malloc(0)). */
+void *sf_os_reserve_none(size_t size) {
+    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 /* Makes [p, p + size) read as zero by replacing it with a fresh mapping;
  * false if the kernel refused. */
 static bool remap_fresh(void *p, size_t size) {
@@ -132,27 +140,41 @@ static _Atomic bool unmap_failure_reported;
 
 void sf_os_unmap(void *p, size_t size) {
     if (os_munmap(p, size) == 0) return;
-    /* still mapped: at least give the pages back */
+    /* still mapped: at least give the pages back (never used again, so they
+     * need not read as zero: guard pages in it are left alone) */
     if (!atomic_exchange(&unmap_failure_reported, true))
         sf_write_stderr("sefer: munmap failed: address space leaked, its pages dropped "
                         "(reported once)\n");
-    sf_os_decommit(p, size);
+    sf_os_decommit_try(p, size);
+}
+
+/* Decommit without the last resort of clearing by hand (which would fault
+ * on a guard page in the range): false if the range still holds its pages. */
+bool sf_os_decommit_try(void *p, size_t size) {
+    return size == 0 || os_madvise(p, size, MADV_DONTNEED) == 0 || remap_fresh(p, size);
 }
 
 void sf_os_decommit(void *p, size_t size) {
-    if (size == 0) return;
-    if (os_madvise(p, size, MADV_DONTNEED) == 0) return;
-    if (remap_fresh(p, size)) return;
+    if (sf_os_decommit_try(p, size)) return;
     memset(p, 0, size); /* the promise "reads as zero" must hold */
 }
 
 /* Guard pages (guard level >= 2): no access, or back to read-write.  A
  * guard page that cannot be set up is simply missing; one that cannot be
- * made accessible again is replaced (its contents do not matter). */
-void sf_os_protect(void *p, size_t size, bool accessible) {
-    if (os_mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 || !accessible)
-        return;
-    remap_fresh(p, size);
+ * made accessible again is replaced (its contents do not matter).  False:
+ * neither worked (the range may still be inaccessible). */
+bool sf_os_protect(void *p, size_t size, bool accessible) {
+    if (os_mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0) return true;
+    return !accessible || remap_fresh(p, size);
+}
+
+/* A freed large block entering the quarantine (guard level >= 2): makes
+ * [p, p + size) inaccessible and drops its pages in one call, a fresh
+ * no-access mapping over it (so it also reads as zero once made accessible
+ * again).  False if the kernel refused: nothing changed. */
+bool sf_os_discard_protect(void *p, size_t size) {
+    if (injected(SEFER_OS_MPROTECT, ENOMEM)) return false;
+    return mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == p;
 }
 
 uint64_t sf_now_ms(void) {

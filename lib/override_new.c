@@ -28,54 +28,83 @@ static void *new_failed(size_t n, size_t align, bool nothrow) {
     abort();
 }
 
-SF_INLINE void *new_impl(size_t n, bool nothrow) {
-    void *p = sf_malloc(n);
+/* Guard level 3 checks that delete matches new (delete of a new[] block,
+ * the wrong size to sized delete: lib/guarded.c); it needs to know which
+ * operator allocated a block, so the operators take their own route there.
+ * The level is tested only where levels 0-1 leave their fast paths (which
+ * never serve a level-3 page), so those stay the same as malloc's and
+ * free's (fastpath.h). */
+SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
+    sf_heap_t *heap = sf_tls_heap;
+    if (likely(n <= DIRECT_MAX)) { /* sf_malloc's fast path */
+        sf_page_t *page = heap->direct[(n + 15) >> 4];
+        sf_block_t *b = page->free;
+        if (likely(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+    }
+    void *p = unlikely(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_generic(n, heap);
     return likely(p != NULL) ? p : new_failed(n, 0, nothrow);
 }
 
-SF_INLINE void *new_aligned_impl(size_t n, size_t align, bool nothrow) {
-    void *p = sf_malloc_aligned(align, n);
+SF_INLINE void *new_aligned_impl(size_t n, size_t align, bool nothrow, enum sf_family family) {
+    void *p = unlikely(sf_guard_level >= 3) ? sf_guarded_new(n, align, family) : sf_malloc_aligned(align, n);
     return likely(p != NULL) ? p : new_failed(n, align, nothrow);
+}
+
+/* size: what the sized forms pass (0: none). */
+SF_INLINE void delete_impl(void *p, enum sf_family family, size_t size) {
+    sf_heap_t *heap = sf_tls_heap;
+    sf_page_t *page = sf_small_page_owned_by(p, heap);
+    if (likely(page != NULL)) { /* sf_free's fast path */
+        sf_block_t *b = (sf_block_t *)p;
+        b->next = page->local_free;
+        sf_free_to_local(heap, page, b);
+        return;
+    }
+    if (unlikely(sf_guard_level >= 3)) sf_guarded_delete(p, family, size);
+    else sf_free_generic(p);
 }
 
 #define NEW(name) SEFER_EXPORT void *name
 #define DEL(name) SEFER_EXPORT void name
 
+#define OBJ SF_FAMILY_NEW
+#define ARR SF_FAMILY_NEW_ARRAY
+
 /* new, new[] (size_t) and their nothrow forms */
-NEW(_Znwm)(size_t n) { return new_impl(n, false); }
-NEW(_Znam)(size_t n) { return new_impl(n, false); }
-NEW(_ZnwmRKSt9nothrow_t)(size_t n, const void *nt) { (void)nt; return new_impl(n, true); }
-NEW(_ZnamRKSt9nothrow_t)(size_t n, const void *nt) { (void)nt; return new_impl(n, true); }
+NEW(_Znwm)(size_t n) { return new_impl(n, false, OBJ); }
+NEW(_Znam)(size_t n) { return new_impl(n, false, ARR); }
+NEW(_ZnwmRKSt9nothrow_t)(size_t n, const void *nt) { (void)nt; return new_impl(n, true, OBJ); }
+NEW(_ZnamRKSt9nothrow_t)(size_t n, const void *nt) { (void)nt; return new_impl(n, true, ARR); }
 /* aligned (C++17 std::align_val_t) */
-NEW(_ZnwmSt11align_val_t)(size_t n, size_t a) { return new_aligned_impl(n, a, false); }
-NEW(_ZnamSt11align_val_t)(size_t n, size_t a) { return new_aligned_impl(n, a, false); }
+NEW(_ZnwmSt11align_val_t)(size_t n, size_t a) { return new_aligned_impl(n, a, false, OBJ); }
+NEW(_ZnamSt11align_val_t)(size_t n, size_t a) { return new_aligned_impl(n, a, false, ARR); }
 NEW(_ZnwmSt11align_val_tRKSt9nothrow_t)(size_t n, size_t a, const void *nt) {
     (void)nt;
-    return new_aligned_impl(n, a, true);
+    return new_aligned_impl(n, a, true, OBJ);
 }
 NEW(_ZnamSt11align_val_tRKSt9nothrow_t)(size_t n, size_t a, const void *nt) {
     (void)nt;
-    return new_aligned_impl(n, a, true);
+    return new_aligned_impl(n, a, true, ARR);
 }
 
 /* delete, delete[]: plain, sized, aligned, sized+aligned, nothrow */
-DEL(_ZdlPv)(void *p) { sf_free(p); }
-DEL(_ZdaPv)(void *p) { sf_free(p); }
-DEL(_ZdlPvm)(void *p, size_t n) { (void)n; sf_free(p); }
-DEL(_ZdaPvm)(void *p, size_t n) { (void)n; sf_free(p); }
-DEL(_ZdlPvSt11align_val_t)(void *p, size_t a) { (void)a; sf_free(p); }
-DEL(_ZdaPvSt11align_val_t)(void *p, size_t a) { (void)a; sf_free(p); }
-DEL(_ZdlPvmSt11align_val_t)(void *p, size_t n, size_t a) { (void)n; (void)a; sf_free(p); }
-DEL(_ZdaPvmSt11align_val_t)(void *p, size_t n, size_t a) { (void)n; (void)a; sf_free(p); }
-DEL(_ZdlPvRKSt9nothrow_t)(void *p, const void *nt) { (void)nt; sf_free(p); }
-DEL(_ZdaPvRKSt9nothrow_t)(void *p, const void *nt) { (void)nt; sf_free(p); }
+DEL(_ZdlPv)(void *p) { delete_impl(p, OBJ, 0); }
+DEL(_ZdaPv)(void *p) { delete_impl(p, ARR, 0); }
+DEL(_ZdlPvm)(void *p, size_t n) { delete_impl(p, OBJ, n); }
+DEL(_ZdaPvm)(void *p, size_t n) { delete_impl(p, ARR, n); }
+DEL(_ZdlPvSt11align_val_t)(void *p, size_t a) { (void)a; delete_impl(p, OBJ, 0); }
+DEL(_ZdaPvSt11align_val_t)(void *p, size_t a) { (void)a; delete_impl(p, ARR, 0); }
+DEL(_ZdlPvmSt11align_val_t)(void *p, size_t n, size_t a) { (void)a; delete_impl(p, OBJ, n); }
+DEL(_ZdaPvmSt11align_val_t)(void *p, size_t n, size_t a) { (void)a; delete_impl(p, ARR, n); }
+DEL(_ZdlPvRKSt9nothrow_t)(void *p, const void *nt) { (void)nt; delete_impl(p, OBJ, 0); }
+DEL(_ZdaPvRKSt9nothrow_t)(void *p, const void *nt) { (void)nt; delete_impl(p, ARR, 0); }
 DEL(_ZdlPvSt11align_val_tRKSt9nothrow_t)(void *p, size_t a, const void *nt) {
     (void)a;
     (void)nt;
-    sf_free(p);
+    delete_impl(p, OBJ, 0);
 }
 DEL(_ZdaPvSt11align_val_tRKSt9nothrow_t)(void *p, size_t a, const void *nt) {
     (void)a;
     (void)nt;
-    sf_free(p);
+    delete_impl(p, ARR, 0);
 }

@@ -48,6 +48,9 @@ void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
      * has no fast path) */
     sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
     unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
+    /* level >= 2: blocks are at least SF_GUARD_MIN_BLOCK (guarded.c) */
+    if (table == heap->gdirect && sf_class_size[class_idx] < SF_GUARD_MIN_BLOCK) return;
+    if (table == heap->gdirect && sf_class_size[class_idx] == SF_GUARD_MIN_BLOCK) lo = 0;
     unsigned hi = sf_class_size[class_idx] / 16;
     for (unsigned i = lo; i <= hi; i++) SF_SET(table[i], page);
     /* a phase that began meanwhile must find no fast page (phase.c) */
@@ -92,11 +95,15 @@ static void page_extend(sf_page_t *page) {
     if (want > avail) want = avail;
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
     sf_block_t *prev = NULL;
+    uint16_t order[OS_PAGE / SF_GUARD_MIN_BLOCK];
+    bool shuffled = sf_guard_level >= 3 && want <= sizeof order / sizeof order[0];
+    if (shuffled) sf_guarded_shuffle(order, want); /* level 3: no predictable order */
     for (uint32_t i = want; i-- > 0;) {
-        sf_block_t *b = (sf_block_t *)(first + (size_t)i * page->block_size);
+        sf_block_t *b = (sf_block_t *)(first + (size_t)(shuffled ? order[i] : i) * page->block_size);
         sf_link_set(page, b, prev);
         b->cookie = sf_page_cookie(page);
         if (sf_guard_level >= 3) sf_junk_fill(page, b);
+        else if (sf_guard_level == 2) *sf_size_word(page, b) = 0; /* (the page may hold old data) */
         prev = b;
     }
     page->free = prev;
@@ -283,8 +290,9 @@ size_t sf_heap_collect(sf_heap_t *heap, bool force) { return sf_heap_collect_ex(
 
 /* sf_heap_collect, with forced page release and forced decommit apart. */
 size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
-    if (force) sf_quarantine_flush(heap);
     sf_heap_drain_remote(heap);
+    /* after the drain: the blocks it returns go through the quarantine */
+    if (force) sf_quarantine_flush(heap);
     /* full pages first: the ones other threads freed into rejoin their queues */
     for (sf_page_t *page = heap->full.first, *next; page != NULL; page = next) {
         next = page->next;

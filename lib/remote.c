@@ -35,7 +35,9 @@
  * new blocks" would have to be said after the block was published, when the
  * page may already be gone.
  *
- * The xfree links are plain pointers: guarded pages never use the list. */
+ * The xfree links are plain pointers; at guard level 2, whose page lists
+ * are encoded, the owner encodes them as it takes the list (level 3 and
+ * valgrind's pages never use it). */
 #include "internal.h"
 
 /* ---- the ring path ---------------------------------------------------------- */
@@ -65,8 +67,11 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
 
 void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
     uintptr_t cookie = sf_page_cookie(page);
-    /* (guarded pages: all of them or none, sf_pages_checked) */
-    if (sf_pages_checked() || b->cookie == cookie ||
+    /* (guarded pages, all of them or none (sf_pages_checked): level 2's
+     * take the page's list too, the freeing thread checked the block and
+     * the owner encodes the links as it takes them; level 3's and
+     * valgrind's never do) */
+    if ((sf_pages_checked() && !sf_l2_fast) || b->cookie == cookie ||
         atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
         sf_heap_remote_free(owner, b);
         return;
@@ -87,6 +92,17 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
         if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, (uintptr_t)b, memory_order_release,
                                                   memory_order_relaxed))
             return;
+    }
+}
+
+/* The links from first to last (plain, as pushed) become encoded ones
+ * (sf_link_set), last's included. */
+SF_NOINLINE static void encode_links(sf_page_t *page, sf_block_t *first, sf_block_t *last) {
+    for (sf_block_t *b = first;;) {
+        sf_block_t *next = b->next;
+        sf_link_set(page, b, next);
+        if (b == last) return;
+        b = next;
     }
 }
 
@@ -124,6 +140,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
         return 0;
     }
     last->next = page->local_free;
+    if (unlikely(page->secret != 0)) encode_links(page, first, last); /* (guard level 2) */
     page->local_free = first;
     SF_SET(page->used, page->used - n);
     SF_SET(heap->remote_collected, heap->remote_collected + n); /* read by statistics */
@@ -161,7 +178,7 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     if (sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
-        if (sf_page_holds_free_block(page, b)) {
+        if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {
             sf_guard_report(SF_GUARD_DOUBLE, b);
             return;
         }

@@ -62,31 +62,62 @@ static void *span_map(size_t size) {
     return p;
 }
 
+/* Guard pages (guard level >= 2).  Every mapping has a no-access page at
+ * SEG_GUARD_OFF, just below 64 KiB: after a segment's metadata, before a
+ * large block (which starts at 64 KiB); and one after what is used of it: a
+ * segment's last page, or the page right after a large block.  The first is
+ * set when the mapping is made and stays; the second moves only when a
+ * cached span is reused for something that ends elsewhere, so a loop of
+ * same-sized large blocks makes no mprotect (cache.c keeps its offset). */
+#define SEG_GUARD_OFF (SEG_META_SIZE - OS_PAGE)
+
+static bool guard_pages(void) { return sf_guard_level >= 2; }
+
+/* Moves the end guard page of the span at base from offset `from` (0: none)
+ * to `to`.  False if the old one could not be made accessible again: the
+ * span cannot be used (span_drop it). */
+static bool guard_move(uint8_t *base, size_t from, size_t to) {
+    if (from == to) return true;
+    if (from != 0 && !sf_os_protect(base + from, OS_PAGE, true)) return false;
+    sf_os_protect(base + to, OS_PAGE, false);
+    return true;
+}
+
 /* A span of at least *size bytes: from the cache (up to max_size, *size set
- * to what was taken) or a new mapping.  *zero: memory known to read zero. */
-/* *resident: how many bytes from the start may still hold old pages (a
- * reused cached span; 0 for a fresh mapping, which reads as zero). */
-static void *span_take(size_t *size, size_t max_size, bool cacheable, size_t *resident) {
+ * to what was taken) or a new mapping.  *resident: how many bytes from the
+ * start may still hold old pages (a reused cached span; 0 for a fresh
+ * mapping, which reads as zero).  *guard: the offset of its end guard page
+ * (guard level >= 2; 0: none yet). */
+static void *span_take(size_t *size, size_t max_size, bool cacheable, size_t *resident, size_t *guard) {
+    *guard = 0;
     if (cacheable) {
         size_t got = 0;
-        void *p = sf_cache_take(*size, max_size, &got, resident);
+        void *p = sf_cache_take(*size, max_size, &got, resident, guard);
         if (p != NULL) {
             *size = got;
             return p;
         }
     }
     *resident = 0;
-    return span_map(*size);
+    uint8_t *p = span_map(*size);
+    if (p != NULL && guard_pages()) sf_os_protect(p + SEG_GUARD_OFF, OS_PAGE, false);
+    return p;
 }
 
-static void span_unmap(void *base, size_t size, size_t committed, bool cacheable) {
-    if (cacheable && sf_cache_put(base, size, committed)) return;
+/* guard: the offset of its end guard page (guard level >= 2), kept with it
+ * in the cache; freed_block: the span of a large block freed just now. */
+static void span_unmap(void *base, size_t size, size_t committed, bool cacheable, size_t guard, bool freed_block) {
+    if (cacheable && sf_cache_put(base, size, committed, guard, freed_block)) return;
     sf_os_unmap(base, size);
     sf_stat_sub(&sf_gstats.committed, committed);
     sf_stat_sub(&sf_gstats.reserved, size);
     sf_stat_add(&sf_gstats.decommitted_total, committed);
     sf_release_segments(size >> SEG_SHIFT);
 }
+
+/* Gives back a span span_take returned, unused (its counted bytes were
+ * handed to the taker, who counted none yet). */
+static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, false, 0, false); }
 
 static void segment_link_all(sf_segment_t *seg) {
     sf_lock(&sf_seg_lock);
@@ -136,9 +167,13 @@ static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
 }
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
-    size_t size = SEG_SIZE, resident = 0;
-    sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &resident);
+    size_t size = SEG_SIZE, resident = 0, guard = 0;
+    sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &resident, &guard);
     if (seg == NULL) return NULL;
+    if (guard_pages() && !guard_move((uint8_t *)seg, guard, SEG_SIZE - OS_PAGE)) {
+        span_drop(seg, size);
+        return NULL;
+    }
     bool zero = resident == 0;
     unsigned shift = kind == SF_SEG_SMALL ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT;
     unsigned bias = kind == SF_SEG_SMALL ? 1 : 0; /* small page 0 is the metadata */
@@ -163,13 +198,9 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
         if (pg->page_bytes) seg->free_mask |= (uint64_t)1 << i;
     }
     if (sf_tracked) sf_track_segment_header(seg);
-    if (sf_guard_level >= 2) {
-        /* guard pages: after the metadata, and at the segment's end (so an
-         * overflow of the last page cannot reach the next segment's header) */
-        sf_os_protect((uint8_t *)seg + SEG_META_SIZE - OS_PAGE, OS_PAGE, false);
-        sf_os_protect((uint8_t *)seg + SEG_SIZE - OS_PAGE, OS_PAGE, false);
-        seg->pages[count - 1].page_bytes -= OS_PAGE;
-    }
+    /* guard pages (span_take): after the metadata, and at the segment's
+     * end, so an overflow of the last page cannot reach the next segment */
+    if (guard_pages()) seg->pages[count - 1].page_bytes -= OS_PAGE;
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD);
@@ -177,14 +208,10 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
 }
 
 static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
-    if (sf_guard_level >= 2) {
-        sf_os_protect((uint8_t *)seg + SEG_META_SIZE - OS_PAGE, OS_PAGE, true);
-        sf_os_protect((uint8_t *)seg + SEG_SIZE - OS_PAGE, OS_PAGE, true);
-    }
     heap_seglist_remove(heap, seg);
     sf_segmap_mark(seg, 1, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
-    span_unmap(seg, seg->span_size, seg->committed_bytes, true);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, true, guard_pages() ? SEG_SIZE - OS_PAGE : 0, false);
 }
 
 static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
@@ -365,32 +392,46 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
 /* ---- spans: large and huge blocks ----------------------------------------- */
 
 /* Layout: header in the first OS page, the block at the first address
- * aligned to max(align, OS_PAGE) after it. */
+ * aligned to max(align, OS_PAGE) after it; at guard level >= 2 the block
+ * starts at 64 KiB or later, after the guard page below it, and a guard
+ * page follows its last page (see "Guard pages" above). */
 sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
-    /* guard level >= 2: a guard page between header and block, one at the end */
-    size_t guard = sf_guard_level >= 2 ? OS_PAGE : 0;
-    size_t lead = align > OS_PAGE + guard ? align : OS_PAGE + guard;
+    bool guarded = guard_pages();
+    size_t balign = align > OS_PAGE ? align : OS_PAGE;
+    size_t first = guarded ? SEG_META_SIZE : OS_PAGE; /* the lowest block offset */
+    size_t lead = balign > first ? balign : first;     /* room before the block, at most */
+    size_t tail = guarded ? OS_PAGE : 0;
     size_t rounded = sf_align_up(size, OS_PAGE);
     if (rounded < size || rounded + lead < rounded || rounded + lead > ((size_t)1 << 46)) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t span = sf_align_up(rounded + lead + guard, SEG_SIZE);
+    size_t span = sf_align_up(rounded + lead + tail, SEG_SIZE);
     bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
-    size_t resident = 0;
-    sf_segment_t *seg = span_take(&span, span, cacheable, &resident);
+    size_t resident = 0, guard = 0;
+    /* (with guard pages cached spans are not split: one up to twice the
+     * size serves whole, its old pages kept, rather than a new mapping) */
+    sf_segment_t *seg = span_take(&span, guarded ? 2 * span : span, cacheable, &resident, &guard);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
     }
     bool zero = resident == 0;
-    uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + OS_PAGE + guard, lead);
+    uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + first, balign);
+    if (guarded && !guard_move((uint8_t *)seg, guard, (size_t)(block - (uint8_t *)seg) + rounded)) {
+        span_drop(seg, span);
+        errno = ENOMEM;
+        return NULL;
+    }
     /* a reused span may hold old pages past the new block (in its last
      * segment): they stay, counted as committed, for a later growth or the
      * next block of this span, instead of being dropped and faulted in again */
     size_t used = (size_t)(block - (uint8_t *)seg) + rounded;
     resident = sf_align_up(resident, OS_PAGE);
     if (!zero) memset(seg, 0, header_bytes(1));
+    size_t off = (size_t)(block - (uint8_t *)seg);
+    if (sf_guard_level >= 3 && resident > off) /* zero on malloc: old pages of the span */
+        memset(block, 0, (resident < used ? resident : used) - off);
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = NULL;
     seg->page_shift = SPAN_PAGE_SHIFT;
@@ -409,12 +450,9 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     page->block_start = block;
     page->block_size = 0;
     page->page_start = block;
-    page->page_bytes = (size_t)((uint8_t *)seg + span - guard - block);
+    /* room to grow in place; none at guard level >= 2 (realloc moves there) */
+    page->page_bytes = guarded ? rounded : (size_t)((uint8_t *)seg + span - block);
     if (sf_tracked) sf_track_segment_header(seg);
-    if (guard) {
-        sf_os_protect((uint8_t *)seg + OS_PAGE, OS_PAGE, false);
-        sf_os_protect((uint8_t *)seg + span - OS_PAGE, OS_PAGE, false);
-    }
     page->divmagic = UINT64_MAX;
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
@@ -424,14 +462,21 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     return seg;
 }
 
+/* A large or huge block is freed: at guard level >= 2 it waits in the span
+ * quarantine first (guarded_span.c), which releases it later. */
 void sf_span_free(sf_segment_t *seg) {
-    if (sf_guard_level >= 2) {
-        sf_os_protect((uint8_t *)seg + OS_PAGE, OS_PAGE, true);
-        sf_os_protect((uint8_t *)seg + seg->span_size - OS_PAGE, OS_PAGE, true);
-    }
     sf_segmap_mark(seg, seg->span_size >> SEG_SHIFT, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
-    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->kind == SF_SEG_LARGE);
+    if (guard_pages() && sf_span_quarantine_put(seg)) return;
+    sf_span_release(seg, true);
+}
+
+/* reusable: false if part of it may still be inaccessible (unmapped then,
+ * never cached). */
+void sf_span_release(sf_segment_t *seg, bool reusable) {
+    const sf_page_t *page = &seg->pages[0];
+    size_t guard = guard_pages() ? (size_t)(page->block_start - (uint8_t *)seg) + page->span_bytes : 0;
+    span_unmap(seg, seg->span_size, seg->committed_bytes, reusable && seg->kind == SF_SEG_LARGE, guard, true);
 }
 
 /* Grows or shrinks a span's block in place if the span has room; shrinking

@@ -75,10 +75,10 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->os_maps = LOAD(sf_gstats.os_maps);
     out->enomem = LOAD(sf_gstats.enomem);
     out->fallback_allocs = LOAD(sf_gstats.fallback_allocs);
-    out->guard_invalid_free = LOAD(sf_gstats.guard[SF_GUARD_INVALID]);
+    out->guard_invalid_free = LOAD(sf_gstats.guard[SF_GUARD_INVALID]) + LOAD(sf_gstats.guard[SF_GUARD_MISMATCH]);
     out->guard_interior_free = LOAD(sf_gstats.guard[SF_GUARD_INTERIOR]);
     out->guard_double_free = LOAD(sf_gstats.guard[SF_GUARD_DOUBLE]);
-    out->guard_overflow = LOAD(sf_gstats.guard[SF_GUARD_OVERFLOW]);
+    out->guard_overflow = LOAD(sf_gstats.guard[SF_GUARD_OVERFLOW]) + LOAD(sf_gstats.guard[SF_GUARD_BOUNDS]);
     out->guard_use_after_free = LOAD(sf_gstats.guard[SF_GUARD_USE_AFTER_FREE]);
     sf_prof_totals_t prof;
     sf_prof_totals(&prof);

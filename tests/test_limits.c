@@ -411,37 +411,35 @@ START_TEST(test_large_cache_hit_no_mapping)
     struct sefer_stats s0 = st_stats();
     sefer_free(p);
     struct sefer_stats s1 = st_stats();
-    void *q = sefer_malloc(n);
-    struct sefer_stats s2 = st_stats();
-    ck_assert_ptr_nonnull(q);
-
     ck_assert_msg(ST_DELTA(s1, s0, large_cache_bytes) >= (int64_t)n,
                   "freeing a 16 MiB block put %" PRId64 " bytes in the large cache",
                   ST_DELTA(s1, s0, large_cache_bytes));
     ck_assert_int_ge(ST_DELTA(s1, s0, large_cache_spans), 1);
-    ck_assert_msg(s2.os_maps == s1.os_maps, "a large-cache hit made %" PRId64 " new mapping(s)",
-                  ST_DELTA(s2, s1, os_maps));
-    ck_assert_int_eq(ST_DELTA(s2, s1, large_cache_hits), 1);
-    ck_assert_int_eq(ST_DELTA(s2, s1, large_cache_misses), 0);
-    ck_assert_msg(ST_DELTA(s2, s1, large_cache_bytes) <= -(int64_t)n,
-                  "large_cache_bytes fell by only %" PRId64, -ST_DELTA(s2, s1, large_cache_bytes));
-    if (q != p)
-        fprintf(stderr, "note: large-cache hit returned %p, freed block was %p\n", q, p);
-    /* contents of a reused span are whatever; the block is fully usable */
+
+    /* not handed out again at once (guard level >= 1: docs/design.md,
+     * "Large cache"): the next block of that size is another span ... */
+    void *q = sefer_malloc(n);
+    ck_assert_ptr_nonnull(q);
+    ck_assert_ptr_ne(q, p);
     memset(q, 2, n);
     sefer_free(q);
 
-    /* Many rounds: one mapping at most, all hits after the first. */
+    /* ... and from then on the two take turns: hits, no mapping */
     s0 = st_stats();
+    void *last = q;
     for (int i = 0; i < 50; i++) {
         void *r = sefer_malloc(n);
         ck_assert_ptr_nonnull(r);
+        ck_assert_ptr_ne(r, last);
         ((volatile char *)r)[n - 1] = 3;
         sefer_free(r);
+        last = r;
     }
     s1 = st_stats();
-    ck_assert_int_le(ST_DELTA(s1, s0, os_maps), 1);
-    ck_assert_int_ge(ST_DELTA(s1, s0, large_cache_hits), 49);
+    ck_assert_msg(s1.os_maps == s0.os_maps, "large-cache hits made %" PRId64 " new mapping(s)",
+                  ST_DELTA(s1, s0, os_maps));
+    ck_assert_int_eq(ST_DELTA(s1, s0, large_cache_hits), 50);
+    ck_assert_int_eq(ST_DELTA(s1, s0, large_cache_misses), 0);
 }
 END_TEST
 
@@ -477,40 +475,42 @@ END_TEST
 
 /* A cached span bigger than a request is split: the front serves it, the
  * rest stays cached with its pages; freed again, the pieces merge back into
- * one span that serves the big request with no new mapping. */
+ * one span that serves the big request with no new mapping.  (A span freed
+ * last stays apart, not merged and not handed out, until the next one is
+ * freed: the small blocks `x` and `y` move that on.) */
 START_TEST(test_large_cache_splits_and_merges)
 {
     sefer_trim(); /* an empty cache to start from */
     const size_t big = 22 * ST_MIB, part = 6 * ST_MIB; /* spans of 24 and 8 MiB */
+    char *x = sefer_malloc(ST_MIB), *y = sefer_malloc(ST_MIB); /* a 4 MiB span each */
     char *p = sefer_malloc(big);
     ck_assert_ptr_nonnull(p);
     memset(p, 1, big);
     sefer_free(p);
+    sefer_free(x); /* p is an ordinary cached span now, x stays apart */
     struct sefer_stats s0 = st_stats();
-    ck_assert_uint_eq(s0.large_cache_spans, 1);
-    ck_assert_uint_eq(s0.large_cache_bytes, 24 * ST_MIB);
+    ck_assert_uint_eq(s0.large_cache_spans, 2);
+    ck_assert_uint_eq(s0.large_cache_bytes, 28 * ST_MIB);
     char *a = sefer_malloc(part), *b = sefer_malloc(part);
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
     struct sefer_stats s1 = st_stats();
     ck_assert_int_eq(ST_DELTA(s1, s0, os_maps), 0);
     ck_assert_int_eq(ST_DELTA(s1, s0, large_cache_hits), 2);
-    ck_assert_uint_eq(s1.large_cache_bytes, 8 * ST_MIB); /* the third piece */
+    ck_assert_uint_eq(s1.large_cache_bytes, 12 * ST_MIB); /* the third piece, and x */
     ck_assert_uint_ge(sefer_usable_size(a), part);
     memset(a, 2, part);
     memset(b, 3, part);
     sefer_free(a);
-    struct sefer_stats s2 = st_stats();
-    ck_assert_uint_eq(s2.large_cache_spans, 2); /* a does not touch the cached piece */
-    sefer_free(b); /* b touches both: one span again */
+    sefer_free(b);
+    sefer_free(y); /* b joins a and the third piece: one 24 MiB span again */
     struct sefer_stats s3 = st_stats();
-    ck_assert_uint_eq(s3.large_cache_spans, 1);
-    ck_assert_uint_eq(s3.large_cache_bytes, 24 * ST_MIB);
+    ck_assert_uint_eq(s3.large_cache_bytes, 32 * ST_MIB);
     p = sefer_malloc(big);
     ck_assert_ptr_nonnull(p);
     struct sefer_stats s4 = st_stats();
     ck_assert_int_eq(ST_DELTA(s4, s0, os_maps), 0);
-    ck_assert_uint_eq(s4.large_cache_spans, 0);
+    ck_assert_uint_eq(s4.large_cache_bytes, 8 * ST_MIB); /* x and y */
     /* still the same memory, every byte usable */
     memset(p, 4, big);
     sefer_free(p);

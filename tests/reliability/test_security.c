@@ -30,6 +30,7 @@
  * meson runs --check on docs/security.md (test "security-doc"), so the
  * documented table is the probes' output.  Uses the standard names. */
 #include "rel.h"
+#include "security_suite.h"
 
 #include <malloc.h>
 #include <sys/resource.h>
@@ -49,6 +50,8 @@ static const struct {
     {K_DOUBLE, "double free", "double free"},
     {K_OVERFLOW, "write past the end of a block", "overflow"},
     {K_UAF, "write into a freed block", "use after free"},
+    {K_OVERFLOW, "memcpy/memmove/memset out of a block's bounds", "overflow"},
+    {K_INVALID, "operator delete that does not match", "invalid free"},
 };
 
 /* ---- the probes (run in the child) ------------------------------------- */
@@ -63,20 +66,25 @@ static char global_block[64];
 static size_t pair_stride;
 
 /* Two blocks of n bytes next to each other (a then b), from fresh carving:
- * consecutive allocations are adjacent in address order. */
+ * among 64 allocations, two a block apart (consecutive allocations are
+ * adjacent in address order, except at level 3, which hands fresh blocks
+ * out in a random order). */
 static void adjacent_pair(size_t n, unsigned char **a, unsigned char **b)
 {
-    unsigned char *prev = malloc(n), *cur = NULL;
-    for (int i = 0; i < 64; i++, prev = cur) {
-        cur = malloc(n);
-        if (cur > prev && (size_t)(cur - prev) < 2 * n + 64) {
-            *a = prev;
-            *b = cur;
-            pair_stride = (size_t)(cur - prev);
-            return;
-        }
-    }
-    _exit(4); /* no adjacent pair: the probe cannot run */
+    unsigned char *v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = malloc(n);
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++)
+            if (v[j] > v[i] && (size_t)(v[j] - v[i]) < best) {
+                best = (size_t)(v[j] - v[i]);
+                *a = v[i];
+                *b = v[j];
+            }
+    if (best >= 2 * n + 64)
+        _exit(4); /* no adjacent pair: the probe cannot run */
+    pair_stride = best;
 }
 
 static void *free_it(void *p)
@@ -528,44 +536,64 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
-/* --check FILE / --write FILE, as tools/knobs-doc does for the knob table. */
-static int doc_table(const char *mode, const char *path)
+/* Replaces (or, with check, compares) the text between begin and end in
+ * *doc with `generated`; true if it was the same.  *doc is reallocated. */
+static bool splice_table(char **doc, size_t *len, const char *path, const char *begin_mark, const char *end_mark,
+                   const char *generated, size_t glen, bool check)
 {
-    static char generated[1 << 15];
-    size_t glen = table(generated, sizeof generated);
-    size_t len;
-    char *doc = slurp(path, &len);
-    char *begin = strstr(doc, BEGIN_MARK);
-    char *end = begin ? strstr(begin, END_MARK) : NULL;
+    char *begin = strstr(*doc, begin_mark);
+    char *end = begin ? strstr(begin, end_mark) : NULL;
     if (!begin || !end) {
-        fprintf(stderr, "%s: no security-probes markers; expected a line\n%sthen the table, then\n%s",
-                path, BEGIN_MARK, END_MARK);
-        return 1;
+        fprintf(stderr, "%s: no markers; expected a line\n%sthen the table, then\n%s", path, begin_mark,
+                end_mark);
+        exit(1);
     }
-    char *old = begin + strlen(BEGIN_MARK);
+    char *old = begin + strlen(begin_mark);
     size_t olen = (size_t)(end - old);
-    if (strcmp(mode, "--check") == 0) {
-        if (olen == glen && memcmp(old, generated, glen) == 0)
-            return 0;
+    if (olen == glen && memcmp(old, generated, glen) == 0)
+        return true;
+    if (check) {
         size_t i = 0, line = 0;
         while (i < olen && i < glen && old[i] == generated[i])
             line += generated[i++] == '\n';
         while (i > 0 && generated[i - 1] != '\n')
             i--;
-        fprintf(stderr, "%s: the probe table differs from what the probes do (row %zu)\n  doc:       %.*s\n"
+        fprintf(stderr, "%s: the table after %.*s differs from what the probes do (row %zu)\n  doc:       %.*s\n"
                         "  generated: %.*s\nregenerate: test_security --write %s\n",
-                path, line + 1, (int)strcspn(old + i, "\n"), old + i,
+                path, (int)strcspn(begin_mark, "\n"), begin_mark, line + 1, (int)strcspn(old + i, "\n"), old + i,
                 (int)strcspn(generated + i, "\n"), generated + i, path);
-        return 1;
+        return false;
     }
+    size_t head = (size_t)(old - *doc), tail = *len - (size_t)(end - *doc);
+    char *fresh = malloc(head + glen + tail + 1);
+    memcpy(fresh, *doc, head);
+    memcpy(fresh + head, generated, glen);
+    memcpy(fresh + head + glen, end, tail + 1);
+    free(*doc);
+    *doc = fresh;
+    *len = head + glen + tail;
+    return false;
+}
+
+/* --check FILE / --write FILE, as tools/knobs-doc does for the knob table:
+ * the probe table and the misuse suite's. */
+static int doc_table(const char *mode, const char *path)
+{
+    static char generated[1 << 15], suite[1 << 16];
+    size_t glen = table(generated, sizeof generated), slen = suite_table(suite, sizeof suite);
+    size_t len;
+    char *doc = slurp(path, &len);
+    bool check = strcmp(mode, "--check") == 0;
+    bool same = splice_table(&doc, &len, path, BEGIN_MARK, END_MARK, generated, glen, check);
+    same &= splice_table(&doc, &len, path, SUITE_BEGIN_MARK, SUITE_END_MARK, suite, slen, check);
+    if (check)
+        return same ? 0 : 1;
     FILE *f = fopen(path, "wb");
     if (!f) {
         perror(path);
         return 2;
     }
-    fwrite(doc, 1, (size_t)(old - doc), f);
-    fwrite(generated, 1, glen, f);
-    fwrite(end, 1, len - (size_t)(end - doc), f);
+    fwrite(doc, 1, len, f);
     return fclose(f) != 0;
 }
 
@@ -633,8 +661,9 @@ int main(int argc, char **argv)
     if (argc >= 3 && strcmp(argv[1], "--probe") == 0)
         return run_probe_here(argv[2]);
     if (argc == 2 && strcmp(argv[1], "--table") == 0) {
-        static char t[1 << 15];
+        static char t[1 << 16];
         fwrite(t, 1, table(t, sizeof t), stdout);
+        fwrite(t, 1, suite_table(t, sizeof t), stdout);
         return 0;
     }
     if (argc == 3 && (strcmp(argv[1], "--check") == 0 || strcmp(argv[1], "--write") == 0))
@@ -644,5 +673,6 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_probe, 0, PROBES * LEVELS);
     suite_add_tcase(s, tc);
+    suite_add_tests(s);
     return st_run_suite(s);
 }
