@@ -20,6 +20,11 @@
 #else
 #define SF_BUILD_FAULT_INJECTION " fault_injection=false"
 #endif
+#ifdef SEFER_LOCK_STATS
+#define SF_BUILD_LOCK_STATS " lock_stats=true"
+#else
+#define SF_BUILD_LOCK_STATS " lock_stats=false"
+#endif
 #ifdef SEFER_HAVE_VALGRIND
 #define SF_BUILD_VALGRIND " valgrind_requests=true"
 #else
@@ -29,5 +34,5 @@
 SEFER_EXPORT const char *sefer_build(void) { return SF_BUILD_COMMIT; }
 
 SEFER_EXPORT const char *sefer_build_options(void) {
-    return SF_BUILD_OPTIONS SF_BUILD_FAULT_INJECTION SF_BUILD_VALGRIND;
+    return SF_BUILD_OPTIONS SF_BUILD_FAULT_INJECTION SF_BUILD_LOCK_STATS SF_BUILD_VALGRIND;
 }

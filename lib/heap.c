@@ -93,6 +93,7 @@ static sf_heap_t *chunk_for(uint32_t slot) {
     size_t bytes = sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), OS_PAGE);
     sf_heap_t *fresh = sf_os_map_plain(bytes);
     if (fresh == NULL) return NULL;
+    SF_LS_RMW(SLOT_MAKE);
     if (!atomic_compare_exchange_strong_explicit(cell, &chunk, fresh, memory_order_acq_rel,
                                                  memory_order_acquire)) {
         sf_os_unmap(fresh, bytes); /* another thread mapped it first */
@@ -121,6 +122,7 @@ static void ownerless_push(sf_heap_t *heap) {
     uint64_t top = atomic_load_explicit(&ownerless_top, memory_order_relaxed);
     do {
         atomic_store_explicit(&heap->next_ownerless, (uint32_t)(top & STACK_SLOT_MASK), memory_order_relaxed);
+        SF_LS_RMW(OWNERLESS_CAS);
     } while (!atomic_compare_exchange_weak_explicit(&ownerless_top, &top, stack_word(top, heap->slot + 1ull),
                                                     memory_order_release, memory_order_relaxed));
 }
@@ -130,6 +132,7 @@ static sf_heap_t *ownerless_pop(void) {
     while ((top & STACK_SLOT_MASK) != 0) {
         sf_heap_t *heap = sf_heap_at((uint32_t)(top & STACK_SLOT_MASK) - 1);
         uint32_t next = atomic_load_explicit(&heap->next_ownerless, memory_order_relaxed);
+        SF_LS_RMW(OWNERLESS_CAS);
         if (atomic_compare_exchange_weak_explicit(&ownerless_top, &top, stack_word(top, next),
                                                   memory_order_acquire, memory_order_acquire))
             return heap;
@@ -162,6 +165,7 @@ static bool heap_has_pages(sf_heap_t *heap) {
 static void heap_set_ownerless(sf_heap_t *heap) {
     bool pages = heap_has_pages(heap);
     if (!pages && sf_ring_pending(&heap->ring) == 0) sf_ring_reset(&heap->ring);
+    SF_LS_RMW(HEAP_STATE);
     atomic_store(&heap->state, pages ? SF_HEAP_ABANDONED : SF_HEAP_FREE);
 }
 
@@ -169,6 +173,7 @@ static void heap_set_ownerless(sf_heap_t *heap) {
  * (end it with heap_set_ownerless); false if someone else has it. */
 static bool heap_claim_to_collect(sf_heap_t *heap) {
     int expected = SF_HEAP_ABANDONED;
+    SF_LS_RMW(HEAP_STATE);
     return atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING);
 }
 
@@ -185,7 +190,8 @@ void sf_heaps_purge_abandoned(void) {
     if (!atomic_load_explicit(&abandoned_purges, memory_order_relaxed)) return;
     uint64_t now = sf_now_ms(), next = atomic_load_explicit(&abandoned_next_look, memory_order_relaxed);
     if (now < next ||
-        !atomic_compare_exchange_strong(&abandoned_next_look, &next, now + sf_knob(SF_KNOB_DECOMMIT_DELAY) / 2))
+        (SF_LS_RMW(ABANDONED_FLAG),
+         !atomic_compare_exchange_strong(&abandoned_next_look, &next, now + sf_knob(SF_KNOB_DECOMMIT_DELAY) / 2)))
         return;
     atomic_store_explicit(&abandoned_purges, false, memory_order_relaxed);
     bool pending = false;
@@ -240,6 +246,7 @@ static bool heap_claim(sf_heap_t *heap) {
             sched_yield();
             continue;
         }
+        SF_LS_RMW(HEAP_STATE);
         if (atomic_compare_exchange_strong(&heap->state, &st, SF_HEAP_LIVE)) break;
     }
     if (heap->kind != SF_HEAP_REAL) { /* first use of this slot */
@@ -257,6 +264,7 @@ static bool heap_claim(sf_heap_t *heap) {
 
 /* A heap slot never used before, or NULL if none can be made. */
 static sf_heap_t *heap_make(void) {
+    SF_LS_RMW(SLOT_MAKE);
     uint32_t slot = atomic_fetch_add_explicit(&slots_made, 1, memory_order_acq_rel);
     if (slot >= SF_HEAP_SLOTS_MAX) return NULL;
     sf_heap_t *chunk = chunk_for(slot);

@@ -54,11 +54,13 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
     if (atomic_load_explicit(&owner->state, memory_order_relaxed) == SF_HEAP_ABANDONED &&
         sf_heap_try_collect_abandoned(owner) && sf_ring_push(&owner->ring, b))
         return;
+    SF_LS_RMW(RING_OVERFLOWED);
     atomic_fetch_add_explicit(&owner->ring.overflowed, 1, memory_order_relaxed);
     sf_event_ring_overflow(owner); /* event.c: the first, then one a minute */
     sf_block_t *head = atomic_load_explicit(&owner->overflow, memory_order_relaxed);
     do {
         b->next = head;
+        SF_LS_RMW(OVERFLOW_CAS);
     } while (!atomic_compare_exchange_weak_explicit(&owner->overflow, &head, b,
                                                     memory_order_release, memory_order_relaxed));
 }
@@ -80,6 +82,7 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
     for (;;) {
         if (old & SF_XFREE_NOTIFY) {
             /* the page is full: take the flag, then tell the owner */
+            SF_LS_RMW(XFREE_NOTIFY);
             if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, old & ~SF_XFREE_NOTIFY,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 sf_heap_remote_free(owner, b);
@@ -89,6 +92,7 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
         }
         b->next = (sf_block_t *)old;
         b->cookie = cookie; /* free from now on: a second free of it is suspect */
+        SF_LS_RMW(XFREE_CAS);
         if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, (uintptr_t)b, memory_order_release,
                                                   memory_order_relaxed))
             return;
@@ -114,6 +118,7 @@ SF_NOINLINE static void encode_links(sf_page_t *page, sf_block_t *first, sf_bloc
  * and left out. */
 uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
     if ((atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~SF_XFREE_NOTIFY) == 0) return 0;
+    SF_LS_RMW(XFREE_XCHG);
     uintptr_t got = atomic_exchange_explicit(&page->xfree, 0, memory_order_acquire);
     sf_block_t *list = (sf_block_t *)(got & ~SF_XFREE_NOTIFY), *first = NULL, *last = NULL;
     uint32_t n = 0;
@@ -153,6 +158,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
  * came in first (collect it instead). */
 bool sf_page_set_notify(sf_page_t *page) {
     uintptr_t empty = 0;
+    SF_LS_RMW(XFREE_NOTIFY);
     return atomic_compare_exchange_strong_explicit(&page->xfree, &empty, SF_XFREE_NOTIFY,
                                                    memory_order_relaxed, memory_order_relaxed);
 }
@@ -161,9 +167,11 @@ bool sf_page_set_notify(sf_page_t *page) {
  * remote frees that follow can use the page's list again. */
 void sf_page_clear_notify(sf_page_t *page) {
     uintptr_t old = atomic_load_explicit(&page->xfree, memory_order_relaxed);
+    if (old & SF_XFREE_NOTIFY) SF_LS_RMW(XFREE_NOTIFY); /* (and once per retry below) */
     while ((old & SF_XFREE_NOTIFY) &&
            !atomic_compare_exchange_weak_explicit(&page->xfree, &old, old & ~SF_XFREE_NOTIFY,
                                                   memory_order_relaxed, memory_order_relaxed)) {
+        SF_LS_RMW(XFREE_NOTIFY);
     }
 }
 
@@ -190,6 +198,7 @@ void sf_heap_drain_remote(sf_heap_t *heap) {
     void *p;
     while ((p = sf_ring_pop(&heap->ring)) != NULL) drain_block(heap, p);
     if (atomic_load_explicit(&heap->overflow, memory_order_relaxed) == NULL) return;
+    SF_LS_RMW(OVERFLOW_XCHG);
     sf_block_t *list = atomic_exchange_explicit(&heap->overflow, NULL, memory_order_acquire);
     while (list != NULL) {
         sf_block_t *next = list->next;

@@ -54,6 +54,7 @@ bool sf_ring_push(sf_ring_t *ring, void *p) {
     for (;;) {
         int64_t dif = (int64_t)(sf_ring_seq(ring, pos) - pos);
         if (dif == 0) {
+            SF_LS_RMW(RING_TAIL_CAS);
             if (atomic_compare_exchange_weak_explicit(&ring->tail, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 atomic_store_explicit(&ring->cells[pos & ring->mask].ptr, p, memory_order_relaxed);
@@ -73,6 +74,7 @@ void *sf_ring_pop(sf_ring_t *ring) {
     uint64_t pos = atomic_load_explicit(&ring->head, memory_order_relaxed);
     if (sf_ring_seq(ring, pos) != pos + 1) return NULL;
     void *p = atomic_load_explicit(&ring->cells[pos & ring->mask].ptr, memory_order_relaxed);
+    SF_LS_RMW(RING_POP);
     cell_set_seq(ring, pos, pos + ring->mask + 1);
     atomic_store_explicit(&ring->head, pos + 1, memory_order_relaxed);
     return p;

@@ -26,6 +26,7 @@ void sf_segmap_mark(void *seg, size_t chunks, uint8_t head) {
     for (size_t i = 0; i < chunks; i++) {
         uint8_t v = head;
         if (head != SF_SEGMAP_NONE && i > 0) v = (uint8_t)(i + 2 > 255 ? 255 : i + 2);
+        SF_LS_RMW(SEGMAP_STORE);
         atomic_store_explicit(&sf_segmap[first + i], v, memory_order_release);
     }
 }

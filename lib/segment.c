@@ -28,10 +28,12 @@ bool sf_reserve_segments(size_t count) {
         uint64_t max = sf_knob(SF_KNOB_SEGMENTS_MAX);
         uint64_t cur = atomic_load(&sf_gstats.segments);
         while (cur + count <= max) {
+            SF_LS_RMW(SEG_RESERVE_CAS);
             if (atomic_compare_exchange_weak(&sf_gstats.segments, &cur, cur + count)) {
                 uint64_t peak = atomic_load(&sf_gstats.segments_peak);
                 while (cur + count > peak &&
-                       !atomic_compare_exchange_weak(&sf_gstats.segments_peak, &peak, cur + count)) {
+                       (SF_LS_RMW(SEG_RESERVE_CAS),
+                        !atomic_compare_exchange_weak(&sf_gstats.segments_peak, &peak, cur + count))) {
                 }
                 return true;
             }

@@ -1,0 +1,84 @@
+/* idle_threads.c - resident memory per idle thread and per exited thread.
+ *
+ * The main thread allocates one block (so its own allocator state exists
+ * before the baseline), reads its RSS, starts THREADS threads with 64 KiB
+ * stacks that each malloc(64) once, write it and park at a barrier, reads
+ * RSS again (idle), lets them free their block and exit, joins them and
+ * reads RSS a third time (exited).  With -c (the control) the threads make
+ * no allocator call: the difference between the two runs is the
+ * allocator's share (stacks and the kernel's per-thread pages cancel).
+ * RSS comes from /proc/self/statm; it does not depend on the machine's
+ * load.  docs/scaling.md, "Threads beyond cores", has the figures.
+ *
+ *   idle_threads [-t THREADS] [-c]
+ * Prints: idle_threads threads=T control=0|1 before_kib=B idle_kib=I
+ *         exited_kib=E allocator=... (whichalloc.h) */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "whichalloc.h"
+
+static pthread_barrier_t parked, go;
+static int control;
+
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = -1;
+    if (f == NULL) return -1;
+    if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+    fclose(f);
+    return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    char *p = control ? NULL : malloc(64);
+    if (p != NULL) memset(p, 1, 64);
+    pthread_barrier_wait(&parked);
+    pthread_barrier_wait(&go);
+    free(p);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int n = 1000, c;
+    while ((c = getopt(argc, argv, "t:c")) != -1) {
+        if (c == 't') n = atoi(optarg);
+        else if (c == 'c') control = 1;
+        else {
+            fprintf(stderr, "usage: idle_threads [-t THREADS] [-c]\n");
+            return 2;
+        }
+    }
+    if (n < 1 || n > 100000) return 2;
+    pthread_t *t = calloc((size_t)n, sizeof *t);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 << 10);
+    pthread_barrier_init(&parked, NULL, (unsigned)n + 1);
+    pthread_barrier_init(&go, NULL, (unsigned)n + 1);
+    char *warm = malloc(64);
+    if (t == NULL || warm == NULL) return 1;
+    warm[0] = 1;
+    long before = rss_kib();
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], &attr, worker, NULL) != 0) {
+            fprintf(stderr, "idle_threads: cannot start thread %d\n", i);
+            return 1;
+        }
+    pthread_barrier_wait(&parked);
+    long idle = rss_kib();
+    pthread_barrier_wait(&go);
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    long exited = rss_kib();
+    printf("idle_threads threads=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld", n, control, before,
+           idle, exited);
+    wa_print(stdout);
+    putchar('\n');
+    free(warm);
+    free(t);
+    return 0;
+}
