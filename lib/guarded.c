@@ -91,12 +91,17 @@ size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p) {
     return n == SIZE_MAX ? 0 : n;
 }
 
+/* The fill stops short of the block's size word: no request reaches it
+ * (the program never sees it), and the owner may be reading it as the word
+ * of the block before its neighbour (block_before_intact) while another
+ * thread frees this block. */
 void sf_junk_fill(sf_page_t *page, sf_block_t *b) {
-    memset((uint8_t *)b + sizeof *b, SF_JUNK, page->block_size - sizeof *b);
+    memset((uint8_t *)b + sizeof *b, SF_JUNK, page->block_size - sizeof *b - sizeof(uint32_t));
 }
 
 bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
-    const uint8_t *q = (const uint8_t *)b + sizeof *b, *end = (const uint8_t *)b + page->block_size;
+    const uint8_t *q = (const uint8_t *)b + sizeof *b;
+    const uint8_t *end = (const uint8_t *)b + page->block_size - sizeof(uint32_t);
     uint64_t junk8;
     memset(&junk8, SF_JUNK, sizeof junk8);
     for (; q + 8 <= end; q += 8) {
@@ -110,7 +115,11 @@ bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
 }
 
 /* The block before p in its page (if any) must end with a size word: a
- * write before p (an underflow) lands there first. */
+ * write before p (an underflow) lands there first.  Read by the page's
+ * owner only, the one thread that writes size words (on allocation): a
+ * thread freeing another's block would read it while the owner hands that
+ * neighbour out.  An underflow freed from another thread is found when the
+ * block before is freed, whose own word it overwrote. */
 static bool block_before_intact(const sf_page_t *page, const void *p) {
     if ((const uint8_t *)p == page->block_start) return true;
     return sf_size_word_ok(((const uint32_t *)p)[-1], page->block_size);
@@ -134,7 +143,7 @@ bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner)
     size_t n = requested_size(page, p);
     uint64_t canary = 0;
     if (n != SIZE_MAX) memcpy(&canary, (uint8_t *)p + n, sizeof canary);
-    if (n == SIZE_MAX || canary != canary_of(seg, page, p) || (!span && !block_before_intact(page, p))) {
+    if (n == SIZE_MAX || canary != canary_of(seg, page, p) || (!span && owner && !block_before_intact(page, p))) {
         sf_guard_report(SF_GUARD_OVERFLOW, p);
         return false;
     }

@@ -102,8 +102,8 @@ static void page_extend(sf_page_t *page) {
         sf_block_t *b = (sf_block_t *)(first + (size_t)(shuffled ? order[i] : i) * page->block_size);
         sf_link_set(page, b, prev);
         b->cookie = sf_page_cookie(page);
-        if (sf_guard_level >= 3) sf_junk_fill(page, b);
-        else if (sf_guard_level == 2) *sf_size_word(page, b) = 0; /* (the page may hold old data) */
+        if (sf_guard_level >= 3) sf_junk_fill(page, b); /* (up to the size word) */
+        if (sf_guard_level >= 2) *sf_size_word(page, b) = 0; /* (the page may hold old data) */
         prev = b;
     }
     page->free = prev;
