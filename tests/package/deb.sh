@@ -81,6 +81,14 @@ if (cd "$tmp/sefer-$version" && env -u DEB_BUILD_OPTIONS dpkg-buildpackage -us -
     ok "the tarball built the packages, and its meson test passed: $summary"
 else
     tail -60 "$tmp/build.log"
+    # the whole log of each test that failed in there (the tarball's build
+    # directory goes with $tmp)
+    for log in "$tmp/sefer-$version"/obj-*/meson-logs/testlog.txt; do
+        [ -f "$log" ] && awk '/^=+ [0-9]+\/[0-9]+ =+$/ { if (bad) printf "%s", block; block = ""; bad = 0 }
+            { block = block $0 "\n" }
+            /^result: / && !/exit status (0|77)$/ { bad = 1 }
+            END { if (bad) printf "%s", block }' "$log"
+    done
     fail "dpkg-buildpackage in the unpacked tarball (the log's end is above)"
     exit 1
 fi

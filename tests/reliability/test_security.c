@@ -536,10 +536,39 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
+/* A copy of the n bytes of a table at t with the cell of column `col`
+ * (0: the first) of every row replaced by "*"; col < 0: the table as it is. */
+static char *mask_column(const char *t, size_t n, int col, size_t *out_len)
+{
+    char *m = malloc(n + 1);
+    size_t o = 0;
+    int cell = -1; /* the cell being copied on this line; -1: before the first '|' */
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (c == '\n') {
+            cell = -1;
+        } else if (c == '|') {
+            cell++;
+            if (cell == col && col >= 0) {
+                m[o++] = '|';
+                m[o++] = '*';
+                while (i + 1 < n && t[i + 1] != '|' && t[i + 1] != '\n')
+                    i++;
+                continue;
+            }
+        }
+        m[o++] = c;
+    }
+    m[o] = '\0';
+    *out_len = o;
+    return m;
+}
+
 /* Replaces (or, with check, compares) the text between begin and end in
- * *doc with `generated`; true if it was the same.  *doc is reallocated. */
+ * *doc with `generated`; true if it was the same.  *doc is reallocated.
+ * A check leaves column `loose` (if >= 0) out of the comparison. */
 static bool splice_table(char **doc, size_t *len, const char *path, const char *begin_mark, const char *end_mark,
-                   const char *generated, size_t glen, bool check)
+                   const char *generated, size_t glen, bool check, int loose)
 {
     char *begin = strstr(*doc, begin_mark);
     char *end = begin ? strstr(begin, end_mark) : NULL;
@@ -552,6 +581,15 @@ static bool splice_table(char **doc, size_t *len, const char *path, const char *
     size_t olen = (size_t)(end - old);
     if (olen == glen && memcmp(old, generated, glen) == 0)
         return true;
+    if (check && loose >= 0) {
+        size_t ml, gl;
+        char *mo = mask_column(old, olen, loose, &ml), *mg = mask_column(generated, glen, loose, &gl);
+        bool same = ml == gl && memcmp(mo, mg, ml) == 0;
+        free(mo);
+        free(mg);
+        if (same)
+            return true;
+    }
     if (check) {
         size_t i = 0, line = 0;
         while (i < olen && i < glen && old[i] == generated[i])
@@ -584,8 +622,13 @@ static int doc_table(const char *mode, const char *path)
     size_t len;
     char *doc = slurp(path, &len);
     bool check = strcmp(mode, "--check") == 0;
-    bool same = splice_table(&doc, &len, path, BEGIN_MARK, END_MARK, generated, glen, check);
-    same &= splice_table(&doc, &len, path, SUITE_BEGIN_MARK, SUITE_END_MARK, suite, slen, check);
+    bool same = splice_table(&doc, &len, path, BEGIN_MARK, END_MARK, generated, glen, check, -1);
+    /* the suite's glibc column (cell 2) is a reference from the run that
+     * wrote the file: what glibc does when a write runs past a block
+     * depends on what the memory after it is (a crash here, an abort there:
+     * a 1 MiB overflow of a large block changed with the linker's -z now),
+     * so --check holds sefer's columns to the probes, not glibc's */
+    same &= splice_table(&doc, &len, path, SUITE_BEGIN_MARK, SUITE_END_MARK, suite, slen, check, 2);
     if (check)
         return same ? 0 : 1;
     FILE *f = fopen(path, "wb");
