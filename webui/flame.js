@@ -82,9 +82,17 @@ export class Flame {
     if (key === this.key && Math.abs(width - this.width) < 40) return;
     const tree = stackTree(reply.stacks);
     this.key = key;
+    if (!reply.stacks.length) { // nothing to draw: no box of zero width
+      if (this.chart) this.chart.destroy();
+      this.chart = null;
+      this.note.textContent = 'No sampled block is live.';
+      this.box.dataset.frames = '0';
+      this.box.dataset.total = '0';
+      return;
+    }
     this.total = tree.value;
-    this.note.textContent = reply.stacks.length ? count(reply.stacks.length) + ' stacks, ' + bytes(tree.value) +
-        ' estimated live. Click a box to zoom into it, the bottom box to zoom out.' : 'No sampled block is live.';
+    this.note.textContent = count(reply.stacks.length) + ' stacks, ' + bytes(tree.value) +
+        ' estimated live. Click a box to zoom into it, the bottom box to zoom out.';
     if (!this.chart || Math.abs(width - this.width) >= 40) {
       if (this.chart) this.chart.destroy();
       this.chart = this.make(width);

@@ -115,6 +115,7 @@ export class SitesView {
     this.order = 'live'; // or 'growth'
     this.markName = null; // the name of the last mark this page set
     this.writable = false; // the process has a token and the page holds one
+    this.processHasToken = false; // (known from the first poll of /config)
     this.last = null; // the last round drawn: {live, growth, stacks, when}
     this.error = null;
     this.rounds = 0;
