@@ -217,6 +217,9 @@ typedef struct {
     const char *etag; /* quoted hash of the bytes */
 } sf_webui_file_t;
 SF_HIDDEN const sf_webui_file_t *sf_webui_find(const char *path);
+/* The page's CSP style-src: 'self' and the hash of the one stylesheet the
+ * flame-graph library injects (webui/embed.py --style-hash says why). */
+SF_HIDDEN extern const char sf_webui_style_src[];
 /* Whether path is the dashboard's: "/" or under "/ui/". */
 SF_HIDDEN bool sf_webui_path(const char *path);
 /* The file at path (GET or HEAD): 200, 304 when if_none_match names its

@@ -96,10 +96,12 @@ struct post {
 /* ---- replies ---------------------------------------------------------------------- */
 
 /* Headers of the dashboard's files (introspect/webui.c): scripts, styles and
- * fetches from this server only, no inline script or style, no framing. */
-#define PAGE_CSP                                                                                  \
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " \
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+ * fetches from this server only, no inline script, no inline style but the
+ * flame-graph library's one stylesheet, allowed by its hash
+ * (sf_webui_style_src, written by webui/embed.py), no framing. */
+#define PAGE_CSP_BEFORE_STYLE "default-src 'none'; script-src 'self'; style-src "
+#define PAGE_CSP_AFTER_STYLE \
+    "; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 static struct MHD_Response *make_response(sf_reply_t *r) {
     static char oom[] = "{\"error\": \"out of memory\", \"status\": 503}\n";
@@ -125,7 +127,9 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, sf_reply_t *r, const
     mhd->add_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->etag != NULL) mhd->add_header(resp, "ETag", r->etag);
     if (r->page) {
-        mhd->add_header(resp, "Content-Security-Policy", PAGE_CSP);
+        char csp[512];
+        snprintf(csp, sizeof csp, "%s%s%s", PAGE_CSP_BEFORE_STYLE, sf_webui_style_src, PAGE_CSP_AFTER_STYLE);
+        mhd->add_header(resp, "Content-Security-Policy", csp);
         mhd->add_header(resp, "Referrer-Policy", "no-referrer");
         mhd->add_header(resp, "X-Frame-Options", "DENY");
     }

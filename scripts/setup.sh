@@ -93,18 +93,23 @@ else
 fi
 
 # npm packages, pinned in package.json + package-lock.json: `npm ci` where
-# node_modules lacks the pinned version (webui: uPlot, embedded into
-# libsefer.so by the build; tests/browser: playwright-core).
+# node_modules lacks the pinned version of any of them (webui: uPlot, d3 and
+# d3-flame-graph, embedded into libsefer.so by the build; tests/browser:
+# playwright-core).
 npm_ci_if_needed() {
-    local dir=$1 pkg=$2 want have
-    want=$(node -p "require('./$dir/package.json').dependencies['$pkg']")
-    have=$(node -p "try { require('./$dir/node_modules/$pkg/package.json').version } catch (e) { 'none' }")
-    if [ "$want" != "$have" ]; then
-        echo "setup: npm ci in $dir ($pkg $want; node_modules has $have)"
-        (cd "$dir" && npm ci --no-audit --no-fund)
-    fi
+    local dir=$1 pkg want have
+    shift
+    for pkg in "$@"; do
+        want=$(node -p "require('./$dir/package.json').dependencies['$pkg']")
+        have=$(node -p "try { require('./$dir/node_modules/$pkg/package.json').version } catch (e) { 'none' }")
+        if [ "$want" != "$have" ]; then
+            echo "setup: npm ci in $dir ($pkg $want; node_modules has $have)"
+            (cd "$dir" && npm ci --no-audit --no-fund)
+            return
+        fi
+    done
 }
-npm_ci_if_needed webui uplot
+npm_ci_if_needed webui uplot d3 d3-flame-graph
 npm_ci_if_needed tests/browser playwright-core
 
 if [ "${SEFER_SETUP_NO_BUILD:-0}" = 1 ]; then

@@ -9,6 +9,8 @@
 // The segment map has its own loop (segmap.js: a sweep of /segments pages),
 // which waits at least twice its last sweep's duration between sweeps, so a
 // process with 10,000 segments is not read faster than it can answer.
+// The Sites view (sites.js: the heap profile) reads every 5 s in a loop of
+// its own, stopped and started with the polls.
 //
 // What the page says about itself (body's data-state, the status line and
 // a banner) is one of:
@@ -31,6 +33,7 @@ import {Events} from './events.js';
 import {SegMap, sweep} from './segmap.js';
 import {renderTiles, renderCache, renderHeaps, heapNames, guardTotal, guardText} from './tables.js';
 import {ConfigView} from './config.js';
+import {SitesView} from './sites.js';
 import {clock, ago, count, bytes, knobValue} from './format.js';
 
 const $ = (id) => document.getElementById(id);
@@ -56,7 +59,7 @@ const S = {
   seen: null, // alarm counters of the last good poll
 };
 
-let timeline, pollRates, charts, feed, segmap, events, configView;
+let timeline, pollRates, charts, feed, segmap, events, configView, sites;
 
 // ---- state and the status line ---------------------------------------------
 
@@ -193,6 +196,7 @@ function good([stats, rings, heaps, config], extra, extraReplies) {
   S.lastGood = now;
   setConn('live');
   renderTrim(config);
+  sites.setWritable(tokenSet(config), api.token() !== '');
   if (!S.seg.timer && !S.seg.busy) segLoop();
 }
 
@@ -289,6 +293,7 @@ function stop(why) {
   clearTimeout(S.timer);
   clearTimeout(S.seg.timer);
   S.seg.timer = 0;
+  sites.stop();
   timeline.gap();
   renderStatus();
 }
@@ -297,6 +302,7 @@ function resume() {
   S.stopped = null;
   renderStatus();
   poll();
+  sites.start();
 }
 
 function onVisibility() {
@@ -366,9 +372,14 @@ function tokenChanged() {
   if (!S.stopped) schedule(0);
 }
 
-function renderTrim(config) {
+// Whether the process has a token (writes are possible at all).
+function tokenSet(config) {
   const k = config.knobs.find((x) => x.name === 'introspect.token');
-  $('trim').disabled = !(k && k.set && api.token());
+  return !!(k && k.set);
+}
+
+function renderTrim(config) {
+  $('trim').disabled = !(tokenSet(config) && api.token());
 }
 
 async function trim() {
@@ -398,18 +409,29 @@ function main() {
   }
   charts = new Charts($('chart-mem'), $('chart-ops'), timeline);
   segmap = new SegMap($('segmap'), $('seg-detail'), $('seg-legend'), $('colour-by'));
-  configView = new ConfigView($('config-body'), $('config-note'), (name, value) => api.post('/config', {name, value}, 10000).then((r) => {
+  const setKnob = (name, value) => api.post('/config', {name, value}, 10000).then((r) => {
     if (r.ok) schedule(0);
     return r;
-  }));
+  });
+  configView = new ConfigView($('config-body'), $('config-note'), setKnob);
+  sites = new SitesView({
+    card: $('sites-card'), off: $('sites-off'), error: $('sites-error'), summary: $('sites-summary'),
+    table: $('sites-table'), body: $('sites-body'), stack: $('site-stack'), order: $('sites-order'),
+    markForm: $('mark-form'), markNameInput: $('mark-name'), markButton: $('mark'), markResult: $('mark-result'),
+    markState: $('mark-state'), onForm: $('sites-on'), onValue: $('sites-on-value'), onButton: $('sites-on-button'),
+    onResult: $('sites-on-result'), flame: $('flame'), flameNote: $('flame-note'),
+  }, api, setKnob);
   // for the browser's console, and the browser test: the views' state (read only)
-  window.sefer = {timeline, charts, feed, segmap, events, configView, state: S};
+  window.sefer = {timeline, charts, feed, segmap, events, configView, sites, state: S};
   setupControls();
   tokenChanged();
   renderStatus();
   version();
   if (document.hidden) stop('hidden');
-  else poll();
+  else {
+    poll();
+    sites.start();
+  }
 }
 
 main();

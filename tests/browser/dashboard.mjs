@@ -37,12 +37,23 @@
 //      whole run; a tab hidden for 3 s has no gap afterwards; a synthetic
 //      week of history (a week of 10-minute points, a day of minutes, an
 //      hour of seconds) is taken in and drawn in (printed) milliseconds.
+//   4. sites_host under `sefer run` with heap profiling on (64 KiB, a fixed
+//      seed): the Sites table's first row is hold_big (32 MiB in 1 KiB
+//      blocks; hold_small holds 4 MiB), each sparkline has as many points as
+//      the history of the /profile/sites reply it was drawn from, a click
+//      shows the whole stack down to main with file:line, the flame graph
+//      (d3-flame-graph) draws hold_big, Set mark with the token gets a 200,
+//      and after the host leaks 8 MiB in leak_steadily the growth order
+//      names it first; no script error, no CSP violation.  In the soak
+//      (1.), where profiling is off, the view says so, and the knob set from
+//      it turns profiling on.
 //
 // Screenshots go to $SEFER_TEST_OUT (the build dir): browser-dashboard.png
 // and browser-dashboard-full.png (live: the top, the whole page),
 // browser-dashboard-gone.png (after the kill), browser-dashboard-history.png
-// (the page opened late) and browser-dashboard-week.png (the synthetic
-// week); their paths are printed.  Ends with "N passed, M failed"; exit 0
+// (the page opened late), browser-dashboard-week.png (the synthetic week)
+// and browser-dashboard-sites.png (the Sites view); their paths are
+// printed.  SEFER_TEST_ONLY=soak|segments|history|sites runs one part.  Ends with "N passed, M failed"; exit 0
 // if none failed.
 
 import {spawn} from 'node:child_process';
@@ -54,6 +65,8 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 const CLI = process.env.SEFER_TEST_CLI;
 const HOST = process.env.SEFER_TEST_SEGMENTS_HOST;
 const STEPS_HOST = process.env.SEFER_TEST_STEPS_HOST;
+const SITES_HOST = process.env.SEFER_TEST_SITES_HOST;
+const ONLY = process.env.SEFER_TEST_ONLY || '';
 const OUT = process.env.SEFER_TEST_OUT || process.cwd();
 const CHROMIUM = process.env.SEFER_CHROMIUM || '/usr/bin/chromium';
 const TOKEN = 'bt-' + randomBytes(12).toString('hex');
@@ -292,6 +305,24 @@ async function soakChecks(browser) {
     const token = await page.evaluate(() => sessionStorage.getItem('sefer.token'));
     assert(token === TOKEN, 'the token is not in sessionStorage');
     log('# event: ' + ev);
+  });
+
+  await check('Sites: profiling off is said, with the knob; turned on from the page, sites appear', async () => {
+    await page.waitForFunction(() => document.getElementById('sites-card').dataset.rate === '0', null, {timeout: 10000});
+    const off = await page.$eval('#sites-off', (b) => (b.hidden ? '' : b.textContent));
+    assert(off.includes('profiling is off') && off.includes('profile.sample_bytes') && off.includes('SEFER_PROFILE_SAMPLE_BYTES'),
+        'the off note: ' + off);
+    await page.fill('#sites-on-value', '256KiB');
+    await page.click('#sites-on-button');
+    await page.waitForSelector('#sites-on-result.ok', {timeout: 10000});
+    await page.waitForFunction(() => document.getElementById('sites-card').dataset.rate === String(256 * 1024) &&
+        document.querySelectorAll('#sites-body tr.site').length > 0, null, {timeout: 15000});
+    assert(await page.$eval('#sites-off', (b) => b.hidden), 'the off note is still shown');
+    const cfg = await getJSON(url, '/config');
+    const k = cfg.knobs.find((x) => x.name === 'profile.sample_bytes');
+    assert(k.value === 256 * 1024 && k.source === 'runtime', 'profile.sample_bytes in /config: ' + JSON.stringify(k));
+    const rows = await page.$$eval('#sites-body tr.site', (t) => t.length);
+    log('# profiling turned on from the page: ' + rows + ' sites listed');
   });
 
   await check('a bad value is refused with the server\'s reason', async () => {
@@ -604,6 +635,134 @@ async function historyChecks(browser) {
   await Promise.race([host.exited, sleep(10000)]);
 }
 
+// ---- 4. the heap profile: the Sites view ------------------------------------------
+
+// The function named in each row of the Sites table, top first.
+const siteRows = (page) => page.$$eval('#sites-body tr.site', (trs) => trs.map((tr) => tr.dataset.function));
+
+async function sitesChecks(browser) {
+  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', SITES_HOST],
+    {SEFER_PROFILE_SAMPLE_BYTES: '64KiB', SEFER_PROFILE_SEED: '20261201', SEFER_INTROSPECT_TOKEN: TOKEN});
+  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
+  await host.waitFor(/^ready$/m, 30000, 'out');
+  const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
+  const problems = [];
+  page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
+  await page.addInitScript(() => document.addEventListener('securitypolicyviolation', (e) =>
+    console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI)));
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  // every /profile/sites reply by live bytes, in order of arrival
+  const replies = [];
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    if (u.pathname !== '/profile/sites' || u.searchParams.has('since') || r.status() !== 200) return;
+    const i = replies.length;
+    replies.push(null);
+    r.json().then((j) => (replies[i] = j), () => {});
+  });
+  await page.goto(url);
+  await waitState(page, 'live', 15000);
+  await page.waitForFunction(() => document.querySelectorAll('#sites-body tr.site').length >= 2, null, {timeout: 15000});
+
+  await check('Sites: the first row names the function that holds the most', async () => {
+    const rows = await siteRows(page);
+    assert(rows[0] === 'hold_big', 'rows: ' + rows.join(' '));
+    assert(rows.includes('hold_small') && rows.indexOf('hold_small') > 0, 'rows: ' + rows.join(' '));
+    const cells = await page.$$eval('#sites-body tr.site:first-child td', (tds) => tds.map((td) => td.textContent));
+    assert(cells[2] === 'sites_host' && /MiB$/.test(cells[3]), 'first row: ' + cells.join(' | '));
+    const live = (await getJSON(url, '/profile/sites?limit=1')).sites[0].live_bytes;
+    assert(Math.abs(live - 32 * MIB) < 8 * MIB, 'hold_big is estimated at ' + live + ' bytes, not near 32 MiB');
+    assert(await page.$eval('#sites-off', (b) => b.hidden), 'the "profiling is off" note is shown');
+    log('# Sites: ' + rows.join(', ') + '; first row ' + cells.slice(1, 6).join(' | '));
+  });
+
+  await check('Sites: a click on a row shows its whole stack, down to main', async () => {
+    await page.click('#sites-body tr.site:first-child');
+    await page.waitForSelector('#site-stack:not([hidden]) tr.frame', {timeout: 3000});
+    const frames = await page.$$eval('#site-stack tr.frame', (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+    const fns = frames.map((f) => f[1]);
+    assert(fns[0] === 'hold_big' && fns.includes('main'), 'frames: ' + fns.join(' <- '));
+    assert(/sites_host\.c:\d+$/.test(frames[0][3]) && /^0x[0-9a-f]+$/.test(frames[0][4]), 'first frame: ' + frames[0].join(' | '));
+    const id = Number(await attr(page, '#sites-body tr.site:first-child', 'site'));
+    const site = (await getJSON(url, '/profile/sites?limit=20')).sites.find((x) => x.id === id);
+    assert(site && site.frames.length === frames.length, 'the page shows ' + frames.length + ' frames, /profile/sites ' +
+        (site ? site.frames.length : 'no such site'));
+    log('# stack: ' + fns.join(' <- ') + ' (' + frames[0][3] + ')');
+  });
+
+  await check('Sites: the flame graph (d3-flame-graph) draws the stacks', async () => {
+    await page.waitForFunction(() => {
+      const svg = document.querySelector('#flame svg');
+      return svg && svg.querySelector('g[name="hold_big"]') && svg.textContent.includes('hold_big');
+    }, null, {timeout: 5000});
+    const [frames, total] = await page.$eval('#flame', (f) => [Number(f.dataset.frames), Number(f.dataset.total)]);
+    const stacks = await getJSON(url, '/profile/stacks');
+    assert(frames >= 6 && total > 30 * MIB, 'flame graph: ' + frames + ' boxes, ' + total + ' bytes at the root');
+    assert(Math.abs(total - stacks.total_bytes) < 2 * MIB, 'root ' + total + ', /profile/stacks total ' + stacks.total_bytes);
+    log('# flame graph: ' + frames + ' boxes, ' + (total / MIB).toFixed(1) + ' MiB at the root');
+  });
+
+  await check('Sites: Set mark with the token gets a 200; the site that grows after it comes first by growth', async () => {
+    await setToken(page, TOKEN);
+    await page.waitForSelector('#mark:not([disabled])', {timeout: 5000});
+    await page.fill('#mark-name', 'warm');
+    const [reply] = await Promise.all([
+      page.waitForResponse((r) => new URL(r.url()).pathname === '/profile/mark', {timeout: 10000}),
+      page.click('#mark')]);
+    assert(reply.status() === 200 && reply.request().method() === 'POST', 'POST /profile/mark: ' + reply.status());
+    await page.waitForSelector('#mark-result.ok', {timeout: 5000});
+    const result = await page.$eval('#mark-result', (r) => r.textContent);
+    assert(result.includes('warm'), 'mark result: ' + result);
+    host.p.stdin.write('leak\n');
+    await host.waitFor(/^leaked$/m, 10000, 'out');
+    await page.waitForSelector('#sites-order option[value="growth"]:not([disabled])', {state: 'attached', timeout: 10000});
+    await page.selectOption('#sites-order', 'growth');
+    await page.waitForFunction(() => document.querySelector('#sites-body tr.site')?.dataset.function === 'leak_steadily',
+        null, {timeout: 12000});
+    const growth = await page.$eval('#sites-body tr.site:first-child td.growth', (td) => td.textContent);
+    assert(/^\+\d/.test(growth) && /MiB$/.test(growth), 'growth of leak_steadily: ' + growth);
+    const state = await page.$eval('#mark-state', (e) => e.textContent);
+    assert(state.includes('\u201cwarm\u201d'), 'mark state: ' + state);
+    await page.selectOption('#sites-order', 'live');
+    const rows = await siteRows(page);
+    assert(rows[0] === 'hold_big' && rows.includes('leak_steadily'), 'by live after the leak: ' + rows.join(' '));
+    log('# after the mark: leak_steadily grew ' + growth + '; ' + state);
+  });
+
+  await check('Sites: each sparkline has as many points as the server\'s history of its site', async () => {
+    await page.waitForFunction(() => (window.sefer.sites.last.live.history_ages_ms || []).length >= 2, null, {timeout: 12000});
+    await page.click('#pause'); // the table holds still while it is compared
+    await waitState(page, 'paused', 5000);
+    await sleep(300);
+    const drawn = await page.evaluate(() => window.sefer.sites.last.live);
+    const got = replies.filter(Boolean);
+    assert(got.length && JSON.stringify(got[got.length - 1].history_ages_ms) !== undefined, 'no /profile/sites reply recorded');
+    const reply = got.find((r) => JSON.stringify(r.sites.map((x) => x.history)) === JSON.stringify(drawn.sites.map((x) => x.history)));
+    assert(reply, 'the page drew a reply the server did not send');
+    const points = await page.$$eval('#sites-body tr.site', (trs) => trs.map((tr) => [Number(tr.dataset.site),
+      Number(tr.querySelector('svg.spark').dataset.points), tr.querySelectorAll('svg.spark polyline, svg.spark circle').length]));
+    for (const [id, n] of points) {
+      const s = reply.sites.find((x) => x.id === id);
+      assert(s && s.history.length === n, 'site ' + id + ': ' + n + ' points, the history has ' + (s ? s.history.length : 'no site'));
+    }
+    assert(points[0][1] >= 2 && points[0][2] >= 1, 'the first sparkline: ' + JSON.stringify(points[0]));
+    log('# sparklines: ' + points.map(([id, n]) => id + ':' + n).join(' ') + ' points (history every ' + reply.history_interval_ms + ' ms)');
+    await page.click('#pause');
+    await waitState(page, 'live', 5000);
+  });
+
+  await check('Sites: no script error and no Content-Security-Policy violation', async () => {
+    assert(problems.length === 0, problems.join('\n'));
+  });
+  await page.locator('#sites-card').scrollIntoViewIfNeeded();
+  const shot = path.join(OUT, 'browser-dashboard-sites.png');
+  await page.locator('#sites-card').screenshot({path: shot});
+  log('# screenshot (the Sites view): ' + shot);
+  await page.close();
+  host.p.stdin.end();
+  await Promise.race([host.exited, sleep(10000)]);
+}
+
 // ---- the run ------------------------------------------------------------------------
 
 async function main() {
@@ -614,13 +773,14 @@ async function main() {
     log('SKIP: playwright-core is not installed in tests/browser/node_modules (run scripts/setup.sh): ' + e.message);
     process.exit(77);
   }
-  assert(CLI && HOST && STEPS_HOST, 'SEFER_TEST_CLI, SEFER_TEST_SEGMENTS_HOST and SEFER_TEST_STEPS_HOST must be set (meson test does)');
+  assert(CLI && HOST && STEPS_HOST && SITES_HOST,
+      'SEFER_TEST_CLI, SEFER_TEST_SEGMENTS_HOST, SEFER_TEST_STEPS_HOST and SEFER_TEST_SITES_HOST must be set (meson test does)');
   const browser = await chromium.launch({executablePath: CHROMIUM, headless: true,
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage']});
   try {
-    await soakChecks(browser);
-    await manySegmentsChecks(browser);
-    await historyChecks(browser);
+    const parts = {soak: soakChecks, segments: manySegmentsChecks, history: historyChecks, sites: sitesChecks};
+    assert(!ONLY || parts[ONLY], 'SEFER_TEST_ONLY must be one of ' + Object.keys(parts).join(', '));
+    for (const [name, run] of Object.entries(parts)) if (!ONLY || ONLY === name) await run(browser);
   } finally {
     await browser.close();
   }

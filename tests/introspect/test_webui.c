@@ -3,10 +3,13 @@
  *
  *   - / is the page: text/html, Cache-Control no-cache, an ETag, and a
  *     Content-Security-Policy that allows scripts and styles from the
- *     server only (no 'unsafe-inline'), nosniff, no framing;
+ *     server only (no 'unsafe-inline'; in style-src one hash, of the
+ *     stylesheet d3-flame-graph injects: webui/embed.py), nosniff, no
+ *     framing;
  *   - every file the page names (src=, href=) and every module app.js
  *     imports, followed from module to module, is served with the type its
- *     extension says; uPlot's files are there;
+ *     extension says; uPlot's, d3's and d3-flame-graph's files and
+ *     licences are there;
  *   - an unknown /ui/ path, /ui/ itself and a path with ".." are 404;
  *   - If-None-Match with the ETag gives 304 and no body; HEAD gives no body;
  *     POST is 405 with Allow; a query string is ignored;
@@ -66,6 +69,12 @@ START_TEST(test_page_headers)
                       strstr(csp, "style-src 'self'") && strstr(csp, "connect-src 'self'") &&
                       strstr(csp, "frame-ancestors 'none'") && !strstr(csp, "unsafe"),
                   "CSP: %s", csp);
+    /* style-src: 'self' and exactly one SHA-256 (44 base64 characters) */
+    const char *style = strstr(csp, "style-src 'self' 'sha256-");
+    ck_assert_msg(style != NULL, "CSP: %s", csp);
+    const char *hash = style + strlen("style-src 'self' 'sha256-");
+    size_t b64 = strspn(hash, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=");
+    ck_assert_msg(b64 == 44 && strncmp(hash + b64, "';", 2) == 0, "style-src: %.120s", style);
     ck_assert_msg(strstr(r.body, "<!doctype html>") && strstr(r.body, "/ui/app.js"), "page: %.200s", r.body);
     ck_assert_msg(strstr(r.body, "<script>") == NULL && strstr(r.body, " style=") == NULL,
                   "the page has inline script or style");
@@ -121,6 +130,18 @@ START_TEST(test_everything_the_page_names_is_served)
     free(uplot);
     char *lic = get_file("/ui/uPlot-LICENSE.txt", NULL);
     ck_assert_msg(strstr(lic, "MIT License") != NULL, "licence: %.100s", lic);
+    free(lic);
+    char *d3 = get_file("/ui/d3.min.js", &len);
+    ck_assert_msg(len > 100000 && strstr(d3, "d3js.org"), "d3: %zu bytes", len);
+    free(d3);
+    char *flame = get_file("/ui/d3-flamegraph.min.js", &len);
+    ck_assert_msg(len > 5000 && strstr(flame, "d3-flame-graph"), "d3-flame-graph: %zu bytes", len);
+    free(flame);
+    lic = get_file("/ui/d3-LICENSE.txt", NULL);
+    ck_assert_msg(strstr(lic, "Mike Bostock") != NULL, "d3 licence: %.100s", lic);
+    free(lic);
+    lic = get_file("/ui/d3-flame-graph-LICENSE.txt", NULL);
+    ck_assert_msg(strstr(lic, "Apache License") != NULL, "d3-flame-graph licence: %.100s", lic);
     free(lic);
 }
 END_TEST

@@ -2,8 +2,8 @@
 # tests/package/deb.sh SRC BUILD LINKPROG.C SOVERSION - the release tarball
 # and the Debian packages, end to end (docs/install.md):
 #   1. `meson dist` of SRC (its git HEAD) from BUILD: the tarball holds
-#      debian/ and uPlot's files (scripts/dist.sh), nothing of git, of a
-#      build or of npm beyond uPlot;
+#      debian/ and the files of uPlot, d3 and d3-flame-graph
+#      (scripts/dist.sh), nothing of git, of a build or of npm beyond them;
 #   2. the tarball, unpacked, builds the packages with
 #      `dpkg-buildpackage -us -uc -b`, offline, and its own `meson test`
 #      passes (dh_auto_test runs it): the tarball builds and passes its
@@ -66,12 +66,13 @@ if ! meson dist -C "$build" --no-tests --formats xztar "${dirty[@]}" >"$tmp/dist
 fi
 tar -tf "$tarball" | sed "s|^sefer-$version/||" | sort >"$tmp/contents"
 for f in meson.build debian/control debian/rules webui/node_modules/uplot/package.json \
-    webui/node_modules/uplot/dist/uPlot.iife.min.js webui/node_modules/uplot/dist/uPlot.min.css; do
+    webui/node_modules/uplot/dist/uPlot.iife.min.js webui/node_modules/uplot/dist/uPlot.min.css \
+    webui/node_modules/d3/dist/d3.min.js webui/node_modules/d3-flame-graph/dist/d3-flamegraph.umd.min.js; do
     grep -qx "$f" "$tmp/contents" || fail "the tarball lacks $f"
 done
 unwanted=$(grep -E '^\.git/|^build|/meson-private/|node_modules/(.*/)?node_modules|^tests/browser/node_modules' "$tmp/contents" | head -5)
 [ -z "$unwanted" ] || fail "the tarball holds files it should not: $unwanted"
-ok "$(basename "$tarball"): $(wc -l <"$tmp/contents") entries, $(du -k "$tarball" | cut -f1) KiB, with debian/ and uPlot"
+ok "$(basename "$tarball"): $(wc -l <"$tmp/contents") entries, $(du -k "$tarball" | cut -f1) KiB, with debian/ and the dashboard's libraries"
 
 # 2. the packages, from the unpacked tarball, with its own meson test
 step "dpkg-buildpackage -us -uc -b (in the unpacked tarball; dh_auto_test runs meson test)"

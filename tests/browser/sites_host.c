@@ -1,0 +1,74 @@
+/* sites_host.c - a process whose heap profile has known sites, for the
+ * Sites view of the dashboard's browser test (tests/browser/dashboard.mjs),
+ * run under `sefer run` with SEFER_PROFILE_SAMPLE_BYTES and a fixed
+ * SEFER_PROFILE_SEED.
+ *
+ *   sites_host
+ *
+ * hold_big() holds 32 MiB in 1 KiB blocks and hold_small() 4 MiB in
+ * 100-byte blocks (about 512 and 64 samples at 64 KiB, so the order of the
+ * two is never in doubt); then it prints "ready" and reads lines from
+ * stdin.  At "leak" it calls leak_steadily(), which adds 8 MiB in 4 KiB
+ * blocks (the site that grows after a mark), and prints "leaked".  It exits
+ * when stdin is closed.
+ *
+ * Built with frame pointers, debug information and not static
+ * (tests/browser/meson.build), each site a function of its own that is
+ * never inlined nor tail-called, so the stacks name hold_big, hold_small,
+ * leak_steadily and main. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+
+/* Where the blocks are kept, so that they stay live (and reachable). */
+static void **keep_big, **keep_small, **keep_leak;
+
+/* One block of n bytes, every byte written; a macro, not a function, so
+ * that each site's own function is the innermost frame of its stack. */
+#define FILLED(p, n)                                                          \
+    do {                                                                      \
+        (p) = malloc(n);                                                      \
+        if ((p) == NULL) {                                                    \
+            fprintf(stderr, "sites_host: malloc(%zu) failed\n", (size_t)(n)); \
+            exit(1);                                                          \
+        }                                                                     \
+        memset((p), 1, (n));                                                  \
+    } while (0)
+
+/* Each site's stack is SITE <- main; volatile counts keep the loops apart. */
+__attribute__((noinline)) static void hold_big(void) {
+    size_t n = 32 * MIB / KIB;
+    keep_big = calloc(n, sizeof *keep_big);
+    for (volatile size_t i = 0; i < n; i++) FILLED(keep_big[i], KIB);
+}
+
+__attribute__((noinline)) static void hold_small(void) {
+    size_t n = 4 * MIB / 100;
+    keep_small = calloc(n, sizeof *keep_small);
+    for (volatile size_t i = 0; i < n; i++) FILLED(keep_small[i], 100);
+}
+
+__attribute__((noinline)) static void leak_steadily(void) {
+    size_t n = 8 * MIB / (4 * KIB);
+    keep_leak = calloc(n, sizeof *keep_leak);
+    for (volatile size_t i = 0; i < n; i++) FILLED(keep_leak[i], 4 * KIB);
+}
+
+int main(void) {
+    hold_big();
+    hold_small();
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin) != NULL) {
+        if (strcmp(line, "leak\n") == 0 && keep_leak == NULL) {
+            leak_steadily();
+            printf("leaked\n");
+            fflush(stdout);
+        }
+    }
+    return keep_big[0] != NULL && keep_small[0] != NULL ? 0 : 1;
+}
