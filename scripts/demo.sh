@@ -29,9 +29,13 @@ if [ -z "${SEFER_INTROSPECT_TOKEN:-}" ]; then
     export SEFER_INTROSPECT_TOKEN
     made_token=1
 fi
+# the heap profile on, so that the dashboard's Sites view shows which code
+# holds the soak's memory (off by default: docs/benchmarks.md, profile-cost)
+export SEFER_PROFILE_SAMPLE_BYTES=${SEFER_PROFILE_SAMPLE_BYTES:-512KiB}
 
 echo
-echo "demo: a ${seconds} s soak under sefer (config/soak.toml: guard level 2, delayed decommit),"
+echo "demo: a ${seconds} s soak under sefer (config/soak.toml: guard level 2, delayed decommit,"
+echo "demo: heap profile at one sample per ${SEFER_PROFILE_SAMPLE_BYTES}: the Sites view),"
 echo "demo: watched live in the dashboard: open the URL in the box below in a browser on this"
 echo "demo: machine (from another machine: ssh -L 9090:127.0.0.1:9090 THIS-HOST, then"
 echo "demo: http://127.0.0.1:9090/, with the port the box shows)."
