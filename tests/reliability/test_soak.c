@@ -5,7 +5,8 @@
  *                 checksummed, sefer_check() at every phase end, and RSS at
  *                 the end of each repeated phase within 1.25x + 8 MiB of
  *                 the same phase in the first cycle after a one-cycle
- *                 warm-up.  decommit.policy = eager, so what RSS holds does
+ *                 warm-up, plus the workload's live bytes beyond that
+ *                 phase's then.  decommit.policy = eager, so what RSS holds does
  *                 not depend on how fast the machine is (with `delayed` it
  *                 would include whatever freed in the last 100 ms).
  *   soak_guarded  build/sefer-soak at guard levels 2 and 3 (a fresh process
