@@ -88,6 +88,7 @@ static const struct route routes[] = {
 /* The body of a POST, gathered across calls of the access handler. */
 struct post {
     const struct route *route;
+    sf_query_t query; /* checked in begin(); its strings live as long as the connection */
     size_t len;
     bool too_big;
     char body[BODY_MAX + 1];
@@ -351,6 +352,7 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
     struct post *p = calloc(1, sizeof *p);
     if (p == NULL) return MHD_NO;
     p->route = rt;
+    p->query = q;
     *req_cls = p;
     return MHD_YES;
 }
@@ -370,12 +372,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (p->too_big)
         return send_error(c, 413, "content too large", "request bodies are limited to 4096 bytes", NULL, false);
-    /* the query was checked in begin(); its strings live as long as the
-     * connection, so collect them again for the handler */
-    sf_query_t q;
-    enum MHD_Result ret;
-    if (!read_query(c, p->route, &q, &ret)) return ret;
-    return run(c, p->route, &q, p->body, p->len);
+    return run(c, p->route, &p->query, p->body, p->len);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
