@@ -125,10 +125,12 @@ else
     infra "release: scripts/setup.sh (install, configure or compile) failed"
 fi
 
-# 2. UndefinedBehaviorSanitizer.
+# 2. UndefinedBehaviorSanitizer.  Only what the tests run is compiled
+#    (meson's meson-test-prereq target: the benchmarks' programs are the
+#    release build's).
 step "ubsan: configure and compile build-ubsan"
 if configure build-ubsan -Db_sanitize=undefined -Dbuildtype=debugoptimized -Doverride=true \
-    -Dintrospect=enabled && meson compile -C build-ubsan; then
+    -Dintrospect=enabled && ninja -C build-ubsan meson-test-prereq; then
     step "ubsan: meson test -C build-ubsan"
     registered ubsan build-ubsan .
     run_tests ubsan build-ubsan 900
