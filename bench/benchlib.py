@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -278,14 +279,29 @@ def load_note(before, after):
             f" on {before['cpus']} CPUs")
 
 
+def result_name(script, build, started):
+    """<date>-<build>-<script>: what a result file holds, by its name.  The
+    build is the one the library reported (sefer_build(): its commit, with
+    -dirty for uncommitted changes), never the repository's HEAD."""
+    name = build["build"] if build else "no-sefer"
+    if build and not re.fullmatch(r"[0-9A-Za-z._]+(-dirty)?", name):
+        die(f"the library names its build {name!r}: not something a result file can be named by")
+    return f"{started.strftime('%Y-%m-%d')}-{name}-{script}"
+
+
 def write_result(script, build, data, text, started=None):
     """Writes bench/results/<date>-<build>-<script>.json (data, plus the
-    markdown table as "table") and returns its path."""
+    markdown table as "table") and returns its path.  A second run of the
+    same script on the same build and day gets -2, -3, ... rather than
+    overwriting the first (whose figures a doc may already quote)."""
     started = started or datetime.datetime.now()
-    name = build["build"] if build else "no-sefer"
+    base = result_name(script, build, started)
     os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"{started.strftime('%Y-%m-%d')}-{name}-{script}.json")
-    with open(path, "w") as f:
+    path, n = os.path.join(RESULTS, base + ".json"), 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join(RESULTS, f"{base}-{n}.json")
+    with open(path, "x") as f:
         json.dump(dict(data, script=script, sefer=build, table=text), f, indent=1)
     return path
 

@@ -91,9 +91,10 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(profile_samples, "heap profiling: allocations sampled, cumulative")                 \
     X(profile_dropped, "heap profiling: samples lost because the profile's tables were full") \
     X(profile_live_samples, "heap profiling: sampled blocks live now")                   \
-    X(profile_bytes, "heap profiling: memory the profile's tables take")
+    X(profile_bytes, "heap profiling: memory the profile's tables take")                \
+    X(heap_fallbacks, "threads that could get no heap (all heaps owned, or no memory) and use the locked fallback heap, cumulative")
 
-#define SEFER_STATS_VERSION 4
+#define SEFER_STATS_VERSION 5
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -1,11 +1,13 @@
 /* heap.c - per-thread heaps: the heap registry and a heap's lifetime.
  *
- * Every thread that allocates gets a heap of its own, however many threads
- * there are.  Heaps live in a registry that grows in chunks of
- * SF_HEAP_CHUNK heaps, each chunk mapped from the OS the first time one of
- * its slots is needed and never unmapped: a heap slot, once made, exists
- * until the process ends, so another thread may always touch a heap it
- * found through a block (its ring, its overflow list, its state).
+ * Every thread that allocates gets a heap of its own, up to the registry's
+ * capacity: SF_HEAP_SLOTS_MAX heaps (2^20) owned at once.  Heaps live in a
+ * registry that grows in chunks of SF_HEAP_CHUNK heaps, each chunk mapped
+ * from the OS the first time one of its slots is needed and never unmapped
+ * (the table of chunk pointers is static, sized for the capacity): a heap
+ * slot, once made, exists until the process ends, so another thread may
+ * always touch a heap it found through a block (its ring, its overflow
+ * list, its state).
  *
  * Claiming a heap takes no lock.  At thread exit the heap gives back its
  * empty pages and becomes ownerless: ABANDONED if blocks are still live in
@@ -23,9 +25,15 @@
  * (sf_heaps_purge_abandoned), and sefer_trim collects all of them.
  *
  * A thread that allocates after its own heap was released (a thread-local
- * destructor running after ours), or that cannot get a heap at all (no
- * memory for a new chunk, or SF_HEAP_SLOTS_MAX reached), uses the fallback
- * heap under a lock.
+ * destructor running after ours), or that cannot get a heap at all (every
+ * one of the SF_HEAP_SLOTS_MAX heaps owned by a live thread, or no memory
+ * for a new chunk or a ring), uses the fallback heap under a lock: an
+ * ordinary heap, so its blocks are allocated, freed (by any thread) and
+ * checked as any other's.  A thread that could not get a heap stays on the
+ * fallback heap until it exits (it does not ask again: heaps released later
+ * go to new threads); each such thread is counted once in heap_fallbacks
+ * (/stats, /metrics), and the first one made because the registry was full
+ * says so on stderr.
  *
  * Memory per heap: sizeof(sf_heap_t) (about 2.3 KiB) in its chunk, and its
  * ring's cells (rings.capacity x 16 bytes of address space, touched only as
@@ -52,9 +60,12 @@ pthread_mutex_t sf_fallback_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- the registry: chunks of heap slots ------------------------------------ */
 
+_Static_assert(SF_HEAP_SLOTS_MAX >= SF_HEAP_CHUNK && SF_HEAP_SLOTS_MAX % SF_HEAP_CHUNK == 0,
+               "the registry is whole chunks");
 #define CHUNKS_MAX (SF_HEAP_SLOTS_MAX / SF_HEAP_CHUNK)
 static sf_heap_t *_Atomic chunks[CHUNKS_MAX];
-static _Atomic uint32_t slots_made; /* slot numbers handed out (may pass the max) */
+static _Atomic uint32_t slots_made; /* slot numbers handed out (may pass the max by the
+                                       threads that raced for the last one) */
 static _Atomic uint32_t chunks_mapped;
 
 uint32_t sf_heap_slots(void) {
@@ -262,8 +273,11 @@ static bool heap_claim(sf_heap_t *heap) {
     return true;
 }
 
-/* A heap slot never used before, or NULL if none can be made. */
+/* A heap slot never used before, or NULL if none can be made.  Once the
+ * registry is full the counter is only read: every later thread adding one
+ * would wrap it after 2^32 of them and hand out slot 0 again. */
 static sf_heap_t *heap_make(void) {
+    if (atomic_load_explicit(&slots_made, memory_order_relaxed) >= SF_HEAP_SLOTS_MAX) return NULL;
     SF_LS_RMW(SLOT_MAKE);
     uint32_t slot = atomic_fetch_add_explicit(&slots_made, 1, memory_order_acq_rel);
     if (slot >= SF_HEAP_SLOTS_MAX) return NULL;
@@ -285,6 +299,27 @@ static sf_heap_t *heap_acquire(void) {
     return NULL;
 }
 
+/* A thread that asked for a heap and got none: counted, and, the first
+ * time the reason is a full registry, said on stderr (once per process:
+ * every thread past the capacity would say it again). */
+static _Atomic bool full_reported;
+
+static void heap_fallback_thread(void) {
+    sf_stat_add(&sf_gstats.heap_fallbacks, 1);
+    if (atomic_load_explicit(&slots_made, memory_order_relaxed) < SF_HEAP_SLOTS_MAX ||
+        atomic_exchange(&full_reported, true))
+        return;
+    char line[256];
+    sf_str_t out;
+    sf_str_init(&out, line, sizeof line);
+    sf_str_add(&out, "sefer: all ");
+    sf_str_addu(&out, SF_HEAP_SLOTS_MAX);
+    sf_str_add(&out, " heaps are owned by live threads: this thread, and every other that finds no free "
+                     "heap, allocates from the locked fallback heap (counted in heap_fallbacks; reported "
+                     "once)\n");
+    sf_write_stderr(line);
+}
+
 /* The heap the calling thread should allocate from: its own (claimed now
  * if need be) or &sf_heap_fallback (the caller must hold sf_fallback_lock). */
 sf_heap_t *sf_heap_for_thread(void) {
@@ -300,6 +335,7 @@ sf_heap_t *sf_heap_for_thread(void) {
             return heap;
         }
         sf_tls_heap = &sf_heap_shared;
+        heap_fallback_thread();
     }
     return &sf_heap_fallback;
 }

@@ -281,8 +281,9 @@ SF_HIDDEN void sf_ls_stat(const _Atomic uint64_t *counter);
 struct sf_global_stats {
     _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
     _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
-    /* operations not counted in a heap: spans, and threads without a heap */
-    _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs;
+    /* operations not counted in a heap: spans, and threads without a heap;
+     * and the threads that could not get a heap (heap.c) */
+    _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs, heap_fallbacks;
     _Atomic uint64_t guard[SF_GUARD_KINDS_COUNTED];
 };
 SF_HIDDEN extern struct sf_global_stats sf_gstats;
@@ -472,15 +473,23 @@ enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLL
 /* A thread's sf_tls_heap is a real registry heap, or one of two markers whose
  * direct table holds only the empty page, so the fast path falls through:
  * UNCLAIMED (claim a slot on the slow path) or SHARED (the thread is past
- * teardown, or no heap could be made: use the locked fallback heap). */
+ * teardown, or it could get no heap: every one of the SF_HEAP_SLOTS_MAX
+ * owned, or no memory for one; it uses the locked fallback heap). */
 enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHARED };
 
 /* The registry grows in chunks of heaps mapped on demand (heap.c): slot i
- * is heap i % SF_HEAP_CHUNK of chunk i / SF_HEAP_CHUNK.  At most
- * SF_HEAP_SLOTS_MAX heaps ever exist; threads past that use the fallback. */
+ * is heap i % SF_HEAP_CHUNK of chunk i / SF_HEAP_CHUNK.  Its capacity is
+ * fixed: at most SF_HEAP_SLOTS_MAX heaps ever exist (2^20, 1,048,576: the
+ * chunk table is static), so at most that many threads have a heap at once;
+ * a thread that starts allocating while all of them are owned uses the
+ * locked fallback heap for the rest of its life, counted in heap_fallbacks.
+ * A test variant builds with a smaller value (-DSF_HEAP_SLOTS_MAX=64,
+ * tests/reliability); it must be a multiple of SF_HEAP_CHUNK. */
 #define SF_HEAP_CHUNK_SHIFT 6
 #define SF_HEAP_CHUNK (1u << SF_HEAP_CHUNK_SHIFT)
+#ifndef SF_HEAP_SLOTS_MAX
 #define SF_HEAP_SLOTS_MAX (1u << 20)
+#endif
 #define SF_HEAP_FALLBACK_SLOT UINT32_MAX /* the fallback heap's "slot" */
 
 typedef struct sf_heap_s {

@@ -75,6 +75,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->os_maps = LOAD(sf_gstats.os_maps);
     out->enomem = LOAD(sf_gstats.enomem);
     out->fallback_allocs = LOAD(sf_gstats.fallback_allocs);
+    out->heap_fallbacks = LOAD(sf_gstats.heap_fallbacks);
     out->guard_invalid_free = LOAD(sf_gstats.guard[SF_GUARD_INVALID]) + LOAD(sf_gstats.guard[SF_GUARD_MISMATCH]);
     out->guard_interior_free = LOAD(sf_gstats.guard[SF_GUARD_INTERIOR]);
     out->guard_double_free = LOAD(sf_gstats.guard[SF_GUARD_DOUBLE]);

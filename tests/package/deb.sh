@@ -18,7 +18,8 @@
 # Installing needs root: otherwise, or outside a git checkout (a release
 # tarball, where this test runs inside dh_auto_test), or without the
 # Debian tools, it skips (77).  It refuses to touch sefer packages it did
-# not install itself.  Two runs on one machine take turns (flock).
+# not install itself, and fails when there are any (below, "already
+# installed").  Two runs on one machine take turns (flock).
 set -u
 src=$1 build=$2 prog_c=$3 soversion=$4
 skip() { echo "SKIP: $*"; exit 77; }
@@ -33,19 +34,54 @@ done
 . "$(dirname "$0")/checks.sh"
 packages=(libsefer0 libsefer-dev sefer-tools)
 installed=0
+# What this test installed ("package version" lines), written before it
+# installs and removed once it has purged: a run killed in between (no EXIT
+# trap) leaves it, so the next run can tell its own leftover from someone
+# else's install.
+marker=/var/lib/sefer-deb-test/installed
 tmp=$(mktemp -d /tmp/sefer-deb-test.XXXXXX)
+purge() {
+    apt-get -o DPkg::Lock::Timeout=900 purge -y -q "$@" >"$tmp/apt.log" 2>&1 && rm -f "$marker"
+}
 cleanup() {
-    [ $installed = 1 ] && apt-get -o DPkg::Lock::Timeout=900 purge -y -q "${packages[@]}" >/dev/null
+    [ $installed = 1 ] && purge "${packages[@]}"
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 exec 9>/run/lock/sefer-deb-test.lock
 flock 9
-for p in "${packages[@]}"; do
-    case $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) in
-    *" installed") skip "$p is installed already: this test would replace and then remove it" ;;
-    esac
-done
+
+# Already installed.  This test installs its own build of the packages and
+# purges them at the end, so it would replace someone else's sefer and then
+# remove it.  It does not do that, nor "remove and restore": a locally built
+# package is in no archive to reinstall it from, and whoever installed it
+# may be using it meanwhile (a program preloading the library, another
+# checkout's test).  It does not skip either: a skip reads as "nothing to
+# test here", and one leftover install would turn this test off for good
+# while every summary still passed.  So it fails, naming each package and
+# version, and says how to clear the way.  Only a leftover of this test's
+# own run (every installed package and version listed in $marker) is
+# purged, and the test goes on.
+mapfile -t present < <(dpkg-query -W -f='${Package} ${Version} ${Status}\n' 'libsefer*' 'sefer*' 2>/dev/null |
+    awk '$NF == "installed" { print $1 " " $2 }')
+if [ ${#present[@]} -gt 0 ]; then
+    ours=1
+    for pv in "${present[@]}"; do
+        grep -qxF "$pv" "$marker" 2>/dev/null || ours=0
+    done
+    names=$(printf '%s\n' "${present[@]}" | cut -d' ' -f1 | paste -sd' ')
+    listed=$(printf '%s\n' "${present[@]}" | paste -sd',' | sed 's/,/, /g')
+    if [ $ours = 1 ]; then
+        echo "note: purging what an earlier run of this test installed and did not remove: $listed"
+        # shellcheck disable=SC2086  # package names are words
+        purge $names || { cat "$tmp/apt.log"; fail "could not purge this test's leftover packages"; exit 1; }
+    else
+        fail "sefer packages are installed, not by this test: $listed." \
+            "This test would replace them and then purge them; remove them first (apt-get purge $names)" \
+            "and run it again."
+        exit 1
+    fi
+fi
 start=$SECONDS
 step() { echo "--- $* ($((SECONDS - start)) s)"; }
 
@@ -114,6 +150,10 @@ fi
 
 # 4. installed
 step "apt-get install ${debs[*]##*/}"
+mkdir -p "$(dirname "$marker")"
+for deb in "${debs[@]}"; do
+    echo "$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)"
+done >"$marker"
 installed=1
 if ! apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "${debs[@]}" >"$tmp/apt.log" 2>&1; then
     cat "$tmp/apt.log"
@@ -157,7 +197,7 @@ fi
 
 # 5. removed
 step "apt-get purge ${packages[*]}"
-if apt-get -o DPkg::Lock::Timeout=900 purge -y -q "${packages[@]}" >"$tmp/apt.log" 2>&1; then
+if purge "${packages[@]}"; then
     installed=0
     left=$(ls -d "$lib" /usr/bin/sefer /usr/libexec/sefer /usr/share/sefer /usr/include/sefer.h \
         "/usr/lib/$ma/pkgconfig/sefer.pc" 2>/dev/null)

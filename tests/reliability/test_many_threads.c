@@ -146,6 +146,8 @@ START_TEST(test_thousands_of_live_threads)
     ck_assert_msg(ST_DELTA(s1, s0, fallback_allocs) == 0,
                   "%d live threads made %" PRId64 " fallback allocations", MANY,
                   ST_DELTA(s1, s0, fallback_allocs));
+    ck_assert_msg(ST_DELTA(s1, s0, heap_fallbacks) == 0, "%" PRId64 " of %d live threads got no heap",
+                  ST_DELTA(s1, s0, heap_fallbacks), MANY);
     ck_assert_msg(problems_alive == 0, "sefer_check with %d threads alive: %d problems", MANY,
                   problems_alive);
     ck_assert_uint_eq(s2.heaps_live, s0.heaps_live);
