@@ -21,6 +21,11 @@
  *   remotectl  the remote hand-off with no allocator call: the
  *            second thread writes the same byte into the
  *            slots the owner filled                           (one block)
+ *   mixed    malloc K blocks of random sizes (-m LO:HI, uniform
+ *            in [LO, HI]; -m LO:HI:log, log-uniform: an octave
+ *            of [LO, HI] at random, then a size uniform in it),
+ *            then free all K in order; no keepers, so pages go
+ *            empty and come back as a program's would          (one block)
  *
  * Sizes: with -s 0 (the default except for realloc) op i uses
  * 16 * (1 + i % 16), i.e. 16, 32, ... 256 bytes; -s N uses N bytes for every
@@ -50,7 +55,7 @@
  * the two callgrind counts to get instructions per op.
  *
  * Output, one line on stdout, key=value separated by spaces:
- *   fastpath mode=pairs size=64 burst=0 order=- align=0 keep=1 ops=N unit=pair
+ *   fastpath mode=pairs size=64 burst=0 order=- align=0 keep=1 ops=N unit=pair mix=0:0
  *     seconds=S ops_per_s=X ns_per_op=Y allocator=A version=V malloc_from=P
  * (ops_per_s and ns_per_op are 0 when ops is 0). */
 #ifndef _GNU_SOURCE
@@ -68,6 +73,7 @@
 #include "whichalloc.h"
 
 #define FP_SIZES 16 /* entries of the size cycle; a power of two */
+#define FP_RSIZES 4096 /* entries of the mixed mode's random sizes; a power of two */
 
 struct fp_opts {
     const char *mode;
@@ -79,10 +85,15 @@ struct fp_opts {
     int reverse;
     int keep; /* keep one live block of each size used */
     int phase; /* 'p': one phase before the run; 'P': the run inside one */
+    size_t mix_lo, mix_hi; /* mixed mode: the size range */
+    int mix_log;           /* mixed mode: log-uniform */
 };
 
 /* Size table for op i: sizes[i % FP_SIZES]. */
 static size_t sizes[FP_SIZES];
+/* The mixed mode's sizes, drawn once with a fixed seed (the same sequence
+ * under every allocator and in every run), outside the timed loop. */
+static size_t rsizes[FP_RSIZES];
 static unsigned char control_buf[4096];
 static void *keepers[128];
 static size_t nkeepers;
@@ -135,6 +146,21 @@ __attribute__((noinline)) static void run_bursts(uint64_t n, size_t k, void **sl
         else
             for (size_t j = 0; j < k; j++)
                 free(slots[j]);
+    }
+}
+
+/* n bursts of k blocks of the random sizes, freed in order; slots has k
+ * entries.  (A loop of its own: the other modes' size cycle stays a
+ * constant mask, so their instruction counts do not move.) */
+__attribute__((noinline)) static void run_mixed(uint64_t n, size_t k, void **slots) {
+    size_t at = 0;
+    for (uint64_t b = 0; b < n; b++) {
+        for (size_t j = 0; j < k; j++) {
+            slots[j] = malloc(rsizes[at++ & (FP_RSIZES - 1)]);
+            touch(slots[j], 0, j);
+        }
+        for (size_t j = 0; j < k; j++)
+            free(slots[j]);
     }
 }
 
@@ -201,8 +227,8 @@ __attribute__((noinline)) static void run_realloc(uint64_t n, size_t max) {
 /* ---- driver ---- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control|remote|remotectl [-n OPS] [-s SIZE]"
-                    " [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e] [-p|-P]\n");
+    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control|remote|remotectl|mixed [-n OPS]"
+                    " [-s SIZE] [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e] [-p|-P] [-m LO:HI[:log]]\n");
     exit(2);
 }
 
@@ -217,6 +243,24 @@ static uint64_t parse_u64(const char *s) {
     return (uint64_t)v;
 }
 
+/* -m LO:HI or LO:HI:log, 1 <= LO <= HI. */
+static void parse_mix(const char *arg, struct fp_opts *o) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", arg);
+    char *hi = strchr(buf, ':');
+    if (hi == NULL) usage();
+    *hi++ = '\0';
+    char *log = strchr(hi, ':');
+    if (log != NULL) {
+        *log++ = '\0';
+        if (strcmp(log, "log") != 0) usage();
+        o->mix_log = 1;
+    }
+    o->mix_lo = parse_u64(buf);
+    o->mix_hi = parse_u64(hi);
+    if (o->mix_lo == 0 || o->mix_lo > o->mix_hi) usage();
+}
+
 static void parse(int argc, char **argv, struct fp_opts *o) {
     if (argc < 2) usage();
     o->mode = argv[1];
@@ -228,9 +272,11 @@ static void parse(int argc, char **argv, struct fp_opts *o) {
     o->reverse = 0;
     o->keep = 1;
     o->phase = 0;
+    o->mix_lo = o->mix_hi = 0;
+    o->mix_log = 0;
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "n:s:k:ra:w:epP")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:k:ra:w:epPm:")) != -1) {
         switch (c) {
         case 'p':
         case 'P':
@@ -257,6 +303,9 @@ static void parse(int argc, char **argv, struct fp_opts *o) {
         case 'e':
             o->keep = 0;
             break;
+        case 'm':
+            parse_mix(optarg, o);
+            break;
         default:
             usage();
         }
@@ -264,6 +313,34 @@ static void parse(int argc, char **argv, struct fp_opts *o) {
     if (optind != argc || o->burst == 0 || o->align == 0 || (o->align & (o->align - 1))) usage();
     if (strcmp(o->mode, "realloc") == 0 && (o->size < 32 || o->size > 16 * 128)) usage();
     if (strcmp(o->mode, "control") == 0 && o->size >= sizeof control_buf) usage();
+    if ((strcmp(o->mode, "mixed") == 0) != (o->mix_hi != 0)) usage(); /* -m with mixed, and only there */
+    if (o->mix_hi) o->keep = 0;                                          /* (see the mode's line above) */
+}
+
+static uint64_t xorshift(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The mixed mode's table: uniform in [lo, hi], or an octave [2^e, 2^(e+1))
+ * of the range at random and a size uniform in it (clipped to the range). */
+static void fill_random_sizes(const struct fp_opts *o) {
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    unsigned e0 = 0, e1 = 0;
+    while (((size_t)2 << e0) <= o->mix_lo) e0++;
+    while (((size_t)2 << e1) <= o->mix_hi - 1) e1++; /* (hi itself a power of two: no octave of it alone) */
+    for (size_t i = 0; i < FP_RSIZES; i++) {
+        size_t lo = o->mix_lo, hi = o->mix_hi;
+        if (o->mix_log) {
+            unsigned e = e0 + (unsigned)(xorshift(&x) % (e1 - e0 + 1));
+            size_t a = (size_t)1 << e, b = ((size_t)2 << e) - 1;
+            lo = a > lo ? a : lo;
+            hi = b < hi ? b : hi;
+        }
+        rsizes[i] = lo + (size_t)(xorshift(&x) % (hi - lo + 1));
+    }
 }
 
 static void fill_sizes(const struct fp_opts *o) {
@@ -297,7 +374,8 @@ static void keep_blocks(const struct fp_opts *o) {
 
 /* Ops per unit of work (a burst holds k ops, a realloc chain max/16 - 1). */
 static uint64_t ops_per_unit(const struct fp_opts *o) {
-    if (strcmp(o->mode, "bursts") == 0 || strncmp(o->mode, "remote", 6) == 0) return o->burst;
+    if (strcmp(o->mode, "bursts") == 0 || strncmp(o->mode, "remote", 6) == 0 || strcmp(o->mode, "mixed") == 0)
+        return o->burst;
     if (strcmp(o->mode, "realloc") == 0) return o->size / 16 - 1;
     return 1;
 }
@@ -319,12 +397,14 @@ static void run(const struct fp_opts *o, uint64_t units, void **slots) {
         run_realloc(units, o->size);
     else if (strcmp(m, "remote") == 0 || strcmp(m, "remotectl") == 0)
         run_remote(units, o->burst, slots, strcmp(m, "remotectl") == 0);
+    else if (strcmp(m, "mixed") == 0)
+        run_mixed(units, o->burst, slots);
     else
         usage();
 }
 
 static const char *unit_name(const char *mode) {
-    if (strcmp(mode, "bursts") == 0 || strncmp(mode, "remote", 6) == 0) return "block";
+    if (strcmp(mode, "bursts") == 0 || strncmp(mode, "remote", 6) == 0 || strcmp(mode, "mixed") == 0) return "block";
     if (strcmp(mode, "realloc") == 0) return "realloc";
     if (strcmp(mode, "control") == 0) return "iteration";
     return "pair";
@@ -358,6 +438,7 @@ int main(int argc, char **argv) {
         if (o.phase == 'p') phase_call(0);
     }
     fill_sizes(&o);
+    if (o.mix_hi) fill_random_sizes(&o);
     keep_blocks(&o);
     uint64_t per = ops_per_unit(&o);
     uint64_t units = (o.ops + per - 1) / per, warm = (o.warmup + per - 1) / per;
@@ -381,12 +462,12 @@ int main(int argc, char **argv) {
 
     uint64_t ops = units * per;
     printf("fastpath mode=%s size=%zu burst=%zu order=%s align=%zu keep=%d ops=%llu unit=%s "
-           "seconds=%.6f"
+           "mix=%zu:%zu%s seconds=%.6f"
            " ops_per_s=%.0f ns_per_op=%.3f",
-           o.mode, o.size, strcmp(o.mode, "bursts") == 0 ? o.burst : (size_t)0,
+           o.mode, o.size, strcmp(o.mode, "bursts") == 0 || o.mix_hi ? o.burst : (size_t)0,
            strcmp(o.mode, "bursts") == 0 ? (o.reverse ? "reverse" : "same") : "-",
            strcmp(o.mode, "aligned") == 0 ? o.align : (size_t)0, o.keep, (unsigned long long)ops,
-           unit_name(o.mode), secs, ops ? (double)ops / secs : 0.0,
+           unit_name(o.mode), o.mix_lo, o.mix_hi, o.mix_log ? ":log" : "", secs, ops ? (double)ops / secs : 0.0,
            ops ? secs * 1e9 / (double)ops : 0.0);
     wa_print(stdout);
     putchar('\n');
