@@ -175,6 +175,14 @@ SEFER_EXPORT int sefer_check(void);
 SEFER_EXPORT void sefer_test_fail_os(unsigned ops, unsigned long nth, unsigned long count);
 /* Calls of the operations in `ops` made to fail so far (cumulative). */
 SEFER_EXPORT unsigned long sefer_test_os_failures(unsigned ops);
+/* Only in a library built with fault injection, as the two above: the
+ * test clock.  After sefer_test_clock_ms(ms) with ms > 0, sefer's clock (the
+ * milliseconds decommit.delay, large_cache.ttl, guard.protect_rate and
+ * event times are measured in) reads ms until the next call; 0 gives it
+ * back the real monotonic clock.  A test advances it itself, so that what
+ * depends on time does not depend on how fast the machine runs.  Keep it
+ * from going backwards while sefer runs on it. */
+SEFER_EXPORT void sefer_test_clock_ms(uint64_t ms);
 #endif
 
 /* ---- introspection server (docs/introspection.md) ---- */

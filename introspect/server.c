@@ -7,8 +7,8 @@
  * host's signal handling must not change because we are here) and allocates
  * through sefer like any other thread.  Limits: SF_CONN_MAX connections at
  * once (more wait in the listen backlog), SF_CONN_PER_PEER per peer address
- * on a listener that is not loopback, CONNECTION_TIMEOUT_S of silence closes
- * a connection,
+ * on a listener that is not loopback, introspect.idle_timeout of silence
+ * (5 s by default) closes a connection,
  * CONNECTION_MEMORY bytes per connection for the request line and headers
  * (libmicrohttpd answers 414 or 431 past it), BODY_MAX bytes of POST body
  * (413 past it).  Methods: GET and HEAD on the read endpoints, POST on the
@@ -40,7 +40,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#define CONNECTION_TIMEOUT_S 5
 #define CONNECTION_MEMORY (32u << 10)
 #define BODY_MAX 4096
 
@@ -420,10 +419,12 @@ static int fail(int err, char *why, const char *msg) {
 /* The daemon: external polling (loop.c's thread drives it) with epoll, no
  * listening socket of its own (loop.c accepts and adds the connections). */
 static struct MHD_Daemon *create_daemon(void *loop) {
+    /* (libmicrohttpd counts it in whole seconds) */
+    unsigned idle_s = (unsigned)((sf_knob(SF_KNOB_INTROSPECT_IDLE_TIMEOUT) + 999) / 1000);
     return mhd->start_daemon(
         MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, NULL,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SF_CONN_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+        idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
         sf_loop_on_connection, loop, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
 }

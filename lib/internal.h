@@ -160,7 +160,9 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(INTROSPECT_HISTORY, "introspect.history", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                     \
       "the server keeps every figure over time for /history (2.6 MiB at the default interval)") \
     X(INTROSPECT_HISTORY_INTERVAL, "introspect.history_interval", SF_KNOB_MS, 1000, 100, 600000, 0,  \
-      NULL, "how often the server samples the figures for /history (the last hour at this resolution)")
+      NULL, "how often the server samples the figures for /history (the last hour at this resolution)") \
+    X(INTROSPECT_IDLE_TIMEOUT, "introspect.idle_timeout", SF_KNOB_MS, 5000, 1000, 3600000, 0, NULL,  \
+      "the server closes a connection that stays silent this long (whole seconds, rounded up)")
 
 enum sf_knob_id {
 #define SF_KNOB_ENUM_(id, ...) SF_KNOB_##id,

@@ -26,7 +26,11 @@
  * fault_injection, and always in the library variant tests/reliability links):
  * sefer_test_fail_os(ops, nth, count) makes the nth call from now of any of
  * the selected operations fail, and the count - 1 such calls after it; see
- * docs/reliability.md. */
+ * docs/reliability.md.  The same variant has a test clock:
+ * sefer_test_clock_ms(ms) freezes sf_now_ms() at ms (0: the real clock
+ * again), so that tests of what depends on time (the delayed and adaptive
+ * decommit, the large cache's ttl, guard.protect_rate) step it themselves
+ * instead of sleeping and hoping the machine kept up. */
 #include "internal.h"
 
 #include <sys/mman.h>
@@ -177,7 +181,17 @@ bool sf_os_discard_protect(void *p, size_t size) {
     return mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == p;
 }
 
+#ifdef SEFER_FAULT_INJECTION
+static _Atomic uint64_t test_clock; /* 0: the real clock */
+
+SEFER_EXPORT void sefer_test_clock_ms(uint64_t ms) { atomic_store(&test_clock, ms); }
+#endif
+
 uint64_t sf_now_ms(void) {
+#ifdef SEFER_FAULT_INJECTION
+    uint64_t frozen = atomic_load_explicit(&test_clock, memory_order_relaxed);
+    if (frozen != 0) return frozen;
+#endif
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;

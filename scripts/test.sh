@@ -9,7 +9,8 @@
 #                 comes in as a dependency of libsefer.so, so uninstrumented
 #                 programs can load it)
 #   build-asan/   -Db_sanitize=address -Doverride=false: the same tests as
-#                 build-tsan plus "limits" and "limits-rss" (which skips)
+#                 build-tsan plus "limits", "limits-decommit" and
+#                 "limits-rss" (which skips)
 #   build-tsan/   -Db_sanitize=thread -Doverride=false, debugoptimized: only
 #                 the tests whose name contains "tsan" (multi-thread stress
 #                 through the sefer_* API; with override=false sefer does
@@ -187,7 +188,8 @@ print(" ".join(sorted(targets)))
 subset tsan build-tsan 'tsan' 600 -Db_sanitize=thread -Dbuildtype=debugoptimized -Doverride=false
 
 # 4. AddressSanitizer: the same prefixed-API suites plus limits (segments.max,
-#    large blocks, the cache): sefer's own code must make no invalid access.
+#    large blocks, the cache) and limits-decommit (the decommit policies on
+#    a test clock): sefer's own code must make no invalid access.
 #    (limits-rss runs there to be seen skipped: RSS means nothing under ASan.)
 subset asan build-asan 'tsan|^limits' 600 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
 

@@ -49,15 +49,6 @@ static inline void *st_launder(void *p)
 
 /* ---- statistics ------------------------------------------------------- */
 
-/* CLOCK_MONOTONIC in nanoseconds: for tests that size their waits to how
- * fast the machine runs (never for a timing claim: those are benchmarks). */
-static inline uint64_t st_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline struct sefer_stats st_stats(void)
 {
     struct sefer_stats s;

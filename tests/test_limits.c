@@ -1,6 +1,8 @@
 /* test_limits.c - budgets and giving memory back: the segment cap
  * (segments.max) ending in ENOMEM and recovering, RSS returning to the OS
- * with decommit.policy = eager, and the large cache.
+ * with decommit.policy = eager, and the large cache.  What depends on time
+ * (the delayed and adaptive decommit, the cache's ttl) is tested on a test
+ * clock in test_decommit_clock.c (test limits-decommit).
  *
  * Uses only the prefixed API, so it runs in every build.  While the cap is
  * exhausted no check assertion is made: with the standard names interposed
@@ -402,6 +404,17 @@ END_TEST
  * large cache
  * ==================================================================== */
 
+/* (Run before each large_cache test, in its forked child.)  These tests
+ * count what the cache holds from one step to the next; with the default
+ * large_cache.ttl (2 s) a machine that stalls the test for that long
+ * between two steps would see spans expire under it.  The longest ttl
+ * takes the clock out of the verdict; what the ttl does is tested on a
+ * test clock in test_decommit_clock.c. */
+static void large_cache_no_expiry(void)
+{
+    ST_KNOB_SET("large_cache.ttl", "60min");
+}
+
 START_TEST(test_large_cache_hit_no_mapping)
 {
     const size_t n = 16 * ST_MIB;
@@ -514,105 +527,6 @@ START_TEST(test_large_cache_splits_and_merges)
     /* still the same memory, every byte usable */
     memset(p, 4, big);
     sefer_free(p);
-}
-END_TEST
-
-/* decommit.policy = adaptive against delayed: a program that fills 16 MiB
- * of small blocks, frees them all and idles for 2.5 delays, over and over.
- * With delayed every cycle gives the pages back and faults them in again;
- * with adaptive the pages the last burst took (within the last 8 delays)
- * stay.  The delay is 100 ms, or the time one fill takes if that is longer
- * (a sanitizer build, a loaded machine): a cycle must stay well inside the
- * window of 8 delays, whatever the machine's speed. */
-#define CYCLE_BLOCKS (16 * 1024 * 1024 / 64)
-static unsigned cycle_delay_ms;
-
-static unsigned cycle_delay(void)
-{
-    if (cycle_delay_ms == 0) {
-        void **v = st_map(CYCLE_BLOCKS * sizeof *v);
-        uint64_t t0 = st_now_ns();
-        for (size_t i = 0; i < CYCLE_BLOCKS; i++) {
-            v[i] = sefer_malloc(64);
-            ck_assert_ptr_nonnull(v[i]);
-            memset(v[i], 1, 64);
-        }
-        for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-            sefer_free(v[i]);
-        uint64_t fill_ms = (st_now_ns() - t0) / 1000000;
-        st_unmap(v, CYCLE_BLOCKS * sizeof *v);
-        cycle_delay_ms = fill_ms > 100 ? (unsigned)fill_ms : 100;
-        printf("one fill of 16 MiB took %" PRIu64 " ms: decommit.delay %u ms\n", fill_ms, cycle_delay_ms);
-    }
-    return cycle_delay_ms;
-}
-
-static uint64_t decommitted_per_cycle(const char *policy, int cycles, int measured)
-{
-    unsigned delay = cycle_delay();
-    char text[32];
-    snprintf(text, sizeof text, "%ums", delay);
-    ST_KNOB_SET("decommit.policy", policy);
-    ST_KNOB_SET("decommit.delay", text);
-    void **v = st_map(CYCLE_BLOCKS * sizeof *v);
-    uint64_t before = 0;
-    for (int c = 0; c < cycles; c++) {
-        if (c == cycles - measured) before = st_stats().bytes_decommitted_total;
-        for (size_t i = 0; i < CYCLE_BLOCKS; i++) {
-            v[i] = sefer_malloc(64);
-            ck_assert_ptr_nonnull(v[i]);
-            memset(v[i], (int)c, 64);
-        }
-        for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-            sefer_free(v[i]);
-        usleep(delay * 2500);
-    }
-    /* the last cycle's decommits happen on the next allocations: one more */
-    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-        v[i] = sefer_malloc(64);
-    uint64_t got = (st_stats().bytes_decommitted_total - before) / (uint64_t)measured;
-    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-        sefer_free(v[i]);
-    st_unmap(v, CYCLE_BLOCKS * sizeof *v);
-    return got;
-}
-
-START_TEST(test_decommit_adaptive_keeps_what_is_reused)
-{
-    uint64_t delayed = decommitted_per_cycle("delayed", 4, 2);
-    uint64_t adaptive = decommitted_per_cycle("adaptive", 8, 2);
-    printf("decommitted per idle cycle of 16 MiB: delayed %.1f MiB, adaptive %.1f MiB\n",
-           (double)delayed / ST_MIB, (double)adaptive / ST_MIB);
-    ck_assert_msg(delayed >= 8 * ST_MIB, "policy delayed gave back only %" PRIu64 " bytes per cycle", delayed);
-    ck_assert_msg(adaptive <= delayed / 8,
-                  "policy adaptive still gives back %" PRIu64 " bytes per cycle (delayed: %" PRIu64 ")", adaptive,
-                  delayed);
-}
-END_TEST
-
-/* ... and an idle program still gets its memory back: after the cycles
- * above, an idle time longer than the window (8 delays) decommits them. */
-START_TEST(test_decommit_adaptive_gives_back_idle)
-{
-    decommitted_per_cycle("adaptive", 6, 1);
-    void **v = st_map(CYCLE_BLOCKS * sizeof *v);
-    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-        v[i] = sefer_malloc(64);
-    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
-        sefer_free(v[i]);
-    uint64_t before = st_stats().bytes_decommitted_total;
-    usleep(cycle_delay() * 12000); /* past the window of 8 delays */
-    /* no background purger: what is past its time goes on the next calls
-     * that look (decommit.c): page allocations (every 16th: 32 pages of
-     * 4 KiB blocks) and large-cache operations (a span) */
-    for (int i = 0; i < 512; i++)
-        v[i] = sefer_malloc(4096);
-    for (int i = 0; i < 512; i++)
-        sefer_free(v[i]);
-    sefer_free(sefer_malloc(ST_MIB));
-    uint64_t got = st_stats().bytes_decommitted_total - before;
-    ck_assert_msg(got >= 8 * ST_MIB, "after %u ms idle only %" PRIu64 " bytes went back", cycle_delay() * 12, got);
-    st_unmap(v, CYCLE_BLOCKS * sizeof *v);
 }
 END_TEST
 
@@ -736,16 +650,12 @@ int main(int argc, char **argv)
 
     tc = tcase_create("large_cache");
     tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, large_cache_no_expiry, NULL);
     tcase_add_test(tc, test_large_cache_hit_no_mapping);
     tcase_add_test(tc, test_large_cache_knobs);
     tcase_add_test(tc, test_large_cache_reuse_smaller_counts_tail);
     tcase_add_test(tc, test_large_cache_splits_and_merges);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("decommit");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_decommit_adaptive_keeps_what_is_reused);
-    tcase_add_test(tc, test_decommit_adaptive_gives_back_idle);
-    suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }

@@ -34,7 +34,8 @@
 //      and hold every sample of /history with its value, the steps in
 //      order and none before it began; the server's start, the knob and the
 //      trim are listed and marked; the range list shows 5 min, an hour, the
-//      whole run; a tab hidden for 3 s has no gap afterwards; a synthetic
+//      whole run; the samples taken while the tab was hidden all come to
+//      the page once it is shown; a synthetic
 //      week of history (a week of 10-minute points, a day of minutes, an
 //      hour of seconds) is taken in and drawn in (printed) milliseconds.
 //   4. sites_host under `sefer run` with heap profiling on (64 KiB, a fixed
@@ -70,7 +71,16 @@ const ONLY = process.env.SEFER_TEST_ONLY || '';
 const OUT = process.env.SEFER_TEST_OUT || process.cwd();
 const CHROMIUM = process.env.SEFER_CHROMIUM || '/usr/bin/chromium';
 const TOKEN = 'bt-' + randomBytes(12).toString('hex');
-const DEADLINE_MS = 160000;
+// How long a wait for something the page, a process or the browser does may
+// last before the check fails.  Only a hang guard: every wait ends when it
+// sees what it waits for, so a passing run is no slower for it, and it is
+// generous because a loaded machine or a sanitizer build can keep the
+// server, the page or chromium off a CPU for seconds.  No check passes or
+// fails on how soon something happened (how fast the page draws is
+// bench/dashboard-draw's, as figures).
+const WAIT_MS = 60000;
+// The whole run's hang guard (meson's timeout is above it).
+const DEADLINE_MS = 420000;
 
 let passed = 0;
 let failed = 0;
@@ -131,12 +141,38 @@ async function getJSON(url, p) {
   return r.json();
 }
 
+// Resolves once cond() holds (checked every 50 ms); fails after WAIT_MS,
+// saying what it waited for and, from what(), what it saw last.
+async function until(cond, waitingFor, what = () => '') {
+  const end = Date.now() + WAIT_MS;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error('not ' + waitingFor + ' within ' + WAIT_MS + ' ms ' + (await what()));
+    await sleep(50);
+  }
+}
+
+// The page's requests still out (sent, neither finished nor failed) and
+// the replies whose JSON this side is still reading.
+function trackRequests(page) {
+  const t = {open: 0, reading: 0};
+  page.on('request', () => t.open++);
+  page.on('requestfinished', () => t.open--);
+  page.on('requestfailed', () => t.open--);
+  return t;
+}
+
+// Once the page is paused (or hidden): what it had out has come back, and
+// every recorded reply is read, so the replies recorded are all there will
+// be.  (This used to be a sleep: "a poll that was out is done by now".)
+async function settled(page, t) {
+  await page.waitForFunction(() => !window.sefer.state.busy && !window.sefer.state.seg.busy, null, {timeout: WAIT_MS});
+  await until(() => t.open === 0 && t.reading === 0, 'settled', () => '(' + t.open + ' requests out, ' + t.reading + ' replies being read)');
+}
+
 // Every /heaps and /segments reply the page receives, in order of arrival.
 function recordReplies(page) {
-  const rec = {heaps: [], segments: [], segmentRequests: 0, statsRequests: 0};
-  page.on('request', (r) => {
-    if (new URL(r.url()).pathname === '/stats') rec.statsRequests++;
-  });
+  const rec = trackRequests(page);
+  Object.assign(rec, {heaps: [], segments: [], segmentRequests: 0});
   page.on('response', (r) => {
     const u = new URL(r.url());
     const list = u.pathname === '/heaps' ? rec.heaps : u.pathname === '/segments' ? rec.segments : null;
@@ -144,9 +180,24 @@ function recordReplies(page) {
     if (u.pathname === '/segments') rec.segmentRequests++;
     const i = list.length;
     list.push(null);
-    r.json().then((j) => (list[i] = j), () => {});
+    rec.reading++;
+    r.json().then((j) => (list[i] = j), () => {}).finally(() => rec.reading--);
   });
   return rec;
+}
+
+// The page's own log of the fetches it starts, each with document.hidden as
+// it was then (an init script, before the page's own scripts run).
+function logFetches(page) {
+  return page.addInitScript(() => {
+    const fetch0 = window.fetch;
+    window.__seferFetches = [];
+    window.fetch = function (input, init) {
+      const u = new URL(typeof input === 'string' ? input : input.url, location.href);
+      window.__seferFetches.push({path: u.pathname, hidden: document.hidden});
+      return fetch0.call(this, input, init);
+    };
+  });
 }
 
 const attr = (page, sel, name) => page.$eval(sel, (e, n) => e.dataset[n], name);
@@ -159,10 +210,11 @@ async function waitState(page, want, ms) {
 // ---- 1. a soak ---------------------------------------------------------------
 
 async function soakChecks(browser) {
-  const soak = start(CLI, ['soak', '--seconds', '150', '--threads', '2', '--listen', '127.0.0.1:0', '--',
+  // (it is killed below; the length only has to outlast the checks)
+  const soak = start(CLI, ['soak', '--seconds', '3600', '--threads', '2', '--listen', '127.0.0.1:0', '--',
     '--large-max-mib', '8', '--large-budget-mib', '32', '--no-rss-bound'], {SEFER_INTROSPECT_TOKEN: TOKEN});
-  const url = (await soak.waitFor(/sefer soak dashboard:\s+(http:\/\/\S+)/, 20000))[1];
-  const pid = Number((await soak.waitFor(/soak:\s+pid (\d+)/, 5000))[1]);
+  const url = (await soak.waitFor(/sefer soak dashboard:\s+(http:\/\/\S+)/, WAIT_MS))[1];
+  const pid = Number((await soak.waitFor(/soak:\s+pid (\d+)/, WAIT_MS))[1]);
   log('# soak pid ' + pid + ' serving ' + url);
 
   const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
@@ -173,27 +225,28 @@ async function soakChecks(browser) {
   await page.addInitScript(() => document.addEventListener('securitypolicyviolation', (e) =>
     console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI)));
   page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  await logFetches(page);
   const rec = recordReplies(page);
 
   await check('the page loads from the process and goes live', async () => {
     await page.goto(url);
-    await waitState(page, 'live', 15000);
+    await waitState(page, 'live', WAIT_MS);
     const title = await page.title();
     assert(title === 'sefer dashboard', 'title ' + title);
   });
 
   await check('the charts advance (points grow over a few seconds)', async () => {
     const before = Number(await attr(page, '#chart-mem', 'points'));
-    await page.waitForFunction((b) => Number(document.getElementById('chart-mem').dataset.points) >= b + 3, before, {timeout: 10000});
+    await page.waitForFunction((b) => Number(document.getElementById('chart-mem').dataset.points) >= b + 3, before, {timeout: WAIT_MS});
     const after = Number(await attr(page, '#chart-ops', 'points'));
     assert(after >= before + 3, 'ops chart: ' + before + ' -> ' + after);
     log('# chart points: ' + before + ' -> ' + after);
   });
 
-  await page.waitForFunction(() => Number(document.getElementById('segmap').dataset.sweeps) >= 2, null, {timeout: 15000});
+  await page.waitForFunction(() => Number(document.getElementById('segmap').dataset.sweeps) >= 2, null, {timeout: WAIT_MS});
   await page.click('#pause');
-  await waitState(page, 'paused', 5000);
-  await sleep(2500); // a poll or a sweep that was out is dropped or finished by now
+  await waitState(page, 'paused', WAIT_MS);
+  await settled(page, rec); // a poll or a sweep that was out is dropped or finished
 
   await check('the segment map has as many cells as /segments reports', async () => {
     const cells = Number(await attr(page, '#segmap', 'cells'));
@@ -218,7 +271,7 @@ async function soakChecks(browser) {
     });
     await page.mouse.move(box.x + 4, box.y + 4);
     const id = await page.evaluate(() => window.sefer.segmap.segments[0].id);
-    await page.waitForFunction((i) => document.querySelector('#seg-detail h3')?.textContent.startsWith('Segment ' + i + ' '), id, {timeout: 3000});
+    await page.waitForFunction((i) => document.querySelector('#seg-detail h3')?.textContent.startsWith('Segment ' + i + ' '), id, {timeout: WAIT_MS});
     const rows = await page.$$eval('#seg-detail table.pages tbody tr', (t) => t.length);
     log('# hovered segment ' + id + ': ' + rows + ' page rows');
   });
@@ -230,7 +283,7 @@ async function soakChecks(browser) {
     });
     await page.mouse.click(box.x + 4, box.y + 4);
     await page.mouse.move(box.x - 20, box.y - 20); // away: the pinned one stays
-    await page.waitForFunction(() => /\(pinned\)$/.test(document.querySelector('#seg-detail h3')?.textContent || ''), null, {timeout: 3000});
+    await page.waitForFunction(() => /\(pinned\)$/.test(document.querySelector('#seg-detail h3')?.textContent || ''), null, {timeout: WAIT_MS});
     await page.mouse.click(box.x + 4, box.y + 4); // unpinned
   });
 
@@ -247,41 +300,45 @@ async function soakChecks(browser) {
   });
 
   await page.click('#pause');
-  await waitState(page, 'live', 10000);
+  await waitState(page, 'live', WAIT_MS);
 
   await check('no polls while the tab is hidden; live again when shown', async () => {
-    const count = () => rec.statsRequests;
+    const polls = () => page.evaluate(() => window.__seferFetches.filter((f) => f.path === '/stats').map((f) => f.hidden));
     await page.evaluate(() => {
       Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
       document.dispatchEvent(new Event('visibilitychange'));
     });
-    await waitState(page, 'hidden', 5000);
-    await sleep(500); // a poll that was out
-    const before = count();
+    await waitState(page, 'hidden', WAIT_MS);
+    // The page's own log says whether each poll was started while hidden,
+    // so a poll that was out before, or an event that reaches this side
+    // late, cannot count.  The 2.5 s (over two poll intervals) only give a
+    // wrong page the time to poll: a slower machine can hide a poll it would
+    // have made, never invent one.
     await sleep(2500);
-    const after = count();
-    assert(after === before, 'polled while hidden: ' + before + ' -> ' + after);
+    const hidden = (await polls()).filter((h) => h).length;
+    assert(hidden === 0, hidden + ' poll(s) of /stats started while the tab was hidden');
+    assert((await polls()).length > 0, 'no poll of /stats logged at all (the fetch log does not work)');
     const status = await page.$eval('#status', (e) => e.textContent);
     assert(status.includes('hidden') && status.includes('figures as of'), 'status: ' + status);
     await page.evaluate(() => {
       delete document.hidden;
       document.dispatchEvent(new Event('visibilitychange'));
     });
-    await waitState(page, 'live', 5000);
+    await waitState(page, 'live', WAIT_MS);
   });
 
   await check('a refused poll is said, with the server\'s reason, and figures greyed', async () => {
     const body = JSON.stringify({error: 'out of memory', reason: 'the snapshot buffers could not be allocated', status: 503});
     await page.route('**/stats?*', (r) => r.fulfill({status: 503, contentType: 'application/json', body}));
     try {
-      await waitState(page, 'refused', 5000);
+      await waitState(page, 'refused', WAIT_MS);
       const banner = await page.$eval('#banner-conn', (b) => (b.hidden ? '' : b.textContent));
       assert(banner.includes('503') && banner.includes('snapshot buffers') && /last good poll at/.test(banner), 'banner: ' + banner);
       await greyed(page);
     } finally {
       await page.unroute('**/stats?*');
     }
-    await waitState(page, 'live', 5000);
+    await waitState(page, 'live', WAIT_MS);
   });
 
   await check('a wrong token is refused, with the server\'s reason on the page', async () => {
@@ -297,7 +354,7 @@ async function soakChecks(browser) {
     const cfg = await getJSON(url, '/config');
     const k = cfg.knobs.find((x) => x.name === 'decommit.delay');
     assert(k.value === 250 && k.source === 'runtime', 'decommit.delay in /config: ' + JSON.stringify(k));
-    await page.waitForSelector('#events li[data-kind="knob"]', {timeout: 10000});
+    await page.waitForSelector('#events li[data-kind="knob"]', {timeout: WAIT_MS});
     const ev = await page.$eval('#events li[data-kind="knob"]', (li) => li.textContent);
     assert(ev.includes('decommit.delay'), 'event: ' + ev);
     const marks = Number(await attr(page, '#chart-mem', 'marks'));
@@ -308,15 +365,18 @@ async function soakChecks(browser) {
   });
 
   await check('Sites: profiling off is said, with the knob; turned on from the page, sites appear', async () => {
-    await page.waitForFunction(() => document.getElementById('sites-card').dataset.rate === '0', null, {timeout: 10000});
+    await page.waitForFunction(() => document.getElementById('sites-card').dataset.rate === '0', null, {timeout: WAIT_MS});
     const off = await page.$eval('#sites-off', (b) => (b.hidden ? '' : b.textContent));
     assert(off.includes('profiling is off') && off.includes('profile.sample_bytes') && off.includes('SEFER_PROFILE_SAMPLE_BYTES'),
         'the off note: ' + off);
     await page.fill('#sites-on-value', '256KiB');
     await page.click('#sites-on-button');
-    await page.waitForSelector('#sites-on-result.ok', {timeout: 10000});
+    // (attached, not visible: the note that holds the result is hidden as
+    // soon as the next round finds profiling on, which on a loaded machine
+    // can come before this side looks; it waited for "visible" and failed so)
+    await page.waitForSelector('#sites-on-result.ok', {state: 'attached', timeout: WAIT_MS});
     await page.waitForFunction(() => document.getElementById('sites-card').dataset.rate === String(256 * 1024) &&
-        document.querySelectorAll('#sites-body tr.site').length > 0, null, {timeout: 15000});
+        document.querySelectorAll('#sites-body tr.site').length > 0, null, {timeout: WAIT_MS});
     assert(await page.$eval('#sites-off', (b) => b.hidden), 'the off note is still shown');
     const cfg = await getJSON(url, '/config');
     const k = cfg.knobs.find((x) => x.name === 'profile.sample_bytes');
@@ -345,7 +405,7 @@ async function soakChecks(browser) {
   await check('killing the process makes the page say so', async () => {
     const lastGood = await page.evaluate(() => window.sefer.state.lastGood);
     process.kill(pid, 'SIGKILL');
-    await waitState(page, 'gone', 15000);
+    await waitState(page, 'gone', WAIT_MS);
     const banner = await page.$eval('#banner-conn', (b) => (b.hidden ? '' : b.textContent));
     assert(/not answering/.test(banner) && /last good poll at \d\d:\d\d:\d\d/.test(banner), 'banner: ' + banner);
     const status = await page.$eval('#status', (s) => s.textContent);
@@ -362,7 +422,7 @@ async function soakChecks(browser) {
   log('# screenshot (process gone): ' + gone);
 
   await check('sefer soak reports the killed soak and exits 137', async () => {
-    await Promise.race([soak.exited, sleep(10000)]);
+    await Promise.race([soak.exited, sleep(WAIT_MS)]);
     assert(soak.code === 137, 'exit code ' + soak.code + ' signal ' + soak.signal);
     assert(soak.err.includes('killed by SIGKILL'), 'stderr: ' + soak.err.slice(-500));
   });
@@ -371,13 +431,13 @@ async function soakChecks(browser) {
 
 // The figures are greyed (an opacity transition of 0.2 s).
 async function greyed(page) {
-  await page.waitForFunction(() => Number(getComputedStyle(document.querySelector('main')).opacity) < 0.6, null, {timeout: 3000});
+  await page.waitForFunction(() => Number(getComputedStyle(document.querySelector('main')).opacity) < 0.6, null, {timeout: WAIT_MS});
 }
 
 async function setToken(page, token) {
   await page.fill('#token', token);
   await page.click('#token-form button[type="submit"]');
-  await page.waitForSelector('tr[data-knob="decommit.delay"] input:not([disabled])', {timeout: 10000});
+  await page.waitForSelector('tr[data-knob="decommit.delay"] input:not([disabled])', {timeout: WAIT_MS});
 }
 
 // Sets a knob from its row; returns the result text once it is ok/refused.
@@ -385,7 +445,7 @@ async function setKnob(page, name, value, expect) {
   const row = 'tr[data-knob="' + name + '"]';
   await page.fill(row + ' input', value);
   await page.click(row + ' button[type="submit"]');
-  await page.waitForSelector(row + ' .result.' + expect, {timeout: 10000});
+  await page.waitForSelector(row + ' .result.' + expect, {timeout: WAIT_MS});
   return page.$eval(row + ' .result', (r) => r.textContent);
 }
 
@@ -394,14 +454,14 @@ async function setKnob(page, name, value, expect) {
 async function manySegmentsChecks(browser) {
   const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '200000', '--misuse', '--threads', '3000'],
     {SEFER_GUARD_ON_ERROR: 'report'});
-  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
-  await host.waitFor(/ready/, 60000, 'out');
+  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, WAIT_MS))[1];
+  await host.waitFor(/ready/, WAIT_MS, 'out');
   const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
   const rec = recordReplies(page);
 
   await check('10,000 segments: the map has exactly /segments\' total of cells, read in pages', async () => {
     await page.goto(url);
-    await page.waitForFunction(() => Number(document.getElementById('segmap').dataset.sweeps) >= 1, null, {timeout: 30000});
+    await page.waitForFunction(() => Number(document.getElementById('segmap').dataset.sweeps) >= 1, null, {timeout: WAIT_MS});
     const cells = Number(await attr(page, '#segmap', 'cells'));
     const total = (await getJSON(url, '/segments?limit=0')).total;
     assert(total >= 10000, '/segments total ' + total);
@@ -410,7 +470,7 @@ async function manySegmentsChecks(browser) {
     log('# ' + cells + ' cells from ' + rec.segmentRequests + ' /segments requests');
   });
 
-  await check('10,000 segments: hovering cell 5000 shows that segment; a full redraw is quick', async () => {
+  await check('10,000 segments: hovering cell 5000 shows that segment; a full redraw and a hover frame draw', async () => {
     await page.locator('#segmap').scrollIntoViewIfNeeded();
     const at = await page.evaluate(() => {
       const m = window.sefer.segmap;
@@ -420,7 +480,7 @@ async function manySegmentsChecks(browser) {
         id: m.segments[5000].id, cell: m.cell};
     });
     await page.mouse.move(at.x, at.y);
-    await page.waitForFunction((i) => document.querySelector('#seg-detail h3')?.textContent.startsWith('Segment ' + i + ' '), at.id, {timeout: 3000});
+    await page.waitForFunction((i) => document.querySelector('#seg-detail h3')?.textContent.startsWith('Segment ' + i + ' '), at.id, {timeout: WAIT_MS});
     const ms = await page.evaluate(() => {
       const m = window.sefer.segmap;
       let t0 = performance.now();
@@ -436,12 +496,14 @@ async function manySegmentsChecks(browser) {
       }
       return {full, hover: (performance.now() - t0) / 20};
     });
+    // (how long they take is printed, not judged: a loaded machine decides
+    // that; bench/dashboard-draw measures it)
     log('# map of 10,000 cells of ' + at.cell + ' px: ' + ms.full.toFixed(1) + ' ms to draw after a sweep, ' +
         ms.hover.toFixed(2) + ' ms per hover frame');
-    assert(ms.full < 500 && ms.hover < 50, 'too slow: ' + JSON.stringify(ms));
+    assert(ms.full > 0 && ms.hover >= 0, 'no draw timed: ' + JSON.stringify(ms));
   });
   await check('3000 threads: the heap table pages the registry as /heaps does', async () => {
-    await page.waitForFunction(() => Number(document.getElementById('heaps-pager').dataset.total) > 3000, null, {timeout: 15000});
+    await page.waitForFunction(() => Number(document.getElementById('heaps-pager').dataset.total) > 3000, null, {timeout: WAIT_MS});
     const total = Number(await attr(page, '#heaps-pager', 'total'));
     const heaps = await getJSON(url, '/heaps?limit=0');
     assert(heaps.total === total, 'pager total ' + total + ', /heaps total ' + heaps.total);
@@ -449,7 +511,7 @@ async function manySegmentsChecks(browser) {
     const first = await page.$$eval('#heaps-body tr.heap', (trs) => trs.map((tr) => tr.dataset.slot));
     assert(first.length > 0 && first.length <= 200, first.length + ' rows on the first page');
     await page.click('#heaps-next');
-    await page.waitForFunction(() => document.getElementById('heaps-pager').dataset.offset === '200', null, {timeout: 10000});
+    await page.waitForFunction(() => document.getElementById('heaps-pager').dataset.offset === '200', null, {timeout: WAIT_MS});
     const second = await page.$$eval('#heaps-body tr.heap', (trs) => trs.map((tr) => tr.dataset.slot));
     const want = (await getJSON(url, '/heaps?offset=200&limit=200')).heaps.filter((h) => h.state !== 'free')
         .map((h) => (h.fallback ? 'fallback' : String(h.slot)));
@@ -458,11 +520,11 @@ async function manySegmentsChecks(browser) {
     const text = await page.$eval('#heaps-range', (e) => e.textContent);
     assert(text.startsWith('heaps 201\u2013400 of'), 'range text: ' + text);
     await page.click('#heaps-prev');
-    await page.waitForFunction(() => document.getElementById('heaps-pager').dataset.offset === '0', null, {timeout: 10000});
+    await page.waitForFunction(() => document.getElementById('heaps-pager').dataset.offset === '0', null, {timeout: WAIT_MS});
     log('# heap table: ' + total + ' heaps, pages of 200: ' + text);
   });
   await check('guard detections and ENOMEM show as alarms', async () => {
-    await page.waitForSelector('#badge-guard:not([hidden])', {timeout: 10000});
+    await page.waitForSelector('#badge-guard:not([hidden])', {timeout: WAIT_MS});
     const badge = await page.$eval('#badge-guard', (b) => b.textContent);
     const enomem = await page.$eval('#badge-enomem', (b) => (b.hidden ? '' : b.textContent));
     const banner = await page.$eval('#banner-guard', (b) => (b.hidden ? '' : b.textContent));
@@ -474,12 +536,20 @@ async function manySegmentsChecks(browser) {
   });
   await page.close();
   host.p.stdin.end();
-  await Promise.race([host.exited, sleep(10000)]);
+  await Promise.race([host.exited, sleep(WAIT_MS)]);
 }
 
 // ---- 3. the process's record, for a page opened late ------------------------------
 
 const MIB = 1 << 20;
+
+// The process's raw samples of bytes in blocks after `after` (wall ms; 0:
+// all) as [t (ms), value] pairs, from /history.
+async function sampled(url, after) {
+  const h = await getJSON(url, '/history?fields=bytes_in_blocks' + (after ? '&since=' + (after + 1) : ''));
+  const raw = h.parts[h.parts.length - 1];
+  return raw && raw.tier === 0 ? raw.t.map((t, i) => [t, raw.last.bytes_in_blocks[i]]) : [];
+}
 
 // The page's series of one memory figure as [t (ms), value] pairs.
 const pageSeries = (page, key) => page.evaluate((k) => {
@@ -490,28 +560,50 @@ const pageSeries = (page, key) => page.evaluate((k) => {
 
 async function historyChecks(browser) {
   const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', STEPS_HOST], {SEFER_INTROSPECT_HISTORY_INTERVAL: '200ms'});
-  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
-  await host.waitFor(/^done$/m, 30000, 'out');
+  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, WAIT_MS))[1];
+  await host.waitFor(/^ready$/m, WAIT_MS, 'out');
+  // The host goes on to each step once the process's history has a sample
+  // of the one before (a line on its stdin: steps_host.c), so every step is
+  // on record however slowly the machine runs.  (Each step used to last a
+  // second, which a loaded machine's sampler need not fill.)
+  const levels = [0, 16 * MIB, 48 * MIB, 16 * MIB, 0];
+  let base = null;
+  await until(async () => {
+    const s = await sampled(url, 0);
+    if (s.length >= 2) base = s[0][1];
+    return base !== null;
+  }, 'two samples before the first step');
+  for (let k = 1; k <= 4; k++) {
+    host.p.stdin.write('next\n');
+    const at = Number((await host.waitFor(new RegExp('^step ' + k + ' (\\d+)$', 'm'), WAIT_MS, 'out'))[1]);
+    let last = [];
+    await until(async () => (last = await sampled(url, at)).some(([, v]) => Math.abs(v - base - levels[k]) < 2 * MIB),
+        'a sample of step ' + k, () => '(samples since: ' + last.map(([, v]) => v - base).join(' ') + ')');
+  }
+  host.p.stdin.write('next\n');
+  await host.waitFor(/^done$/m, WAIT_MS, 'out');
   const steps = [...host.out.matchAll(/^step (\d) (\d+)$/gm)].map((m) => Number(m[2]));
+  const begun = Number(/^begun (\d+)$/m.exec(host.out)[1]), ended = Number(/^ended (\d+)$/m.exec(host.out)[1]);
   const opened = Date.now();
   const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
   const problems = [];
   page.on('pageerror', (e) => problems.push('page error: ' + e.message));
   page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
   await page.goto(url);
-  await waitState(page, 'live', 15000);
-  await page.waitForFunction(() => window.sefer.timeline.source === 'history' && window.sefer.feed.eventsOn(), null, {timeout: 10000});
+  await waitState(page, 'live', WAIT_MS);
+  await page.waitForFunction(() => window.sefer.timeline.source === 'history' && window.sefer.feed.eventsOn(), null, {timeout: WAIT_MS});
 
   await check('a page opened after the steps shows them, from the process\'s record', async () => {
     const hist = await getJSON(url, '/history?fields=bytes_in_blocks');
     const raw = hist.parts[hist.parts.length - 1];
     const mine = new Map((await pageSeries(page, 'bytes_in_blocks')).map(([t, v]) => [t, v]));
     const first = Math.min(...mine.keys());
-    assert(first < steps[0] - 500, 'the page\'s series begin at ' + first + ', not before the first step (' + steps[0] + ')');
-    assert(first < opened - 4000, 'the page\'s series begin ' + (opened - first) + ' ms before it opened');
+    // (before the first step, so before the page opened: it drew what the
+    // process had recorded; this used to want 500 ms before the step and 4 s
+    // before the page, figures of the machine's speed)
+    assert(first < steps[0], 'the page\'s series begin at ' + first + ', not before the first step (' + steps[0] + ')');
     // every sample of the process up to the page's first read is on the page, with its value
     const base = raw.last.bytes_in_blocks[0];
-    const levels = [0, 16 * MIB, 48 * MIB, 16 * MIB, 0];
     let k = 0;
     raw.t.forEach((t, i) => {
       if (t > opened) return;
@@ -537,15 +629,18 @@ async function historyChecks(browser) {
   });
 
   await check('the process\'s phase is a span on both charts, where its step was', async () => {
-    await page.waitForFunction(() => (document.getElementById('chart-mem').dataset.spans || '').includes('peak'), null, {timeout: 5000});
+    await page.waitForFunction(() => (document.getElementById('chart-mem').dataset.spans || '').includes('peak'), null, {timeout: WAIT_MS});
     for (const id of ['#chart-mem', '#chart-ops']) {
       const spans = await attr(page, id, 'spans');
       assert(spans === 'peak', id + ' spans: "' + spans + '"');
     }
     const s = await page.evaluate(() => window.sefer.timeline.spans[0]);
     const from = s.from * 1000, to = s.to * 1000;
-    assert(Math.abs(from - steps[1]) < 300, 'the phase begins at ' + from + ', step 2 at ' + steps[1]);
-    assert(Math.abs(to - steps[2]) < 300, 'the phase ends at ' + to + ', step 3 at ' + steps[2]);
+    // between the host's clock readings around the begin and the end (10 ms
+    // for the two clocks and rounding; this used to be within 300 ms of one
+    // reading, which a preempted host could miss)
+    assert(from + 10 >= steps[1] && from <= begun + 10, 'the phase begins at ' + from + ', between ' + steps[1] + ' and ' + begun + ' expected');
+    assert(to + 10 >= steps[2] && to <= ended + 10, 'the phase ends at ' + to + ', between ' + steps[2] + ' and ' + ended + ' expected');
     const ph = await getJSON(url, '/phases');
     assert(ph.ended.length === 1 && ph.ended[0].name === 'peak', '/phases: ' + JSON.stringify(ph));
     const peak = ph.ended[0].block_bytes_peak - ph.ended[0].block_bytes_entry;
@@ -569,19 +664,27 @@ async function historyChecks(browser) {
       Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
       document.dispatchEvent(new Event('visibilitychange'));
     });
-    await waitState(page, 'hidden', 5000);
+    await waitState(page, 'hidden', WAIT_MS);
     const hiddenAt = Date.now();
-    await sleep(3000);
+    // Hidden until the process has taken 5 samples (a second at 200 ms: what
+    // a visible page would have polled); once shown, every one of them must
+    // be on the page.  (This used to hide for 3 s and want no step over 1 s
+    // between the page's points: a loaded machine's sampler can leave such
+    // a gap in the process's own record.)
+    let missed = [];
+    await until(async () => (missed = await sampled(url, hiddenAt)).length >= 5, 'five samples while hidden');
     await page.evaluate(() => {
       delete document.hidden;
       document.dispatchEvent(new Event('visibilitychange'));
     });
-    await waitState(page, 'live', 5000);
-    await page.waitForFunction((h) => window.sefer.timeline.lastMs > h + 3000, hiddenAt, {timeout: 5000});
-    const ts = (await pageSeries(page, 'bytes_in_blocks')).map(([t]) => t).filter((t) => t > hiddenAt - 1000);
-    const widest = Math.max(...ts.slice(1).map((t, i) => t - ts[i]));
-    assert(widest < 1000, 'a gap of ' + widest + ' ms in the page\'s series (samples every 200 ms)');
-    log('# hidden for 3 s: ' + ts.length + ' points across it, the widest step ' + widest + ' ms');
+    await waitState(page, 'live', WAIT_MS);
+    const last = missed[missed.length - 1][0];
+    await page.waitForFunction((l) => window.sefer.timeline.lastMs >= l, last, {timeout: WAIT_MS});
+    const mine = new Map(await pageSeries(page, 'bytes_in_blocks'));
+    const lost = missed.filter(([t, v]) => mine.get(t) !== v);
+    assert(lost.length === 0, lost.length + ' of the ' + missed.length + ' samples taken while hidden are not on the page: ' +
+        lost.slice(0, 5).map(([t, v]) => t + '=' + v + ' (page: ' + mine.get(t) + ')').join(', '));
+    log('# hidden for ' + (Date.now() - hiddenAt) + ' ms: the ' + missed.length + ' samples taken meanwhile are all on the page');
   });
 
   await check('no script error on the late-opened page', async () => {
@@ -592,8 +695,8 @@ async function historyChecks(browser) {
   log('# screenshot (opened after the steps): ' + shot);
 
   await page.click('#pause'); // the synthetic week below stays as it is drawn
-  await waitState(page, 'paused', 5000);
-  await check('a week of history (a day of minutes, an hour of seconds) draws quickly', async () => {
+  await waitState(page, 'paused', WAIT_MS);
+  await check('a week of history (a day of minutes, an hour of seconds) is taken in and drawn', async () => {
     const ms = await page.evaluate(() => {
       // the shape the process keeps at 1 s: a week of 10-minute points, a
       // day of minutes, an hour of seconds, each with the memory fields
@@ -625,14 +728,15 @@ async function historyChecks(browser) {
       return {load, draw, points: tl.t.length};
     });
     log('# a week of history (' + ms.points + ' points): ' + ms.load.toFixed(1) + ' ms to take in, ' + ms.draw.toFixed(1) + ' ms to draw');
-    assert(ms.points > 5000 && ms.load < 1000 && ms.draw < 1000, 'too slow: ' + JSON.stringify(ms));
+    // (the times are printed, not judged: bench/dashboard-draw measures them)
+    assert(ms.points > 5000, 'only ' + ms.points + ' points taken in: ' + JSON.stringify(ms));
   });
   const week = path.join(OUT, 'browser-dashboard-week.png');
   await page.screenshot({path: week, fullPage: false});
   log('# screenshot (a synthetic week of history): ' + week);
   await page.close();
   host.p.stdin.end();
-  await Promise.race([host.exited, sleep(10000)]);
+  await Promise.race([host.exited, sleep(WAIT_MS)]);
 }
 
 // ---- 4. the heap profile: the Sites view ------------------------------------------
@@ -643,8 +747,8 @@ const siteRows = (page) => page.$$eval('#sites-body tr.site', (trs) => trs.map((
 async function sitesChecks(browser) {
   const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', SITES_HOST],
     {SEFER_PROFILE_SAMPLE_BYTES: '64KiB', SEFER_PROFILE_SEED: '20261201', SEFER_INTROSPECT_TOKEN: TOKEN});
-  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, 20000))[1];
-  await host.waitFor(/^ready$/m, 30000, 'out');
+  const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, WAIT_MS))[1];
+  await host.waitFor(/^ready$/m, WAIT_MS, 'out');
   const page = await browser.newPage({viewport: {width: 1400, height: 1000}});
   const problems = [];
   page.on('console', (m) => m.type() === 'error' && problems.push(m.text()));
@@ -653,16 +757,18 @@ async function sitesChecks(browser) {
   page.on('pageerror', (e) => problems.push('page error: ' + e.message));
   // every /profile/sites reply by live bytes, in order of arrival
   const replies = [];
+  const tracked = trackRequests(page);
   page.on('response', (r) => {
     const u = new URL(r.url());
     if (u.pathname !== '/profile/sites' || u.searchParams.has('since') || r.status() !== 200) return;
     const i = replies.length;
     replies.push(null);
-    r.json().then((j) => (replies[i] = j), () => {});
+    tracked.reading++;
+    r.json().then((j) => (replies[i] = j), () => {}).finally(() => tracked.reading--);
   });
   await page.goto(url);
-  await waitState(page, 'live', 15000);
-  await page.waitForFunction(() => document.querySelectorAll('#sites-body tr.site').length >= 2, null, {timeout: 15000});
+  await waitState(page, 'live', WAIT_MS);
+  await page.waitForFunction(() => document.querySelectorAll('#sites-body tr.site').length >= 2, null, {timeout: WAIT_MS});
 
   await check('Sites: the first row names the function that holds the most', async () => {
     const rows = await siteRows(page);
@@ -678,7 +784,7 @@ async function sitesChecks(browser) {
 
   await check('Sites: a click on a row shows its whole stack, down to main', async () => {
     await page.click('#sites-body tr.site:first-child');
-    await page.waitForSelector('#site-stack:not([hidden]) tr.frame', {timeout: 3000});
+    await page.waitForSelector('#site-stack:not([hidden]) tr.frame', {timeout: WAIT_MS});
     const frames = await page.$$eval('#site-stack tr.frame', (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
     const fns = frames.map((f) => f[1]);
     assert(fns[0] === 'hold_big' && fns.includes('main'), 'frames: ' + fns.join(' <- '));
@@ -694,7 +800,7 @@ async function sitesChecks(browser) {
     await page.waitForFunction(() => {
       const svg = document.querySelector('#flame svg');
       return svg && svg.querySelector('g[name="hold_big"]') && svg.textContent.includes('hold_big');
-    }, null, {timeout: 5000});
+    }, null, {timeout: WAIT_MS});
     const [frames, total] = await page.$eval('#flame', (f) => [Number(f.dataset.frames), Number(f.dataset.total)]);
     const stacks = await getJSON(url, '/profile/stacks');
     assert(frames >= 6 && total > 30 * MIB, 'flame graph: ' + frames + ' boxes, ' + total + ' bytes at the root');
@@ -704,21 +810,21 @@ async function sitesChecks(browser) {
 
   await check('Sites: Set mark with the token gets a 200; the site that grows after it comes first by growth', async () => {
     await setToken(page, TOKEN);
-    await page.waitForSelector('#mark:not([disabled])', {timeout: 5000});
+    await page.waitForSelector('#mark:not([disabled])', {timeout: WAIT_MS});
     await page.fill('#mark-name', 'warm');
     const [reply] = await Promise.all([
-      page.waitForResponse((r) => new URL(r.url()).pathname === '/profile/mark', {timeout: 10000}),
+      page.waitForResponse((r) => new URL(r.url()).pathname === '/profile/mark', {timeout: WAIT_MS}),
       page.click('#mark')]);
     assert(reply.status() === 200 && reply.request().method() === 'POST', 'POST /profile/mark: ' + reply.status());
-    await page.waitForSelector('#mark-result.ok', {timeout: 5000});
+    await page.waitForSelector('#mark-result.ok', {timeout: WAIT_MS});
     const result = await page.$eval('#mark-result', (r) => r.textContent);
     assert(result.includes('warm'), 'mark result: ' + result);
     host.p.stdin.write('leak\n');
-    await host.waitFor(/^leaked$/m, 10000, 'out');
-    await page.waitForSelector('#sites-order option[value="growth"]:not([disabled])', {state: 'attached', timeout: 10000});
+    await host.waitFor(/^leaked$/m, WAIT_MS, 'out');
+    await page.waitForSelector('#sites-order option[value="growth"]:not([disabled])', {state: 'attached', timeout: WAIT_MS});
     await page.selectOption('#sites-order', 'growth');
     await page.waitForFunction(() => document.querySelector('#sites-body tr.site')?.dataset.function === 'leak_steadily',
-        null, {timeout: 12000});
+        null, {timeout: WAIT_MS});
     const growth = await page.$eval('#sites-body tr.site:first-child td.growth', (td) => td.textContent);
     assert(/^\+\d/.test(growth) && /MiB$/.test(growth), 'growth of leak_steadily: ' + growth);
     const state = await page.$eval('#mark-state', (e) => e.textContent);
@@ -730,10 +836,13 @@ async function sitesChecks(browser) {
   });
 
   await check('Sites: each sparkline has as many points as the server\'s history of its site', async () => {
-    await page.waitForFunction(() => (window.sefer.sites.last.live.history_ages_ms || []).length >= 2, null, {timeout: 12000});
+    await page.waitForFunction(() => (window.sefer.sites.last.live.history_ages_ms || []).length >= 2, null, {timeout: WAIT_MS});
     await page.click('#pause'); // the table holds still while it is compared
-    await waitState(page, 'paused', 5000);
-    await sleep(300);
+    await waitState(page, 'paused', WAIT_MS);
+    // (a round that was out is dropped or done, its reply read; this used
+    // to be a sleep of 300 ms)
+    await until(async () => tracked.open === 0 && tracked.reading === 0 && !(await page.evaluate(() => window.sefer.sites.busy)),
+        'settled', () => '(' + tracked.open + ' requests out, ' + tracked.reading + ' replies being read)');
     const drawn = await page.evaluate(() => window.sefer.sites.last.live);
     const got = replies.filter(Boolean);
     assert(got.length && JSON.stringify(got[got.length - 1].history_ages_ms) !== undefined, 'no /profile/sites reply recorded');
@@ -748,7 +857,7 @@ async function sitesChecks(browser) {
     assert(points[0][1] >= 2 && points[0][2] >= 1, 'the first sparkline: ' + JSON.stringify(points[0]));
     log('# sparklines: ' + points.map(([id, n]) => id + ':' + n).join(' ') + ' points (history every ' + reply.history_interval_ms + ' ms)');
     await page.click('#pause');
-    await waitState(page, 'live', 5000);
+    await waitState(page, 'live', WAIT_MS);
   });
 
   await check('Sites: no script error and no Content-Security-Policy violation', async () => {
@@ -760,7 +869,7 @@ async function sitesChecks(browser) {
   log('# screenshot (the Sites view): ' + shot);
   await page.close();
   host.p.stdin.end();
-  await Promise.race([host.exited, sleep(10000)]);
+  await Promise.race([host.exited, sleep(WAIT_MS)]);
 }
 
 // ---- the run ------------------------------------------------------------------------

@@ -4,13 +4,20 @@
  *
  *   steps_host
  *
- * Holds nothing, then 16 MiB, then 48 MiB, then 16 MiB, then nothing again,
- * each for a second (one block allocated or freed per step, every byte
- * written, so RSS follows), printing "step K WALL_MS" as each begins; then
- * sets decommit.delay to 250 ms (sefer_config_set, found in the preloaded
- * libsefer.so) and calls malloc_trim(0): two events.  The 48 MiB step is
- * a phase named "peak" (sefer_phase_begin/end): a span on the dashboard.
- * Prints "done" and waits until its stdin is closed. */
+ * Holds nothing, then 16 MiB, then 48 MiB, then 16 MiB, then nothing again
+ * (one block allocated or freed per step, every byte written, so RSS
+ * follows), printing "step K WALL_MS" as each begins; then sets
+ * decommit.delay to 250 ms (sefer_config_set, found in the preloaded
+ * libsefer.so) and calls malloc_trim(0): two events.  The 48 MiB step is a
+ * phase named "peak" (sefer_phase_begin/end): a span on the dashboard;
+ * "begun WALL_MS" and "ended WALL_MS" follow its begin and end.
+ *
+ * It prints "ready" first, and each step, and then the knob and the trim,
+ * waits for a line on stdin: the test sends one once the process's history
+ * has a sample of what came before, so every step is on record however
+ * slowly the machine runs (each used to last a second, which a loaded
+ * machine's sampler need not fill).  Then it prints "done" and waits until
+ * its stdin is closed. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -18,17 +25,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
 
 static void *volatile keep[2];
 
-static void step(int k) {
+static void stamp(const char *what) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    printf("step %d %lld\n", k, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    printf("%s %lld\n", what, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
     fflush(stdout);
+}
+
+/* Waits for the test's line (EOF: the test is gone, so is this). */
+static void await_next(void) {
+    char line[64];
+    if (fgets(line, sizeof line, stdin) == NULL) exit(0);
+}
+
+static void step(int k) {
+    char what[16];
+    await_next();
+    snprintf(what, sizeof what, "step %d", k);
+    stamp(what);
 }
 
 static void *filled(size_t n) {
@@ -48,21 +67,21 @@ int main(void) {
         fprintf(stderr, "steps_host: not under sefer (no sefer_phase_begin)\n");
         return 1;
     }
-    usleep(1000000);
+    printf("ready\n");
+    fflush(stdout);
     step(1);
     keep[0] = filled(16 * MIB);
-    usleep(1000000);
     step(2);
     phase_begin("peak");
+    stamp("begun");
     keep[1] = filled(32 * MIB);
-    usleep(1000000);
     step(3);
     free(keep[1]);
     phase_end(NULL);
-    usleep(1000000);
+    stamp("ended");
     step(4);
     free(keep[0]);
-    usleep(1000000);
+    await_next();
     int (*config_set)(const char *, const char *) =
         (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "sefer_config_set");
     if (config_set == NULL || config_set("decommit.delay", "250ms") != 0) {

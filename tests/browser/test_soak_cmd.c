@@ -42,7 +42,7 @@ static void spawn_soak(it_proc_t *p, const char *const args[], const char *const
  * soak's pid in *pid. */
 static int wait_banner(it_proc_t *p, pid_t *pid)
 {
-    ck_assert_msg(it_read_until(p->err, p->errbuf, sizeof p->errbuf, &p->errlen, "Ctrl-C stops it", 15000),
+    ck_assert_msg(it_read_until(p->err, p->errbuf, sizeof p->errbuf, &p->errlen, "Ctrl-C stops it", IT_WAIT_MS),
                   "no dashboard box on stderr: %s", p->errbuf);
     const char *u = strstr(p->errbuf, "sefer soak dashboard:");
     ck_assert_msg(u != NULL, "no dashboard line: %s", p->errbuf);
@@ -105,8 +105,8 @@ START_TEST(test_short_soak_passes_with_the_dashboard_up)
                   "the default config is not named: %s", p.errbuf);
     char out[16384];
     size_t len = 0;
-    it_read_until(p.out, out, sizeof out, &len, "sefer-soak: PASS", 30000);
-    int code = exit_code(&p, 30);
+    it_read_until(p.out, out, sizeof out, &len, "sefer-soak: PASS", IT_WAIT_MS);
+    int code = exit_code(&p, IT_WAIT_MS / 1000);
     ck_assert_msg(code == 0, "exit %d; stdout %s; stderr %s", code, out, p.errbuf);
     ck_assert_msg(strstr(out, "sefer-soak: PASS") != NULL, "no PASS: %s", out);
 }
@@ -122,10 +122,12 @@ START_TEST(test_ctrl_c_stops_cleanly)
     int port = wait_banner(&p, &pid);
     ck_assert_msg(strstr(p.errbuf, "600 s") != NULL, "the default is 600 s: %s", p.errbuf);
     kill(p.pid, SIGINT);
-    uint64_t t0 = it_now_ms();
-    int code = exit_code(&p, 10);
+    /* It stops, rather than running its 600 s: a soak that went on is
+     * killed after IT_WAIT_MS and fails on its status.  (The stop used to
+     * be timed, < 5 s, which told no more and a loaded machine could
+     * fail.) */
+    int code = exit_code(&p, IT_WAIT_MS / 1000);
     ck_assert_msg(code == 130, "exit %d after SIGINT; stderr %s", code, p.errbuf);
-    ck_assert_msg(it_now_ms() - t0 < 5000, "took %llu ms to stop", (unsigned long long)(it_now_ms() - t0));
     ck_assert_msg(strstr(p.errbuf, "stopped by SIGINT") != NULL, "stderr: %s", p.errbuf);
     ck_assert_msg(kill(pid, 0) != 0 && errno == ESRCH, "the soak (pid %d) is still there", (int)pid);
     int fd = it_connect_t(port, 1000);
@@ -157,7 +159,7 @@ START_TEST(test_config_file_and_fixed_port)
                   "guard.level 3 from --config expected");
     cJSON_Delete(config);
     kill(p.pid, SIGTERM);
-    int code = exit_code(&p, 10);
+    int code = exit_code(&p, IT_WAIT_MS / 1000);
     unlink(path);
     ck_assert_msg(code == 143, "exit %d after SIGTERM; stderr %s", code, p.errbuf);
 }
@@ -170,22 +172,22 @@ START_TEST(test_exit_status_comes_through)
     const char *short_run[] = {"--seconds", "1", "--listen", "127.0.0.1:0", NULL};
     it_proc_t p;
     spawn_soak(&p, short_run, env_false);
-    int code = exit_code(&p, 10);
+    int code = exit_code(&p, IT_WAIT_MS / 1000);
     ck_assert_msg(code == 1 && strstr(p.errbuf, "failed with status 1"), "exit %d: %s", code, p.errbuf);
 
     const char *bad_soak_arg[] = {"--seconds", "1", "--listen", "127.0.0.1:0", "--", "--threads", "0", NULL};
     spawn_soak(&p, bad_soak_arg, env);
-    code = exit_code(&p, 10);
+    code = exit_code(&p, IT_WAIT_MS / 1000);
     ck_assert_msg(code == 2, "the soak refuses --threads 0 with 2; got %d: %s", code, p.errbuf);
 
     const char *bad_seconds[] = {"--seconds", "soon", NULL};
     spawn_soak(&p, bad_seconds, env);
-    code = exit_code(&p, 10);
+    code = exit_code(&p, IT_WAIT_MS / 1000);
     ck_assert_msg(code == 2 && strstr(p.errbuf, "--seconds"), "exit %d: %s", code, p.errbuf);
 
     const char *no_config[] = {"--config", "/nonexistent/soak.toml", NULL};
     spawn_soak(&p, no_config, env);
-    code = exit_code(&p, 10);
+    code = exit_code(&p, IT_WAIT_MS / 1000);
     ck_assert_msg(code == 2 && strstr(p.errbuf, "/nonexistent/soak.toml"), "exit %d: %s", code, p.errbuf);
 }
 END_TEST
@@ -194,7 +196,7 @@ int main(void)
 {
     Suite *s = suite_create("soak-command");
     TCase *tc = tcase_create("soak");
-    tcase_set_timeout(tc, 60);
+    tcase_set_timeout(tc, 240); /* (a hang guard, above a test's IT_WAIT_MS waits) */
     tcase_add_test(tc, test_short_soak_passes_with_the_dashboard_up);
     tcase_add_test(tc, test_ctrl_c_stops_cleanly);
     tcase_add_test(tc, test_config_file_and_fixed_port);

@@ -20,6 +20,15 @@
 
 static inline int it_tid(void) { return (int)syscall(SYS_gettid); }
 
+/* How long a wait for the server or a child process may last before the
+ * test fails (a socket's receive timeout, a wait for a line on a pipe, for
+ * a child's exit).  Only a hang guard: a passing run stops waiting when it
+ * sees what it waits for, so this costs nothing there, and it is generous
+ * because a loaded machine or a sanitizer build can keep the server's
+ * thread off a CPU for seconds.  A test must never pass or fail on how
+ * soon something happened within it. */
+#define IT_WAIT_MS 60000
+
 static inline uint64_t it_now_ms(void)
 {
     struct timespec ts;
@@ -75,7 +84,7 @@ static inline int it_connect_t(int port, int timeout_ms)
     return fd;
 }
 
-static inline int it_connect(int port) { return it_connect_t(port, 10000); }
+static inline int it_connect(int port) { return it_connect_t(port, IT_WAIT_MS); }
 
 static inline bool it_send(int fd, const void *buf, size_t n)
 {
@@ -340,7 +349,7 @@ static inline bool it_read_until(int fd, char *buf, size_t cap, size_t *len, con
 /* Waits for the child's stderr line announcing its server; returns the port. */
 static inline int it_wait_url(it_proc_t *p)
 {
-    ck_assert_msg(it_read_until(p->err, p->errbuf, sizeof p->errbuf, &p->errlen, "/ (pid", 10000),
+    ck_assert_msg(it_read_until(p->err, p->errbuf, sizeof p->errbuf, &p->errlen, "/ (pid", IT_WAIT_MS),
                   "no introspection URL on the child's stderr: %s", p->errbuf);
     const char *u = strstr(p->errbuf, "http://127.0.0.1:");
     ck_assert_ptr_nonnull(u);

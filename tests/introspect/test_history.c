@@ -206,15 +206,43 @@ static void wait_sample_after(int port, uint64_t after)
 {
     char path[128];
     snprintf(path, sizeof path, "/history?fields=allocs&since=%" PRIu64, after + 1);
-    uint64_t end = it_now_ms() + 20000;
+    uint64_t end = it_now_ms() + IT_WAIT_MS; /* (a hang guard: it returns on the sample) */
     for (;;) {
         cJSON *h = it_json(port, path);
         bool got = cJSON_GetArraySize(it_item(h, "parts")) > 0;
         cJSON_Delete(h);
         if (got)
             return;
-        ck_assert_msg(it_now_ms() < end, "no sample after %" PRIu64 " within 20 s", after);
+        ck_assert_msg(it_now_ms() < end, "no sample after %" PRIu64 " within %d s", after, IT_WAIT_MS / 1000);
         usleep(50000);
+    }
+}
+
+/* Waits until the history has a sample taken after `after` (wall ms)
+ * whose bytes_in_blocks is within 1 MiB of `want`: the step is on record.
+ * (Waiting for any sample after a time would not do: a sample whose
+ * figures were read before the step but stamped after it, its thread
+ * preempted between the two, shows the level before, and the step could
+ * then end with no sample of it on a loaded machine.) */
+static void wait_level_after(int port, uint64_t after, int64_t want)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/history?fields=bytes_in_blocks&since=%" PRIu64, after + 1);
+    int64_t last = -1;
+    for (uint64_t end = it_now_ms() + IT_WAIT_MS;; usleep(50000)) {
+        cJSON *h = it_json(port, path);
+        bool got = false;
+        const cJSON *parts = it_item(h, "parts");
+        for (const cJSON *p = parts->child; p && !got; p = p->next)
+            for (const cJSON *v = it_item(it_item(p, "last"), "bytes_in_blocks")->child; v && !got; v = v->next) {
+                last = (int64_t)v->valuedouble;
+                got = llabs(last - want) < (int64_t)ST_MIB;
+            }
+        cJSON_Delete(h);
+        if (got)
+            return;
+        ck_assert_msg(it_now_ms() < end, "no sample of %" PRId64 " bytes in blocks after %" PRIu64 " within %d s (last: %" PRId64 ")",
+                      want, after, IT_WAIT_MS / 1000, last);
     }
 }
 
@@ -229,6 +257,9 @@ START_TEST(test_steps)
     int port = it_start();
     uint64_t start = wall_ms();
     wait_sample_after(port, start);
+    cJSON *first = it_json(port, "/history?fields=bytes_in_blocks");
+    int64_t base0 = (int64_t)it_item(it_item(raw_part(first), "last"), "bytes_in_blocks")->child->valuedouble;
+    cJSON_Delete(first);
     /* levels above the base: 0, s1, s1 + s2, s1, 0; one operation a step */
     uint64_t at[STEPS], done[STEPS];
     int64_t level[STEPS];
@@ -242,7 +273,7 @@ START_TEST(test_steps)
         st_escape(big);
         done[k] = wall_ms();
         level[k] = k == 0 || k == 4 ? 0 : k == 2 ? (int64_t)(s1 + malloc_usable_size(big)) : (int64_t)s1;
-        wait_sample_after(port, done[k] + 250); /* a few samples of each step */
+        wait_level_after(port, done[k], base0 + level[k]); /* each step on record before the next */
     }
     char path[128];
     snprintf(path, sizeof path, "/history?fields=bytes_in_blocks,segments&since=%" PRIu64, start);
@@ -345,7 +376,7 @@ int main(void)
     tcase_add_test(tiers, test_tiers_parts);
     suite_add_tcase(s, tiers);
     TCase *server = tcase_create("server");
-    tcase_set_timeout(server, 60);
+    tcase_set_timeout(server, 180); /* (a hang guard, above the IT_WAIT_MS waits) */
     tcase_add_test(server, test_steps);
     tcase_add_test(server, test_reply_shape_and_errors);
     suite_add_tcase(s, server);

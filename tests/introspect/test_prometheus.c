@@ -10,11 +10,12 @@
  *     kinds of guard detection included);
  *   - one scrape agrees with /stats read just before and just after it: the
  *     test reads /stats into static memory (so that it holds no block of
- *     its own while the scrape happens), waits 2.5 s doing nothing, reads
- *     /stats again, and takes a scrape whose timestamp falls after the end
- *     of the first read and well before the second (trying again if none
- *     did); a counter then lies between the two reads, and so does a gauge,
- *     except the resident set, which the test's work moves (RSS_SLACK);
+ *     its own while the scrape happens), waits without allocating until
+ *     Prometheus has stored a scrape the server served after that read
+ *     (its count of requests says so), reads /stats again, and takes that
+ *     scrape; a counter then lies between the two reads, and so does a
+ *     gauge, except the resident set, which the test's work moves
+ *     (RSS_SLACK);
  *   - counters never go down from one scrape to the next.
  *
  * Prometheus is stopped at the end (SIGTERM; it dies with the test too:
@@ -180,9 +181,9 @@ static cJSON *query(const char *promql)
 
 static void wait_ready(void)
 {
-    uint64_t end = it_now_ms() + 30000;
+    uint64_t end = it_now_ms() + IT_WAIT_MS; /* (a hang guard: it returns once ready) */
     for (;;) {
-        int fd = it_connect_t(prom_port, 2000);
+        int fd = it_connect(prom_port);
         if (fd >= 0) {
             close(fd);
             it_resp_t r;
@@ -194,7 +195,7 @@ static void wait_ready(void)
         }
         int st;
         ck_assert_msg(waitpid(prom, &st, WNOHANG) == 0, "prometheus exited (status %d)", st);
-        ck_assert_msg(it_now_ms() < end, "prometheus not ready within 30 s");
+        ck_assert_msg(it_now_ms() < end, "prometheus not ready within %d s", IT_WAIT_MS / 1000);
         usleep(100000);
     }
 }
@@ -207,13 +208,6 @@ static double scalar_of(cJSON *j)
         return NAN;
     const cJSON *v = it_item(res->child, "value");
     return strtod(cJSON_GetArrayItem(v, 1)->valuestring, NULL);
-}
-
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t stat_of(const cJSON *stats, const char *name)
@@ -247,20 +241,50 @@ static cJSON *parse_stats(const char *text)
     return j;
 }
 
-/* The timestamp of a scrape in (from, to), or 0. */
-static double scrape_between(double from, double to)
+/* While the test waits for a scrape between its two reads of /stats
+ * nothing of this thread's may allocate (a block live while Prometheus
+ * scrapes would move the gauges): this asks Prometheus with a raw request
+ * into static memory and reads the answer with strstr and strtod. */
+static char prom_text[1 << 16];
+
+/* The timestamp of the first scrape Prometheus has stored whose
+ * sefer_introspect_requests_total is above `requests`, or 0. */
+static double stored_scrape_after(uint64_t requests)
 {
-    cJSON *j = query("sefer_info[30s]");
-    const cJSON *res = it_item(it_item(j, "data"), "result");
-    double found = 0;
-    if (cJSON_GetArraySize(res) == 1)
-        for (const cJSON *v = it_item(res->child, "values")->child; v; v = v->next) {
-            double t = cJSON_GetArrayItem(v, 0)->valuedouble;
-            if (t > from && t < to)
-                found = t;
-        }
-    cJSON_Delete(j);
-    return found;
+    static const char req[] = "GET /api/v1/query?query=sefer_introspect_requests_total%5B30s%5D HTTP/1.0\r\n"
+                              "Host: 127.0.0.1\r\n\r\n";
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)prom_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    size_t n = 0;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && send(fd, req, sizeof req - 1, 0) > 0)
+        for (ssize_t got; n + 1 < sizeof prom_text && (got = recv(fd, prom_text + n, sizeof prom_text - 1 - n, 0)) > 0;)
+            n += (size_t)got;
+    if (fd >= 0)
+        close(fd);
+    prom_text[n] = '\0';
+    const char *v = strstr(prom_text, "\"values\":[");
+    if (v == NULL)
+        return 0;
+    for (const char *p = v + 10; (p = strchr(p, '[')) != NULL; p++) { /* [time,"value"] */
+        char *end;
+        double t = strtod(p + 1, &end);
+        if (end[0] != ',' || end[1] != '"')
+            break;
+        if (strtod(end + 2, NULL) > (double)requests)
+            return t;
+    }
+    return 0;
+}
+
+/* The count of requests in a /stats reply read by read_stats (without
+ * allocating, as above). */
+static uint64_t requests_in(const char *text)
+{
+    const char *p = strstr(text, "\"introspect\":");
+    p = p ? strstr(p, "\"requests\":") : NULL;
+    ck_assert_msg(p != NULL, "no introspect.requests in /stats: %.300s", text);
+    return strtoull(p + strlen("\"requests\":"), NULL, 10);
 }
 
 /* The metric families /metrics serves: "name type" lines of its TYPE
@@ -312,9 +336,9 @@ START_TEST(test_prometheus_scrapes_sefer)
     start_prometheus(port);
     wait_ready();
     /* a few scrapes */
-    uint64_t end = it_now_ms() + 30000;
+    uint64_t end = it_now_ms() + IT_WAIT_MS; /* (a hang guard) */
     while (!(scalar_of(query("count_over_time(sefer_info[1m])")) >= 4)) {
-        ck_assert_msg(it_now_ms() < end, "fewer than 4 scrapes of sefer within 30 s");
+        ck_assert_msg(it_now_ms() < end, "fewer than 4 scrapes of sefer within %d s", IT_WAIT_MS / 1000);
         usleep(250000);
     }
     cJSON *up = query("up{job=\"sefer\"}");
@@ -338,18 +362,27 @@ START_TEST(test_prometheus_scrapes_sefer)
     ck_assert(scalar_of(kinds) == 5);
     cJSON_Delete(kinds);
 
-    /* one scrape between two reads of /stats, this thread idle between them */
+    /* One scrape between two reads of /stats, this thread idle between
+     * them.  Which scrape came between is told by the order in which the
+     * server (one thread, one request at a time) served them, not by
+     * clocks: its sefer_introspect_requests_total is above the first
+     * read's count, so it was served after that read, and Prometheus had
+     * stored it before the second read was sent, so it was served before.
+     * Only a hang guard bounds the wait.  (This used to sleep 2.5 s between
+     * the reads, give Prometheus 1.5 s to store its scrapes, and take one
+     * stamped in the window less 0.3 s, five tries: guesses about how fast
+     * the machine, Prometheus and its scrape ran.) */
+    read_stats(port, stats_text[0], sizeof stats_text[0]);
+    uint64_t r0 = requests_in(stats_text[0]);
     double ts = 0;
-    for (int attempt = 0; attempt < 5 && ts == 0; attempt++) {
-        read_stats(port, stats_text[0], sizeof stats_text[0]);
-        double t0 = wall_s();
-        usleep(2500000);
-        double t1 = wall_s();
-        read_stats(port, stats_text[1], sizeof stats_text[1]);
-        usleep(1500000); /* Prometheus has stored what it scraped by then */
-        ts = scrape_between(t0, t1 - 0.3);
+    for (uint64_t end = it_now_ms() + IT_WAIT_MS; ts == 0 && it_now_ms() < end;) {
+        ts = stored_scrape_after(r0);
+        if (ts == 0)
+            usleep(100000);
     }
-    ck_assert_msg(ts > 0, "no scrape between two reads of /stats 2.5 s apart, five times");
+    read_stats(port, stats_text[1], sizeof stats_text[1]);
+    ck_assert_msg(ts > 0, "Prometheus stored no scrape of sefer in %d s after a read of /stats: %.300s",
+                  IT_WAIT_MS / 1000, prom_text);
     cJSON *s0 = parse_stats(stats_text[0]), *s1 = parse_stats(stats_text[1]);
     char promql[160];
     snprintf(promql, sizeof promql, "{__name__=~\"sefer_.+\"}[30s]");
@@ -397,7 +430,7 @@ int main(void)
     }
     Suite *s = suite_create("introspect-prometheus");
     TCase *tc = tcase_create("prometheus");
-    tcase_set_timeout(tc, 90);
+    tcase_set_timeout(tc, 240); /* (a hang guard, above its IT_WAIT_MS waits) */
     tcase_add_test(tc, test_prometheus_scrapes_sefer);
     suite_add_tcase(s, tc);
     int rc = st_run_suite(s);

@@ -48,7 +48,7 @@ check_sefer_run() {
     out=$(env -u SEFER_LIB -u SEFER_SOAK -u SEFER_CONFIG "$sefer" run --listen 127.0.0.1:0 -- "$py" -c '
 import ctypes, os, urllib.request
 port = ctypes.CDLL(None).sefer_introspect_port()
-with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=10) as r:
+with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=60) as r:
     print("preload", os.environ["LD_PRELOAD"], "healthz", r.status)' 2>"$tmp/run.err")
     rc=$?
     if [ $rc = 0 ] && [ "$out" = "preload $lib healthz 200" ] && ! grep -q "no such knob" "$tmp/run.err"; then

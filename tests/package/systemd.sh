@@ -55,7 +55,7 @@ sefer.sefer_version.restype = ctypes.c_char_p
 if os.environ.get("SEFER_CONFIG_STRICT") != "1":
     sys.exit("check.py: SEFER_CONFIG_STRICT is not 1")
 port = sefer.sefer_introspect_port()
-with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=10) as r:
+with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=60) as r:
     print("check.py: sefer %s, SEFER_CONFIG=%s, /healthz on port %d: %d"
           % (sefer.sefer_version().decode(), os.environ.get("SEFER_CONFIG"), port, r.status))
 PY

@@ -1,0 +1,303 @@
+/* test_decommit_clock.c - what the time-driven policies do, on a clock the
+ * test steps itself (test limits-decommit).
+ *
+ * This program links the variant of libsefer built with
+ * -DSEFER_FAULT_INJECTION (tests/meson.build), whose sefer_test_clock_ms()
+ * freezes sefer's clock.  Every case sets the clock, does its work, moves
+ * the clock on by a set number of decommit.delays and only then calls what
+ * looks at the time (page allocations, a large-cache operation): the
+ * outcome is the same on a fast machine, a loaded one and under a
+ * sanitizer, and no case sleeps.  (The first two cases were in
+ * test_limits.c, where the delay was sized from one timed fill and the
+ * idle times were real sleeps: under ASan on a busy machine the timing
+ * decided the verdict.)
+ *
+ *   adaptive_keeps_what_is_reused  a program fills 16 MiB of small blocks,
+ *       frees them and idles 2.5 delays, over and over: with delayed every
+ *       cycle gives its pages back (>= 8 MiB a cycle), with adaptive the
+ *       pages the last bursts used stay (at most 1/8 of delayed's)
+ *   adaptive_gives_back_idle  the same, then an idle time past the window
+ *       of 8 delays: the memory goes back (>= 8 MiB)
+ *   adaptive_window_edge_in, _out  the window exactly: a burst's pages
+ *       stay while its interval is one of the last 8 (nothing goes back
+ *       7.5 delays later) and go back once it is not (8.5 delays later)
+ *   delayed_edge_before, _after  delayed gives nothing back 1 ms before
+ *       decommit.delay has passed, and the burst's pages 1 ms after
+ *   large_cache_ttl  a cached span stays until large_cache.ttl has passed,
+ *       and is unmapped at the first cache operation after
+ *
+ * Prefixed API only, so it runs in every build (the ASan build runs the
+ * tests named limits*).  Each case runs in its own forked child (CK_FORK):
+ * the frozen clock and the knobs do not leak. */
+#define _GNU_SOURCE
+#include "sefer_test.h"
+
+#ifndef SEFER_FAULT_INJECTION
+#error "test_decommit_clock.c needs the fault-injection variant of libsefer (sefer_test_clock_ms)"
+#endif
+
+/* ---- the clock ------------------------------------------------------------ */
+
+#define DELAY_MS 100u /* decommit.delay in every case: any value would do */
+static uint64_t clock_ms;
+
+/* Freezes sefer's clock at a round time ahead of the real one (so no time
+ * sefer noted before the case is later than it, and interval boundaries,
+ * multiples of decommit.delay, fall on round numbers). */
+static void clock_start(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    uint64_t real = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    clock_ms = (real / 3600000u + 2) * 3600000u;
+    sefer_test_clock_ms(clock_ms);
+}
+
+static void clock_advance(uint64_t ms)
+{
+    clock_ms += ms;
+    sefer_test_clock_ms(clock_ms);
+}
+
+static void set_policy(const char *policy)
+{
+    char text[32];
+    snprintf(text, sizeof text, "%ums", DELAY_MS);
+    ST_KNOB_SET("decommit.policy", policy);
+    ST_KNOB_SET("decommit.delay", text);
+}
+
+static uint64_t decommitted(void)
+{
+    return st_stats().bytes_decommitted_total;
+}
+
+/* ---- the workload ---------------------------------------------------------- */
+
+/* 256-byte blocks: small ones, 256 to a 64 KiB page, and few enough calls
+ * that a fill is quick under ASan too (the test of test_limits.c this came
+ * from used 64-byte ones, 4 times as many calls for the same pages) */
+#define BLOCK 256
+#define CYCLE_BLOCKS (16 * 1024 * 1024 / BLOCK)
+static void **cycle_v;
+
+static void fill(int c)
+{
+    if (cycle_v == NULL)
+        cycle_v = st_map(CYCLE_BLOCKS * sizeof *cycle_v);
+    for (size_t i = 0; i < CYCLE_BLOCKS; i++) {
+        cycle_v[i] = sefer_malloc(BLOCK);
+        if (cycle_v[i] == NULL) /* (not ck_assert: a passing one is a write to check's pipe) */
+            ck_abort_msg("block %zu of a fill: NULL, errno %d", i, errno);
+        memset(cycle_v[i], c, BLOCK);
+    }
+}
+
+static void free_fill(void)
+{
+    for (size_t i = 0; i < CYCLE_BLOCKS; i++)
+        sefer_free(cycle_v[i]);
+}
+
+/* `cycles` bursts of 16 MiB of small blocks, each freed and followed by
+ * 2.5 delays of idle time; returns what the last `measured` of them gave
+ * back, per cycle.  The decommits due after a cycle happen at the next
+ * cycle's page allocations (no background purger: decommit.c), so the
+ * measure ends after one more fill. */
+static uint64_t decommitted_per_cycle(int cycles, int measured)
+{
+    uint64_t before = 0;
+    for (int c = 0; c < cycles; c++) {
+        if (c == cycles - measured)
+            before = decommitted();
+        fill(c);
+        free_fill();
+        clock_advance(DELAY_MS * 5 / 2);
+    }
+    fill(cycles);
+    uint64_t got = (decommitted() - before) / (uint64_t)measured;
+    free_fill();
+    return got;
+}
+
+/* The purge points: page allocations (every 16th looks at the purge queue:
+ * 512 blocks of 4 KiB are 32 pages) and a large-cache operation (a span). */
+static void purge_points(void)
+{
+    void *v[512];
+    for (int i = 0; i < 512; i++) {
+        v[i] = sefer_malloc(4096);
+        ck_assert_ptr_nonnull(v[i]);
+    }
+    for (int i = 0; i < 512; i++)
+        sefer_free(v[i]);
+    sefer_free(sefer_malloc(ST_MIB));
+}
+
+/* Moves the clock to the next interval boundary (a multiple of the delay). */
+static void clock_to_boundary(void)
+{
+    if (clock_ms % DELAY_MS)
+        clock_advance(DELAY_MS - clock_ms % DELAY_MS);
+}
+
+/* ---- cases ---------------------------------------------------------------- */
+
+/* decommit.policy = adaptive against delayed: a program that fills 16 MiB
+ * of small blocks, frees them all and idles for 2.5 delays, over and over.
+ * With delayed every cycle gives the pages back and faults them in again;
+ * with adaptive the pages the last burst took (within the last 8 delays)
+ * stay. */
+START_TEST(test_decommit_adaptive_keeps_what_is_reused)
+{
+    clock_start();
+    set_policy("delayed");
+    uint64_t delayed = decommitted_per_cycle(4, 2);
+    set_policy("adaptive");
+    uint64_t adaptive = decommitted_per_cycle(8, 2);
+    printf("decommitted per idle cycle of 16 MiB: delayed %" PRIu64 " bytes, adaptive %" PRIu64 " bytes\n",
+           delayed, adaptive);
+    ck_assert_msg(delayed >= 8 * ST_MIB, "policy delayed gave back only %" PRIu64 " bytes per cycle", delayed);
+    ck_assert_msg(adaptive <= delayed / 8,
+                  "policy adaptive still gives back %" PRIu64 " bytes per cycle (delayed: %" PRIu64 ")", adaptive,
+                  delayed);
+}
+END_TEST
+
+/* ... and an idle program still gets its memory back: after the cycles
+ * above, an idle time longer than the window (8 delays) decommits them. */
+START_TEST(test_decommit_adaptive_gives_back_idle)
+{
+    clock_start();
+    set_policy("adaptive");
+    decommitted_per_cycle(6, 1);
+    fill(0);
+    free_fill();
+    uint64_t before = decommitted();
+    clock_advance(DELAY_MS * 12); /* past the window of 8 delays */
+    purge_points();
+    uint64_t got = decommitted() - before;
+    printf("after %u ms idle: %" PRIu64 " bytes went back\n", DELAY_MS * 12, got);
+    ck_assert_msg(got >= 8 * ST_MIB, "after %u ms idle only %" PRIu64 " bytes went back", DELAY_MS * 12, got);
+}
+END_TEST
+
+/* One burst of 16 MiB at the start of an interval of decommit.delay, freed;
+ * the clock moved on by `later` ms; then the purge points, arranged to
+ * have no side effects of their own: blocks of the burst's size for 18
+ * pages, kept live until the measure, take pages of their class back from
+ * the purge queue (one of every 16 page allocations looks at the queue;
+ * nothing is trimmed for another class, and no page or segment is freed,
+ * which would put a segment in the large cache and merge it with the
+ * burst's there, making the whole as young as its youngest part), and the
+ * free of a block taken before the burst is the large-cache operation (a
+ * put, which takes no cached span and, the span freed last cooling apart
+ * at guard level 1, merges none).  Returns what went back: only what the
+ * clock says is due. */
+#define PROBE_BLOCKS (18 * 65536 / BLOCK)
+static uint64_t burst_then_probe(const char *policy, uint64_t later)
+{
+    static void *v[PROBE_BLOCKS];
+    clock_start();
+    set_policy(policy);
+    void *big = sefer_malloc(ST_MIB); /* (its span is no part of the burst's memory) */
+    ck_assert_ptr_nonnull(big);
+    clock_to_boundary();
+    fill(0);
+    free_fill();
+    uint64_t before = decommitted();
+    clock_advance(later);
+    for (int i = 0; i < PROBE_BLOCKS; i++)
+        if ((v[i] = sefer_malloc(BLOCK)) == NULL)
+            ck_abort_msg("block %d of the probe: NULL, errno %d", i, errno);
+    sefer_free(big);
+    uint64_t got = decommitted() - before;
+    for (int i = 0; i < PROBE_BLOCKS; i++)
+        sefer_free(v[i]);
+    printf("%s: a burst of 16 MiB, %" PRIu64 " ms later: %" PRIu64 " bytes went back\n", policy, later, got);
+    return got;
+}
+
+/* The window exactly (decommit.c: the peak of each of the last 8 intervals
+ * of decommit.delay): a burst at the start of interval e stays committed
+ * while e is in the window, through interval e + 7, and goes back in
+ * interval e + 8, all of it but the pages the probe itself takes again
+ * (18 of 64 KiB) and what a segment's metadata takes. */
+START_TEST(test_decommit_adaptive_window_edge_in)
+{
+    uint64_t got = burst_then_probe("adaptive", 7 * DELAY_MS + DELAY_MS / 2);
+    ck_assert_msg(got == 0, "adaptive: %" PRIu64 " bytes went back while the burst was in the window", got);
+}
+END_TEST
+
+START_TEST(test_decommit_adaptive_window_edge_out)
+{
+    uint64_t got = burst_then_probe("adaptive", 8 * DELAY_MS + DELAY_MS / 2);
+    ck_assert_msg(got >= 14 * ST_MIB, "adaptive: once the burst left the window, only %" PRIu64 " bytes of 16 MiB went back",
+                  got);
+}
+END_TEST
+
+/* delayed gives nothing back 1 ms before decommit.delay has passed, and the
+ * burst's pages (but the probe's) 1 ms after. */
+START_TEST(test_decommit_delayed_edge_before)
+{
+    uint64_t got = burst_then_probe("delayed", DELAY_MS - 1);
+    ck_assert_msg(got == 0, "delayed: %" PRIu64 " bytes went back before decommit.delay", got);
+}
+END_TEST
+
+START_TEST(test_decommit_delayed_edge_after)
+{
+    uint64_t got = burst_then_probe("delayed", DELAY_MS + 1);
+    ck_assert_msg(got >= 14 * ST_MIB, "delayed: past decommit.delay only %" PRIu64 " bytes of 16 MiB went back", got);
+}
+END_TEST
+
+/* large_cache.ttl: a cached span stays until it has been cached for the
+ * ttl, and goes at the first cache operation after (a take that finds
+ * nothing cached to fit, here). */
+START_TEST(test_large_cache_ttl)
+{
+    ST_KNOB_SET("large_cache.ttl", "1000ms");
+    sefer_trim(); /* an empty cache */
+    clock_start();
+    void *p = sefer_malloc(16 * ST_MIB);
+    ck_assert_ptr_nonnull(p);
+    sefer_free(p);
+    struct sefer_stats s0 = st_stats();
+    ck_assert_uint_eq(s0.large_cache_spans, 1);
+    clock_advance(999);
+    void *q = sefer_malloc(32 * ST_MIB); /* bigger than what is cached: a miss */
+    struct sefer_stats s1 = st_stats();
+    clock_advance(1);
+    void *r = sefer_malloc(32 * ST_MIB);
+    struct sefer_stats s2 = st_stats();
+    ck_assert(q != NULL && r != NULL);
+    sefer_free(q);
+    sefer_free(r);
+    ck_assert_msg(s1.large_cache_spans == 1 && s1.large_cache_bytes == s0.large_cache_bytes,
+                  "999 ms into a ttl of 1000 ms the cache holds %" PRIu64 " spans, %" PRIu64
+                  " bytes (it held %" PRIu64 " bytes)",
+                  s1.large_cache_spans, s1.large_cache_bytes, s0.large_cache_bytes);
+    ck_assert_msg(s2.large_cache_spans == 0 && s2.large_cache_bytes == 0,
+                  "once the ttl of 1000 ms was over the cache still held %" PRIu64 " spans, %" PRIu64 " bytes",
+                  s2.large_cache_spans, s2.large_cache_bytes);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    Suite *s = suite_create("limits-decommit");
+    TCase *tc = tcase_create("decommit");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_decommit_adaptive_keeps_what_is_reused);
+    tcase_add_test(tc, test_decommit_adaptive_gives_back_idle);
+    tcase_add_test(tc, test_decommit_adaptive_window_edge_in);
+    tcase_add_test(tc, test_decommit_adaptive_window_edge_out);
+    tcase_add_test(tc, test_decommit_delayed_edge_before);
+    tcase_add_test(tc, test_decommit_delayed_edge_after);
+    tcase_add_test(tc, test_large_cache_ttl);
+    suite_add_tcase(s, tc);
+    return st_main(s, argc, argv);
+}
