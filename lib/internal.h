@@ -234,7 +234,9 @@ SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
 SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
 SF_HIDDEN void *sf_os_reserve_none(size_t size);
-SF_HIDDEN uint64_t sf_now_ms(void);
+
+/* ---- clock.c ------------------------------------------------------------ */
+SF_HIDDEN uint64_t sf_now_ms(void); /* CLOCK_MONOTONIC_COARSE: deadlines */
 
 /* ---- lockstat.c: the counter build (-Dlock_stats=true, docs/scaling.md) -- */
 /* With SEFER_LOCK_STATS, every sf_lock/sf_unlock is counted and timed per

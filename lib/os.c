@@ -30,7 +30,6 @@
 #include "internal.h"
 
 #include <sys/mman.h>
-#include <time.h>
 
 /* ---- fault injection ------------------------------------------------------ */
 
@@ -175,10 +174,4 @@ bool sf_os_protect(void *p, size_t size, bool accessible) {
 bool sf_os_discard_protect(void *p, size_t size) {
     if (injected(SEFER_OS_MPROTECT, ENOMEM)) return false;
     return mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == p;
-}
-
-uint64_t sf_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }

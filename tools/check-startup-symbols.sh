@@ -10,7 +10,7 @@
 # holds those objects (tools/meson.build names them): start-up (init.c,
 # knobs.c, config_file.c, guard.c, track.c, entry.c) and the allocation
 # path (override.c, alloc.c, heap.c, page.c, segment.c, cache.c, ring.c,
-# segmap.c, sizeclass.c, free.c, guarded.c, os.c).  sf_* calls stay inside
+# segmap.c, sizeclass.c, free.c, guarded.c, os.c, clock.c).  sf_* calls stay inside
 # the library.
 nm_prog=$1
 archive=$2
