@@ -20,7 +20,7 @@ void sf_init_slow(void) {
     while (atomic_flag_test_and_set_explicit(&init_busy, memory_order_acquire)) {
     }
     if (!atomic_load_explicit(&sf_initialized, memory_order_relaxed)) {
-        sf_events_init();
+        sf_clock_init();
         sf_knobs_init();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();

@@ -237,6 +237,11 @@ SF_HIDDEN void *sf_os_reserve_none(size_t size);
 
 /* ---- clock.c ------------------------------------------------------------ */
 SF_HIDDEN uint64_t sf_now_ms(void); /* CLOCK_MONOTONIC_COARSE: deadlines */
+/* Milliseconds since the Unix epoch, counted on CLOCK_BOOTTIME from
+ * sf_clock_init (start-up): never backwards.  The time of events, phases
+ * and /history. */
+SF_HIDDEN void sf_clock_init(void);
+SF_HIDDEN uint64_t sf_clock_ms(void);
 
 /* ---- lockstat.c: the counter build (-Dlock_stats=true, docs/scaling.md) -- */
 /* With SEFER_LOCK_STATS, every sf_lock/sf_unlock is counted and timed per
@@ -874,10 +879,6 @@ typedef struct {
     uint64_t capacity;      /* SF_EVENT_CAP */
     uint64_t complete_upto; /* every event up to this number was returned or is gone */
 } sf_events_info_t;
-SF_HIDDEN void sf_events_init(void);
-/* Milliseconds since the Unix epoch, counted on CLOCK_BOOTTIME from the
- * process's start: never backwards.  The time of events and of /history. */
-SF_HIDDEN uint64_t sf_clock_ms(void);
 SF_HIDDEN void sf_event_record(sf_event_t *e); /* fills seq and time_ms */
 SF_HIDDEN void sf_event_knob(int knob, uint64_t old_value, uint64_t new_value, int old_source, int new_source);
 SF_HIDDEN void sf_event_enomem(uint64_t count, size_t size);
