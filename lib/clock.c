@@ -6,6 +6,9 @@
  * read of the vDSO page) and precise to a few milliseconds, which is all
  * a deadline of tens of milliseconds needs.
  *
+ * sf_now_ns: nanoseconds on CLOCK_MONOTONIC, for durations measured to
+ * report them (phases, the snapshots' lock holds, the counter build).
+ *
  * sf_clock_ms: milliseconds since the Unix epoch as a person reads them,
  * for the times sefer shows (events, /history, phases): the wall clock read
  * once at start-up (sf_clock_init), advanced by CLOCK_BOOTTIME since then,
@@ -19,6 +22,12 @@ uint64_t sf_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t sf_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static _Atomic uint64_t base_real_ms, base_boot_ms;

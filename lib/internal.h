@@ -237,6 +237,7 @@ SF_HIDDEN void *sf_os_reserve_none(size_t size);
 
 /* ---- clock.c ------------------------------------------------------------ */
 SF_HIDDEN uint64_t sf_now_ms(void); /* CLOCK_MONOTONIC_COARSE: deadlines */
+SF_HIDDEN uint64_t sf_now_ns(void); /* CLOCK_MONOTONIC: durations reported */
 /* Milliseconds since the Unix epoch, counted on CLOCK_BOOTTIME from
  * sf_clock_init (start-up): never backwards.  The time of events, phases
  * and /history. */

@@ -32,7 +32,6 @@
 #include "internal.h"
 
 #include <stdio.h>
-#include <time.h>
 
 
 _Atomic int sf_phase_depth;
@@ -62,12 +61,6 @@ static _Atomic uint64_t orphan_counts[4];
 /* The last phases that ended, for /phases (SF_PHASES_KEPT, oldest dropped). */
 static struct sefer_phase ended[SF_PHASES_KEPT];
 static uint64_t ended_count;
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void raise_to(_Atomic int64_t *peak, int64_t v) {
     int64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
@@ -176,7 +169,7 @@ void sf_phase_snapshot(sf_phase_snap_t *out) {
     for (int i = 0; i < depth; i++) {
         sf_phase_open_t *o = &out->open[i];
         memcpy(o->name, open_phases[i].name, sizeof o->name);
-        o->running_ns = now_ns() - open_phases[i].start_ns;
+        o->running_ns = sf_now_ns() - open_phases[i].start_ns;
         o->start_ms = open_phases[i].start_ms;
         o->block_bytes_entry = open_phases[i].bytes_entry;
         int64_t peak = atomic_load(&open_phases[i].bytes_peak);
@@ -216,7 +209,7 @@ SEFER_EXPORT int sefer_phase_begin(const char *name) {
     struct open_phase *ph = &open_phases[depth];
     memset(ph->name, 0, sizeof ph->name);
     if (name != NULL) snprintf(ph->name, sizeof ph->name, "%s", name);
-    ph->start_ns = now_ns();
+    ph->start_ns = sf_now_ns();
     ph->start_ms = sf_clock_ms();
     ph->bytes_entry = st.bytes_in_blocks;
     ph->committed_entry = st.bytes_committed;
@@ -259,7 +252,7 @@ SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
     r.version = SEFER_PHASE_VERSION;
     memcpy(r.name, ph->name, sizeof r.name);
     r.depth = (uint32_t)depth;
-    r.duration_ns = now_ns() - ph->start_ns;
+    r.duration_ns = sf_now_ns() - ph->start_ns;
     r.start_ms = ph->start_ms;
     r.end_ms = sf_clock_ms();
     r.block_bytes_entry = ph->bytes_entry;
