@@ -77,25 +77,13 @@ static struct {
 
 /* ---- reporting ------------------------------------------------------------- */
 
-static void add_hex(sf_str_t *s, uintptr_t v) {
-    char digits[16];
-    int n = 0;
-    do {
-        digits[n++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    sf_str_add(s, "0x");
-    while (n)
-        sf_str_addn(s, &digits[--n], 1);
-}
-
 /* Counts a problem and describes it as "what at 0x..." (the first few fit). */
 static void report(const char *what, const void *at) {
     ck.problems++;
     if (ck.problems > 1) sf_str_add(&ck.out, "; ");
     sf_str_add(&ck.out, what);
     sf_str_add(&ck.out, " at ");
-    add_hex(&ck.out, (uintptr_t)at);
+    sf_str_addx(&ck.out, (uintptr_t)at);
 }
 
 /* A finding that may be another thread mid-change: kept for this pass. */

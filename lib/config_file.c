@@ -4,7 +4,7 @@
  * Everything here is pure: no global state, no allocation, no system call.
  * knobs.c reads the file and keeps the values; the fuzz target
  * (tests/fuzz/fuzz_config.c) and the docs generator (tools/knobs-doc.c)
- * link this file alone.
+ * link this file and the string builder (str.c) alone.
  *
  * The parser is line-oriented (nothing in the subset spans lines) and
  * reports at most one error per line, then skips to the next line:
@@ -68,48 +68,6 @@ size_t sf_knob_env_name(int id, char *buf, size_t len) {
         sf_str_addn(&s, &c, 1);
     }
     return s.len;
-}
-
-/* ---- bounded strings ------------------------------------------------------- */
-
-void sf_str_init(sf_str_t *s, char *buf, size_t cap) {
-    s->buf = buf;
-    s->cap = cap;
-    s->len = 0;
-    if (cap) buf[0] = '\0';
-}
-
-void sf_str_addn(sf_str_t *s, const char *text, size_t n) {
-    if (s->cap == 0) return;
-    size_t room = s->cap - 1 - s->len;
-    if (n > room) n = room;
-    memcpy(s->buf + s->len, text, n);
-    s->len += n;
-    s->buf[s->len] = '\0';
-}
-
-void sf_str_add(sf_str_t *s, const char *text) { sf_str_addn(s, text, strlen(text)); }
-
-void sf_str_addu(sf_str_t *s, uint64_t v) {
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n) sf_str_addn(s, &digits[--n], 1);
-}
-
-/* Appends text with every byte outside printable ASCII shown as '?', and at
- * most max bytes of it ("..." marks a cut): user text in a message stays on
- * one line. */
-void sf_str_add_clean(sf_str_t *s, const char *text, size_t n, size_t max) {
-    for (size_t i = 0; i < n && i < max; i++) {
-        char c = text[i];
-        if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f) c = '?';
-        sf_str_addn(s, &c, 1);
-    }
-    if (n > max) sf_str_add(s, "...");
 }
 
 /* ---- values ------------------------------------------------------------------ */
@@ -726,27 +684,4 @@ unsigned sf_config_parse(const char *buf, size_t len, const sf_config_sink_t *si
         next_line(&ps);
     }
     return ps.errors;
-}
-
-/* strerror() may allocate (translations): the texts of the errnos opening a
- * file can give. */
-const char *sf_errno_text(int e) {
-    switch (e) {
-    case ENOENT: return "No such file or directory";
-    case EACCES: return "Permission denied";
-    case EISDIR: return "Is a directory";
-    case ENOTDIR: return "Not a directory";
-    case ELOOP: return "Too many levels of symbolic links";
-    case ENAMETOOLONG: return "File name too long";
-    case EMFILE: return "Too many open files";
-    case ENFILE: return "Too many open files in system";
-    case EIO: return "Input/output error";
-    case ENOMEM: return "Cannot allocate memory";
-    case EPERM: return "Operation not permitted";
-    case ENXIO: return "No such device or address";
-    case EOVERFLOW: return "Value too large for defined data type";
-    case EINTR: return "Interrupted system call";
-    case EAGAIN: return "Resource temporarily unavailable";
-    default: return "error";
-    }
 }

@@ -42,47 +42,20 @@ void sf_guard_init(void) {
     sf_canary_secret = s[1] | 1;
 }
 
-void sf_write_stderr(const char *msg) {
-    size_t n = strlen(msg);
-    while (n > 0) {
-        ssize_t w = write(2, msg, n);
-        if (w <= 0) return;
-        msg += w;
-        n -= (size_t)w;
-    }
-}
-
-static char *append(char *at, const char *end, const char *s) {
-    while (*s && at < end) *at++ = *s++;
-    return at;
-}
-
-static char *append_hex(char *at, const char *end, uintptr_t v) {
-    char digits[2 + 16];
-    int n = 0;
-    do {
-        digits[n++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    at = append(at, end, "0x");
-    while (n && at < end) *at++ = digits[--n];
-    return at;
-}
-
 void sf_guard_report(enum sf_guard_kind kind, const void *p) {
     sf_event_guard(kind, p, atomic_fetch_add_explicit(&sf_gstats.guard[kind], 1, memory_order_relaxed) + 1);
     if (sf_guard_level == 0) return;
     bool abort_now = sf_knob(SF_KNOB_GUARD_ON_ERROR) == SF_ON_ERROR_ABORT;
     if (!atomic_exchange(&reported[kind], true) || abort_now) {
         char msg[192];
-        char *end = msg + sizeof msg - 1, *at = msg;
-        at = append(at, end, "sefer: ");
-        at = append(at, end, kind_text[kind]);
-        at = append(at, end, " at ");
-        at = append_hex(at, end, (uintptr_t)p);
-        at = append(at, end, abort_now ? ": aborting (guard.on_error = abort)\n"
-                                       : ": refused (guard.on_error = report; reported once)\n");
-        *at = '\0';
+        sf_str_t s;
+        sf_str_init(&s, msg, sizeof msg);
+        sf_str_add(&s, "sefer: ");
+        sf_str_add(&s, kind_text[kind]);
+        sf_str_add(&s, " at ");
+        sf_str_addx(&s, (uintptr_t)p);
+        sf_str_add(&s, abort_now ? ": aborting (guard.on_error = abort)\n"
+                                 : ": refused (guard.on_error = report; reported once)\n");
         sf_write_stderr(msg);
     }
     if (abort_now) abort();

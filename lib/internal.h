@@ -108,6 +108,21 @@ SF_INLINE unsigned sf_class_of(size_t n) {
 }
 SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
 
+/* ---- str.c: text without malloc ------------------------------------------ */
+/* A bounded, always NUL-terminated string builder (truncates). */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} sf_str_t;
+SF_HIDDEN void sf_str_init(sf_str_t *s, char *buf, size_t cap);
+SF_HIDDEN void sf_str_add(sf_str_t *s, const char *text);
+SF_HIDDEN void sf_str_addn(sf_str_t *s, const char *text, size_t n);
+SF_HIDDEN void sf_str_addu(sf_str_t *s, uint64_t v);
+SF_HIDDEN void sf_str_addx(sf_str_t *s, uintptr_t v); /* 0x..., lower case */
+SF_HIDDEN void sf_str_add_clean(sf_str_t *s, const char *text, size_t n, size_t max);
+SF_HIDDEN const char *sf_errno_text(int e); /* strerror's text, for the errnos of open/read */
+SF_HIDDEN void sf_write_stderr(const char *msg);
+
 /* ---- knobs (knobs.c) ------------------------------------------------------ */
 enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED, SF_DECOMMIT_ADAPTIVE };
 enum sf_on_error { SF_ON_ERROR_ABORT, SF_ON_ERROR_REPORT };
@@ -199,18 +214,7 @@ SF_HIDDEN size_t sf_knob_env_name(int id, char *buf, size_t len);
  * text is the value); false with the reason in why ("out of range 0-3"). */
 SF_HIDDEN bool sf_knob_from_text(int id, const char *text, uint64_t *out, char *why, size_t whylen);
 
-/* A bounded, always NUL-terminated string builder (truncates). */
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} sf_str_t;
-SF_HIDDEN void sf_str_init(sf_str_t *s, char *buf, size_t cap);
-SF_HIDDEN void sf_str_add(sf_str_t *s, const char *text);
-SF_HIDDEN void sf_str_addn(sf_str_t *s, const char *text, size_t n);
-SF_HIDDEN void sf_str_addu(sf_str_t *s, uint64_t v);
-SF_HIDDEN void sf_str_add_clean(sf_str_t *s, const char *text, size_t n, size_t max);
 SF_HIDDEN void sf_knob_format_human(uint8_t type, uint64_t v, sf_str_t *s);
-SF_HIDDEN const char *sf_errno_text(int e);
 
 /* The parser calls set() for each valid key = value (str: the text of a
  * STRING knob, else NULL), unset() when a key set earlier in the file turns
@@ -700,7 +704,6 @@ enum sf_guard_kind {
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
-SF_HIDDEN void sf_write_stderr(const char *msg);
 SF_HIDDEN extern uintptr_t sf_guard_secret, sf_canary_secret;
 SF_HIDDEN void sf_guard_init(void);
 

@@ -13,7 +13,7 @@
  * libFuzzer (clang, ASan + UBSan):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
  *     -D_GNU_SOURCE -Ilib -Iinclude tests/fuzz/fuzz_config.c lib/config_file.c \
- *     -o fuzz_config
+ *     lib/str.c -o fuzz_config
  *   ./fuzz_config -max_total_time=600 -dict=tests/fuzz/config.dict \
  *     fuzz-work tests/fuzz/corpus
  * Without clang, fuzz_corpus.c (meson test "fuzz-corpus") replays the corpus. */
