@@ -193,10 +193,9 @@ SF_HIDDEN void sf_knobs_init(void);
 SF_HIDDEN extern pthread_mutex_t sf_knob_lock;
 SF_HIDDEN const char *sf_knob_source_name(int source); /* "default", "file", "env", "runtime" */
 
-/* ---- config_file.c ---- */
-/* The knob table as data, text -> value conversion and the SEFER_CONFIG
- * parser: pure (no state, no allocation, no system call), so the fuzz
- * target and tools/knobs-doc link config_file.c alone. */
+/* ---- knob_table.c: the knob table as data, text -> value conversion ------ */
+/* Pure (no state, no allocation, no system call), like toml.c and str.c:
+ * the fuzz target and tools/knobs-doc link those three alone. */
 #define SF_KNOB_STR_MAX 128               /* string knobs hold at most 127 bytes */
 #define SF_CONFIG_FILE_MAX (64u << 10)    /* a SEFER_CONFIG file, at most */
 struct sf_knob_def {
@@ -213,9 +212,17 @@ SF_HIDDEN size_t sf_knob_env_name(int id, char *buf, size_t len);
 /* Text as in SEFER_* variables and sefer_config_set -> value (STRING: 0, the
  * text is the value); false with the reason in why ("out of range 0-3"). */
 SF_HIDDEN bool sf_knob_from_text(int id, const char *text, uint64_t *out, char *why, size_t whylen);
-
 SF_HIDDEN void sf_knob_format_human(uint8_t type, uint64_t v, sf_str_t *s);
+/* For toml.c: whether a table (the part of a name before its dot) exists;
+ * a number (neg: written with a minus) within the knob's bounds; a text
+ * (len bytes) as the knob's value; "what the knob takes" (toml: as TOML
+ * writes it).  The three with a why append the reason to it. */
+SF_HIDDEN bool sf_knob_table_known(const char *name, size_t len);
+SF_HIDDEN bool sf_knob_check_number(int id, uint64_t v, bool neg, uint64_t *out, sf_str_t *why);
+SF_HIDDEN bool sf_knob_convert_text(int id, const char *text, size_t len, uint64_t *out, sf_str_t *why);
+SF_HIDDEN void sf_knob_expected(int id, sf_str_t *why, bool toml);
 
+/* ---- toml.c: the SEFER_CONFIG parser -------------------------------------- */
 /* The parser calls set() for each valid key = value (str: the text of a
  * STRING knob, else NULL), unset() when a key set earlier in the file turns
  * out to be duplicated (the file no longer sets it), and error() once per

@@ -1,6 +1,6 @@
 /* knobs.c - the values of the knobs and where they came from.
  *
- * The table (SF_KNOBS in internal.h, as data in config_file.c) gives each
+ * The table (SF_KNOBS in internal.h, as data in knob_table.c) gives each
  * knob its name, type, default, bounds, whether it may change while the
  * program runs, and a one-line meaning.  Values live in an array of 64-bit
  * atomics so the allocator reads them without locks; strings live in fixed
