@@ -11,9 +11,6 @@
 _Atomic int sf_initialized;
 pthread_key_t sf_thread_key;
 bool sf_thread_key_ok;
-uint8_t sf_guard_level;
-bool sf_l2_fast;
-uint8_t sf_generic_mode;
 static atomic_flag init_busy = ATOMIC_FLAG_INIT;
 
 void sf_init_slow(void) {

@@ -295,7 +295,26 @@ SF_HIDDEN void sf_ls_stat(const _Atomic uint64_t *counter);
 #define SF_LS_STAT(counter) ((void)0)
 #endif
 
-/* ---- process-wide counters (stats.c) ------------------------------------- */
+/* ---- globals.c: flags and counters every layer reads ---------------------- */
+SF_HIDDEN extern uint8_t sf_guard_level; /* copied from the knob at start-up */
+/* Guard level 2's fast paths are in use (level 2, not tracked by valgrind);
+ * pages are off levels 0-1's fast paths when sf_guard_level >= 2 || sf_tracked. */
+SF_HIDDEN extern bool sf_l2_fast;
+/* What takes the generic paths out of their usual way, in one byte so that
+ * each asks one question where it asked "tracked?" before (outside a phase
+ * and valgrind, they cost what they cost without phases): SF_MODE_TRACKED
+ * mirrors sf_tracked (set at start-up), SF_MODE_PHASE is set while a phase
+ * is open (phase.c). */
+enum { SF_MODE_TRACKED = 1, SF_MODE_PHASE = 2 };
+SF_HIDDEN extern uint8_t sf_generic_mode; /* written with __atomic_fetch_or/and */
+/* (SF_PEEK: a compare with memory; a thread that reads the old value a
+ * moment after a phase began or ended is one operation counted or not) */
+SF_INLINE unsigned sf_mode(void) { return SF_PEEK(sf_generic_mode); }
+/* While a phase is open the fast paths are off (every malloc and free takes
+ * the generic paths, which count): sf_phase_on() is their one question. */
+SF_HIDDEN extern _Atomic int sf_phase_depth;
+SF_INLINE bool sf_phase_on(void) { return atomic_load_explicit(&sf_phase_depth, memory_order_relaxed) != 0; }
+/* Process-wide counters: */
 #define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard.c) */
 struct sf_global_stats {
     _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
@@ -551,22 +570,8 @@ SF_INLINE void sf_ensure_init(void) {
 }
 SF_HIDDEN extern pthread_key_t sf_thread_key;
 SF_HIDDEN extern bool sf_thread_key_ok;
-SF_HIDDEN extern uint8_t sf_guard_level; /* copied from the knob at start-up */
-/* Guard level 2's fast paths are in use (level 2, not tracked by valgrind);
- * pages are off levels 0-1's fast paths when sf_guard_level >= 2 || sf_tracked. */
-SF_HIDDEN extern bool sf_l2_fast;
 SF_HIDDEN extern bool sf_tracked; /* under valgrind with valgrind.track on (track.c) */
 SF_INLINE bool sf_pages_checked(void) { return sf_guard_level >= 2 || sf_tracked; }
-/* What takes the generic paths out of their usual way, in one byte so that
- * each asks one question where it asked "tracked?" before (outside a phase
- * and valgrind, they cost what they cost without phases): SF_MODE_TRACKED
- * mirrors sf_tracked (set at start-up), SF_MODE_PHASE is set while a phase
- * is open (phase.c). */
-enum { SF_MODE_TRACKED = 1, SF_MODE_PHASE = 2 };
-SF_HIDDEN extern uint8_t sf_generic_mode; /* written with __atomic_fetch_or/and */
-/* (SF_PEEK: a compare with memory; a thread that reads the old value a
- * moment after a phase began or ended is one operation counted or not) */
-SF_INLINE unsigned sf_mode(void) { return SF_PEEK(sf_generic_mode); }
 
 /* ---- segment.c -------------------------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_seg_lock;
@@ -583,10 +588,6 @@ SF_HIDDEN bool sf_reserve_segments(size_t count);
 SF_HIDDEN void sf_release_segments(size_t count);
 
 /* ---- phase.c: phase measurements (sefer_phase_begin/end) ------------------- */
-/* While a phase is open the fast paths are off (every malloc and free takes
- * the generic paths, which count): sf_phase_on() is their one question. */
-SF_HIDDEN extern _Atomic int sf_phase_depth;
-SF_INLINE bool sf_phase_on(void) { return atomic_load_explicit(&sf_phase_depth, memory_order_relaxed) != 0; }
 enum sf_phase_what { SF_PHASE_ALLOC, SF_PHASE_FREE, SF_PHASE_REALLOC, SF_PHASE_ALLOCATED };
 #define SF_PHASE_FOLD ((int64_t)64 << 10) /* a heap's delta of block bytes goes shared past this */
 #define SF_PHASES_OPEN_MAX 16             /* nested phases at once */

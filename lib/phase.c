@@ -33,9 +33,6 @@
 
 #include <stdio.h>
 
-
-_Atomic int sf_phase_depth;
-
 static pthread_mutex_t phase_lock = PTHREAD_MUTEX_INITIALIZER;
 /* the shared sum of block bytes (exact at the first phase's entry, then
  * kept by the folds) and committed bytes' peak source */

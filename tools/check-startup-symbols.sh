@@ -10,8 +10,8 @@
 # holds those objects (tools/meson.build names them): start-up (init.c,
 # knobs.c, knob_table.c, toml.c, str.c, guard.c, track.c, entry.c) and the
 # allocation path (override.c, alloc.c, heap.c, page.c, segment.c, cache.c,
-# ring.c, segmap.c, sizeclass.c, free.c, guarded.c, os.c, clock.c).  sf_*
-# calls stay inside the library.
+# ring.c, segmap.c, sizeclass.c, free.c, guarded.c, os.c, clock.c,
+# globals.c).  sf_* calls stay inside the library.
 nm_prog=$1
 archive=$2
 # Allocation-free everywhere: system-call wrappers, string and memory
