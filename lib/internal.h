@@ -192,6 +192,11 @@ SF_INLINE uint64_t sf_knob(enum sf_knob_id id) {
 SF_HIDDEN void sf_knobs_init(void);
 SF_HIDDEN extern pthread_mutex_t sf_knob_lock;
 SF_HIDDEN const char *sf_knob_source_name(int source); /* "default", "file", "env", "runtime" */
+/* A knob's value (STRING: the text str) and where it came from; at run
+ * time under sf_knob_lock (config.c). */
+SF_HIDDEN void sf_knob_set(int i, uint64_t v, const char *str, uint8_t source);
+SF_HIDDEN uint8_t sf_knob_source(int i);
+SF_HIDDEN const char *sf_knob_string(int i);
 
 /* ---- knob_table.c: the knob table as data, text -> value conversion ------ */
 /* Pure (no state, no allocation, no system call), like toml.c and str.c:
