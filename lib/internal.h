@@ -592,7 +592,7 @@ SF_HIDDEN bool sf_reserve_segments(size_t count);
 
 SF_HIDDEN void sf_release_segments(size_t count);
 
-/* ---- phase.c: phase measurements (sefer_phase_begin/end) ------------------- */
+/* ---- phase.c, phase_count.c: phase measurements (sefer_phase_begin/end) ---- */
 enum sf_phase_what { SF_PHASE_ALLOC, SF_PHASE_FREE, SF_PHASE_REALLOC, SF_PHASE_ALLOCATED };
 #define SF_PHASE_FOLD ((int64_t)64 << 10) /* a heap's delta of block bytes goes shared past this */
 #define SF_PHASES_OPEN_MAX 16             /* nested phases at once */
@@ -601,6 +601,27 @@ enum sf_phase_what { SF_PHASE_ALLOC, SF_PHASE_FREE, SF_PHASE_REALLOC, SF_PHASE_A
  * in allocated blocks it made (+ for an allocation, - for a free) */
 SF_HIDDEN void sf_phase_count(enum sf_phase_what what, int64_t bytes);
 SF_HIDDEN void sf_phase_committed(uint64_t committed);
+/* What they count into (phase_count.c), reset by phase.c when the first
+ * phase begins and read when one ends: the shared sum of block bytes (exact
+ * at the first phase's entry, then kept by the folds), the epoch (bumped
+ * when the first phase begins), the heaps that counted in it, the open
+ * phases (entries in use: sf_phase_open_count; peaks are read up to it),
+ * and the counts of threads without a heap (the others count in their
+ * heap's owner-only fields). */
+struct sf_open_phase {
+    char name[64];
+    uint64_t start_ns, start_ms;
+    uint64_t bytes_entry, committed_entry;
+    _Atomic int64_t bytes_peak;
+    _Atomic uint64_t committed_peak;
+    uint64_t allocs0, frees0, reallocs0, allocated0;
+};
+SF_HIDDEN extern _Atomic int64_t sf_phase_shared_bytes;
+SF_HIDDEN extern _Atomic uint32_t sf_phase_epoch;
+SF_HIDDEN extern _Atomic uint64_t sf_phase_counting;
+SF_HIDDEN extern struct sf_open_phase sf_phase_open[SF_PHASES_OPEN_MAX];
+SF_HIDDEN extern _Atomic int sf_phase_open_count;
+SF_HIDDEN extern _Atomic uint64_t sf_phase_orphan_counts[4];
 typedef struct {
     char name[64];
     uint64_t running_ns, start_ms, block_bytes_entry, block_bytes_peak;
