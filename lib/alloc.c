@@ -18,11 +18,11 @@ void *sf_alloc_class(unsigned c) {
          * on (here, where a thread comes once its current page looks dry) */
         if (unlikely(sf_class_size[c] <= DIRECT_MAX && SF_GET(heap->direct[sf_class_size[c] >> 4]) == &sf_empty_page) &&
             heap->queues[c].first != NULL && !sf_pages_checked() && !sf_phase_on())
-            sf_heap_update_direct(heap, c);
-        p = sf_heap_malloc_class(heap, c);
+            sf_page_update_direct(heap, c);
+        p = sf_page_malloc_class(heap, c);
     } else {
         sf_lock(&sf_fallback_lock);
-        p = sf_heap_malloc_class(heap, c);
+        p = sf_page_malloc_class(heap, c);
         sf_unlock(&sf_fallback_lock);
         sf_stat_add(&sf_gstats.fallback_allocs, 1);
     }
@@ -252,10 +252,10 @@ void *sf_realloc(void *p, size_t n) {
             return q;
         }
         sf_track_quiet_begin(); /* (under valgrind: reads sefer's hidden fields) */
-        page = sf_check_block(p, &seg);
+        page = sf_free_check_block(p, &seg);
         sf_track_quiet_end();
         if (page == NULL) {
-            errno = EINVAL; /* misuse, reported by sf_check_block */
+            errno = EINVAL; /* misuse, reported by sf_free_check_block */
             return NULL;
         }
     }
@@ -331,9 +331,9 @@ size_t sf_trim(void) {
     sf_track_quiet_begin();
     uint64_t before = atomic_load(&sf_gstats.decommitted_total);
     sf_heap_t *heap = sf_tls_heap;
-    if (heap->kind == SF_HEAP_REAL) sf_heap_collect(heap, true);
+    if (heap->kind == SF_HEAP_REAL) sf_page_collect_heap(heap, true);
     sf_lock(&sf_fallback_lock);
-    sf_heap_collect(&sf_heap_fallback, true);
+    sf_page_collect_heap(&sf_heap_fallback, true);
     sf_unlock(&sf_fallback_lock);
     sf_heaps_collect_abandoned(true);
     if (sf_guard_level >= 2) sf_span_quarantine_flush();

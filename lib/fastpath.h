@@ -150,7 +150,7 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
 }
 
 /* The gdirect index of a request: by its size with the tail; the smallest
- * entries name the SF_GUARD_MIN_BLOCK class (sf_heap_update_direct). */
+ * entries name the SF_GUARD_MIN_BLOCK class (sf_page_update_direct). */
 SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
 
 SF_INLINE void *sf_malloc_l2(size_t n) {

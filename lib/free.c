@@ -10,7 +10,7 @@
 
 /* Validates p for free/realloc.  Returns its page (and *seg_out), or NULL
  * after reporting the misuse (free of NULL returns NULL silently). */
-sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
+sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) {
@@ -131,7 +131,7 @@ void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
 static void free_checked_uncounted(void *p) {
     if (unlikely(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
     sf_segment_t *seg = NULL;
-    sf_page_t *page = sf_check_block(p, &seg);
+    sf_page_t *page = sf_free_check_block(p, &seg);
     if (page == NULL) return;
     if (sf_guard_level >= 2 && !sf_guarded_free_ok(seg, page, p, seg->heap == sf_tls_heap))
         return; /* canary or cross-thread double free: reported and refused */

@@ -218,7 +218,7 @@ void sf_heaps_purge_abandoned(void) {
  * the pages the next thread adopted.) */
 static bool heap_collect_abandoned(sf_heap_t *heap, bool purge_now) {
     if (!heap_claim_to_collect(heap)) return false;
-    sf_heap_collect_ex(heap, true, purge_now);
+    sf_page_collect_heap_ex(heap, true, purge_now);
     if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
     return true;
@@ -313,7 +313,7 @@ void sf_heap_thread_done(void *value) {
     /* every empty page goes back to its segment, but decommits keep their
      * deadline: the next thread usually adopts this heap within it and
      * reuses the pages without faulting them in again */
-    sf_heap_collect_ex(heap, true, false);
+    sf_page_collect_heap_ex(heap, true, false);
     sf_track_quiet_end();
     atomic_store_explicit(&heap->tid, 0, memory_order_relaxed);
     if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);

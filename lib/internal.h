@@ -654,15 +654,15 @@ SF_HIDDEN bool sf_cache_holds(const void *p);
 
 /* ---- page.c ----------------------------------------------------------------- */
 SF_HIDDEN void sf_page_init(sf_page_t *page, unsigned class_idx);
-SF_HIDDEN void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx);
+SF_HIDDEN void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);
-SF_HIDDEN void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx);
-SF_HIDDEN size_t sf_heap_collect(sf_heap_t *heap, bool force);
-SF_HIDDEN size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now);
+SF_HIDDEN void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx);
+SF_HIDDEN size_t sf_page_collect_heap(sf_heap_t *heap, bool force);
+SF_HIDDEN size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now);
 
 /* ---- ring.c ----------------------------------------------------------------- */
 /* Cells hold their sequence number minus their index, so a ring fresh from
@@ -722,7 +722,7 @@ SF_HIDDEN void sf_print_stats(void);
 SF_HIDDEN void sf_free_generic(void *p);
 SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
 SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
-SF_HIDDEN sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out);
+SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
 
 /* ---- guard.c ---------------------------------------------------------------- */
 enum sf_guard_kind {
@@ -849,7 +849,7 @@ SF_INLINE bool sf_prof_is_armed(void) { return SF_PEEK(sf_prof_armed); }
 SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */
 SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside malloc) */
 SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
-/* sf_heap_malloc_class: the class's current page has nothing on its free
+/* sf_page_malloc_class: the class's current page has nothing on its free
  * list; true if this allocation is the class's next sample. */
 SF_HIDDEN bool sf_prof_due(sf_heap_t *heap, unsigned class_idx);
 /* The owner's frees of `page` (local_free, not empty; free is empty)

@@ -39,7 +39,7 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
 /* Points the direct-table entries of a class at its first page.  Invariant:
  * direct[] names the first page of its class queue or the empty page, never
  * a page that is full, released, or serving another class. */
-void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
+void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
     if (sf_class_size[class_idx] > DIRECT_MAX) return;
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL) page = &sf_empty_page;
@@ -167,14 +167,14 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
             }
             /* always: full pages ahead of it may have left the queue, and
              * direct[] must never name a page outside its class queue */
-            sf_heap_update_direct(heap, class_idx);
+            sf_page_update_direct(heap, class_idx);
             return page;
         }
         page = next;
     }
     page = sf_segment_page_alloc(heap, class_idx);
     if (page == NULL) {
-        sf_heap_update_direct(heap, class_idx);
+        sf_page_update_direct(heap, class_idx);
         return NULL;
     }
     heap->pages_in_use++;
@@ -185,7 +185,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
     page_extend(page);
     if (unlikely(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
     sf_queue_push_front(q, page);
-    sf_heap_update_direct(heap, class_idx);
+    sf_page_update_direct(heap, class_idx);
     return page;
 }
 
@@ -226,7 +226,7 @@ static void *heap_malloc_from(sf_heap_t *heap, unsigned class_idx, bool sampled)
 }
 
 /* The slow path for one class: take in remote frees, find or make a page. */
-void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
+void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
     /* the current page may still have blocks (guard level >= 2 comes here
      * for every allocation): take one before the full slow path */
     sf_page_t *first = heap->queues[class_idx].first;
@@ -252,7 +252,7 @@ void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {
     sf_queue_remove(&heap->full, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     queue_push_back(q, page);
-    if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
+    if (q->first == page) sf_page_update_direct(heap, page->class_idx);
 }
 
 /* A block comes back to a page whose flags are set (full, or guarded). */
@@ -269,7 +269,7 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     sf_queue_remove(q, page);
-    if (was_first) sf_heap_update_direct(heap, page->class_idx);
+    if (was_first) sf_page_update_direct(heap, page->class_idx);
     heap->pages_in_use--;
     sf_segment_page_free(heap, page);
 }
@@ -286,10 +286,12 @@ void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
 /* Takes in remote frees and returns every page with no live block to its
  * segment (with `force`, also the last page of each class).  Returns the
  * number of pages released. */
-size_t sf_heap_collect(sf_heap_t *heap, bool force) { return sf_heap_collect_ex(heap, force, force); }
+size_t sf_page_collect_heap(sf_heap_t *heap, bool force) {
+    return sf_page_collect_heap_ex(heap, force, force);
+}
 
-/* sf_heap_collect, with forced page release and forced decommit apart. */
-size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
+/* sf_page_collect_heap, with forced page release and forced decommit apart. */
+size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
     sf_heap_drain_remote(heap);
     /* after the drain: the blocks it returns go through the quarantine */
     if (force) sf_quarantine_flush(heap);

@@ -12,7 +12,7 @@
  * fast-path owner word is cleared, so every malloc and free, whatever its
  * entry point (malloc, calloc, realloc, the aligned forms, operator new, the
  * level 2 paths), goes through the generic paths, which count.  The owners
- * keep it so while phases are on (sf_heap_update_direct and
+ * keep it so while phases are on (sf_page_update_direct and
  * sf_page_set_fast_owner consult sf_phase_depth, after a fence that pairs
  * with the one in fast_paths_off: either the owner sees the phase, or the
  * phase's sweep sees the owner's write), and put their fast paths back by

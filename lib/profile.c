@@ -16,7 +16,7 @@
  *     length (capacity - used, O(1)) off the count; a list longer than the
  *     count is cut after `count` blocks, the rest going to local_free, so
  *     the fast path runs dry exactly at the class's next sample;
- *   - sf_heap_malloc_class, reached when the class's current page has no
+ *   - sf_page_malloc_class, reached when the class's current page has no
  *     free block, asks sf_prof_due: a count of 0 makes this allocation the
  *     sample, served from a page of sampled blocks (flag SF_PAGE_SAMPLED:
  *     off every free fast path, so its free comes to sf_prof_freed), and a
