@@ -30,7 +30,27 @@
  * (the link key and the canary key come from independent secrets). */
 #include "fastpath.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 bool sf_mem_checked;
+uintptr_t sf_guard_secret, sf_canary_secret;
+
+/* Two independent random secrets (guard level >= 2): one encodes free-list
+ * links, one keys the canaries, so a link read after free (whose target is
+ * guessable) does not reveal what a canary must hold. */
+void sf_guard_init(void) {
+    uintptr_t s[2] = {0, 0};
+    if (syscall(SYS_getrandom, s, sizeof s, 1 /* GRND_NONBLOCK */) != (long)sizeof s) {
+        for (int i = 0; i < 2; i++) {
+            unsigned lo, hi;
+            __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+            s[i] ^= ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&s ^ (0x9e3779b97f4a7c15ull * (uintptr_t)(i + 1));
+        }
+    }
+    sf_guard_secret = s[0] | 1;
+    sf_canary_secret = s[1] | 1;
+}
 
 static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
 

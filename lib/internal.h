@@ -320,7 +320,7 @@ SF_INLINE unsigned sf_mode(void) { return SF_PEEK(sf_generic_mode); }
 SF_HIDDEN extern _Atomic int sf_phase_depth;
 SF_INLINE bool sf_phase_on(void) { return atomic_load_explicit(&sf_phase_depth, memory_order_relaxed) != 0; }
 /* Process-wide counters: */
-#define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard.c) */
+#define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard_report.c) */
 struct sf_global_stats {
     _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
     _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
@@ -656,6 +656,8 @@ SF_HIDDEN bool sf_cache_holds(const void *p);
 SF_HIDDEN void sf_page_init(sf_page_t *page, unsigned class_idx);
 SF_HIDDEN void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+/* Whether b sits on the page's owner-side free lists (owner context). */
+SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
@@ -724,7 +726,7 @@ SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast
 SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
 SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
 
-/* ---- guard.c ---------------------------------------------------------------- */
+/* ---- guard_report.c: a detected misuse --------------------------------------- */
 enum sf_guard_kind {
     SF_GUARD_INVALID,
     SF_GUARD_INTERIOR,
@@ -737,9 +739,6 @@ enum sf_guard_kind {
     SF_GUARD_KINDS
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
-SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
-SF_HIDDEN extern uintptr_t sf_guard_secret, sf_canary_secret;
-SF_HIDDEN void sf_guard_init(void);
 
 /* Free-list links: XOR-ed with the page's secret at guard level >= 2; the
  * secret is 0 below that, so the slow paths use these unconditionally and
@@ -797,6 +796,10 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
         if (sf_phase_on()) SF_SET(page->fast_heap, NULL);
     }
 }
+/* Two random secrets, made at start-up: free-list links (page->secret) and
+ * canaries (page->canary_key) are keyed with them at level >= 2. */
+SF_HIDDEN extern uintptr_t sf_guard_secret, sf_canary_secret;
+SF_HIDDEN void sf_guard_init(void);
 SF_HIDDEN void *sf_guarded_malloc(size_t n, size_t align);
 SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner);
 SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);

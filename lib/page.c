@@ -243,6 +243,21 @@ void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
 }
 
 
+static bool list_holds(const sf_page_t *page, const sf_block_t *list, const void *b) {
+    const uint8_t *lo = page->block_start, *hi = lo + sf_page_carved_bytes(page);
+    for (uint32_t i = 0; list != NULL && i <= page->capacity; i++) {
+        if (list == b) return true;
+        if ((const uint8_t *)list < lo || (const uint8_t *)list >= hi) return false; /* corrupt */
+        list = sf_link_decode(page, list);
+    }
+    return false;
+}
+
+/* Whether b sits on the page's owner-side free lists (owner context). */
+bool sf_page_holds_free_block(const sf_page_t *page, const void *b) {
+    return list_holds(page, page->free, b) || list_holds(page, page->local_free, b);
+}
+
 /* A full page has a free block again: back to the end of its class queue
  * (the pages ahead of it are fuller of free blocks, or as full). */
 void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {

@@ -8,8 +8,8 @@
 # and OS code: a call into stdio, strerror, setlocale or the like could
 # allocate, re-enter sefer while it is initialising, and hang.  ARCHIVE
 # holds those objects (tools/meson.build names them): start-up (init.c,
-# knobs.c, knob_table.c, toml.c, str.c, guard.c, track.c, entry.c) and the
-# allocation path (override.c, alloc.c, heap.c, page.c, segment.c, cache.c,
+# knobs.c, knob_table.c, toml.c, str.c, guard_report.c, track.c, entry.c)
+# and the allocation path (override.c, alloc.c, heap.c, page.c, segment.c, cache.c,
 # ring.c, segmap.c, sizeclass.c, free.c, guarded.c, os.c, clock.c,
 # globals.c).  sf_* calls stay inside the library.
 nm_prog=$1

@@ -1,4 +1,4 @@
-/* guard.c - what happens when a misuse is detected.
+/* guard_report.c - what happens when a misuse is detected.
  *
  * Each detection is counted by kind; the first of each kind is written to
  * stderr with the address; then the process aborts (guard.on_error =
@@ -9,8 +9,6 @@
 #include "internal.h"
 
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 static const char *const kind_text[SF_GUARD_KINDS] = {
     [SF_GUARD_INVALID] = "free of a pointer sefer does not own",
@@ -23,24 +21,6 @@ static const char *const kind_text[SF_GUARD_KINDS] = {
 };
 _Static_assert(SF_GUARD_KINDS == SF_GUARD_KINDS_COUNTED, "one counter per kind");
 static _Atomic bool reported[SF_GUARD_KINDS];
-
-uintptr_t sf_guard_secret, sf_canary_secret;
-
-/* Two independent random secrets (guard level >= 2): one encodes free-list
- * links, one keys the canaries, so a link read after free (whose target is
- * guessable) does not reveal what a canary must hold. */
-void sf_guard_init(void) {
-    uintptr_t s[2] = {0, 0};
-    if (syscall(SYS_getrandom, s, sizeof s, 1 /* GRND_NONBLOCK */) != (long)sizeof s) {
-        for (int i = 0; i < 2; i++) {
-            unsigned lo, hi;
-            __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-            s[i] ^= ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&s ^ (0x9e3779b97f4a7c15ull * (uintptr_t)(i + 1));
-        }
-    }
-    sf_guard_secret = s[0] | 1;
-    sf_canary_secret = s[1] | 1;
-}
 
 void sf_guard_report(enum sf_guard_kind kind, const void *p) {
     sf_event_guard(kind, p, atomic_fetch_add_explicit(&sf_gstats.guard[kind], 1, memory_order_relaxed) + 1);
@@ -59,19 +39,4 @@ void sf_guard_report(enum sf_guard_kind kind, const void *p) {
         sf_write_stderr(msg);
     }
     if (abort_now) abort();
-}
-
-static bool list_holds(const sf_page_t *page, const sf_block_t *list, const void *b) {
-    const uint8_t *lo = page->block_start, *hi = lo + sf_page_carved_bytes(page);
-    for (uint32_t i = 0; list != NULL && i <= page->capacity; i++) {
-        if (list == b) return true;
-        if ((const uint8_t *)list < lo || (const uint8_t *)list >= hi) return false; /* corrupt */
-        list = sf_link_decode(page, list);
-    }
-    return false;
-}
-
-/* Whether b sits on the page's owner-side free lists (owner context). */
-bool sf_page_holds_free_block(const sf_page_t *page, const void *b) {
-    return list_holds(page, page->free, b) || list_holds(page, page->local_free, b);
 }
