@@ -34,15 +34,15 @@
  * work on freed blocks and its metadata is never checked as if it were the
  * program's: through pointers to glibc's routines, looked up once at
  * start-up (one indirect call, as a call through the GOT was), and until
- * then through sf_raw_*, glibc's _chk forms; a constant size is left to the
- * compiler (inlined, or a call of sf_raw_*). */
+ * then through sf_raw_*, glibc's _chk forms (libc_mem.c); a constant size
+ * is left to the compiler (inlined, or a call of sf_raw_*). */
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memcpy)(void *, const void *, size_t);
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memmove)(void *, const void *, size_t);
+__attribute__((visibility("hidden"))) extern void *(*sf_libc_memset)(void *, int, size_t);
 #if defined(SF_INTERPOSE_MEM) && !defined(SF_DEFINES_MEM_FUNCTIONS)
 void *memcpy(void *, const void *, size_t) __asm__("sf_raw_memcpy");
 void *memmove(void *, const void *, size_t) __asm__("sf_raw_memmove");
 void *memset(void *, int, size_t) __asm__("sf_raw_memset");
-__attribute__((visibility("hidden"))) extern void *(*sf_libc_memcpy)(void *, const void *, size_t);
-__attribute__((visibility("hidden"))) extern void *(*sf_libc_memmove)(void *, const void *, size_t);
-__attribute__((visibility("hidden"))) extern void *(*sf_libc_memset)(void *, int, size_t);
 #define memcpy(d, s, n) (__builtin_constant_p(n) ? __builtin_memcpy(d, s, n) : sf_libc_memcpy(d, s, n))
 #define memmove(d, s, n) (__builtin_constant_p(n) ? __builtin_memmove(d, s, n) : sf_libc_memmove(d, s, n))
 #define memset(d, c, n) (__builtin_constant_p(n) ? __builtin_memset(d, c, n) : sf_libc_memset(d, c, n))
@@ -809,7 +809,7 @@ SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
 /* memcpy, memmove, memset check their destination (guarded_mem.c): level
  * 3, not under valgrind; set at start-up. */
 SF_HIDDEN extern bool sf_mem_checked;
-SF_HIDDEN void sf_mem_resolve(void); /* guarded_mem.c (-Doverride=true) */
+SF_HIDDEN void sf_mem_resolve(void); /* libc_mem.c (-Doverride=true) */
 SF_HIDDEN void *sf_zero_alloc(void);
 SF_HIDDEN bool sf_zero_holds(const void *p);
 SF_HIDDEN bool sf_zero_free(void *p);
