@@ -87,7 +87,7 @@ void *sf_guarded_malloc(size_t n, size_t align) {
     }
     size_t need = n + SF_GUARD_TAIL; /* (a span's tail is only the canary, and fits) */
     if (need < SF_GUARD_MIN_BLOCK) need = SF_GUARD_MIN_BLOCK;
-    unsigned c = align <= 16 ? (need <= MEDIUM_MAX ? sf_class_of(need) : 0)
+    unsigned c = align <= 16 ? (need <= SF_MEDIUM_MAX ? sf_class_of(need) : 0)
                              : sf_class_for_aligned(need, align);
     void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
     if (p == NULL) return NULL;

@@ -74,16 +74,16 @@ SF_NOINLINE static void *memset_checked(void *d, int c, size_t n) {
 }
 
 SEFER_EXPORT void *memcpy(void *d, const void *s, size_t n) {
-    if (unlikely(sf_mem_checked)) return memcpy_checked(d, s, n);
+    if (SF_UNLIKELY(sf_mem_checked)) return memcpy_checked(d, s, n);
     return sf_libc_memcpy(d, s, n);
 }
 
 SEFER_EXPORT void *memmove(void *d, const void *s, size_t n) {
-    if (unlikely(sf_mem_checked)) return memmove_checked(d, s, n);
+    if (SF_UNLIKELY(sf_mem_checked)) return memmove_checked(d, s, n);
     return sf_libc_memmove(d, s, n);
 }
 
 SEFER_EXPORT void *memset(void *d, int c, size_t n) {
-    if (unlikely(sf_mem_checked)) return memset_checked(d, c, n);
+    if (SF_UNLIKELY(sf_mem_checked)) return memset_checked(d, c, n);
     return sf_libc_memset(d, c, n);
 }

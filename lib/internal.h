@@ -11,7 +11,7 @@
  *   | meta | one block (large: 1..32 segments, huge: more)  |
  *
  * The header of any segment is found from an interior pointer by masking
- * (ptr & ~(SEG_SIZE-1)); the page descriptor by (ptr - segment) >> page_shift.
+ * (ptr & ~(SF_SEG_SIZE-1)); the page descriptor by (ptr - segment) >> page_shift.
  * A process-wide byte map (segmap.c) says whether a 4 MiB chunk holds a live
  * sefer segment, so "is this pointer ours?" never touches unmapped memory.
  *
@@ -50,8 +50,8 @@ void *memset(void *, int, size_t) __asm__("sf_raw_memset");
 
 
 #define SF_HIDDEN __attribute__((visibility("hidden")))
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
+#define SF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define SF_NOINLINE __attribute__((noinline))
 #define SF_INLINE static inline __attribute__((always_inline))
 
@@ -77,29 +77,29 @@ void *memset(void *, int, size_t) __asm__("sf_raw_memset");
 #endif
 
 /* ---- geometry ---------------------------------------------------------- */
-#define SEG_SHIFT 22
-#define SEG_SIZE ((size_t)1 << SEG_SHIFT)
-#define SEG_MASK (SEG_SIZE - 1)
-#define SMALL_PAGE_SHIFT 16 /* 64 KiB */
-#define MEDIUM_PAGE_SHIFT 19 /* 512 KiB */
-#define SPAN_PAGE_SHIFT 40   /* large/huge: one page covers the whole span */
-#define SMALL_PAGES (SEG_SIZE >> SMALL_PAGE_SHIFT)   /* 64, page 0 is metadata */
-#define MEDIUM_PAGES (SEG_SIZE >> MEDIUM_PAGE_SHIFT) /* 8, page 0 starts after metadata */
-#define SEG_META_SIZE ((size_t)64 << 10) /* header + page table; rest unused address */
-#define SMALL_MAX SEFER_SMALL_MAX
-#define MEDIUM_MAX SEFER_MEDIUM_MAX
-#define LARGE_MAX_SEGS 32 /* spans above 128 MiB are "huge": mapped and unmapped directly */
-#define OS_PAGE 4096
-#define MAX_ALIGN_FROM_CLASS MEDIUM_MAX
+#define SF_SEG_SHIFT 22
+#define SF_SEG_SIZE ((size_t)1 << SF_SEG_SHIFT)
+#define SF_SEG_MASK (SF_SEG_SIZE - 1)
+#define SF_SMALL_PAGE_SHIFT 16 /* 64 KiB */
+#define SF_MEDIUM_PAGE_SHIFT 19 /* 512 KiB */
+#define SF_SPAN_PAGE_SHIFT 40   /* large/huge: one page covers the whole span */
+#define SF_SMALL_PAGES (SF_SEG_SIZE >> SF_SMALL_PAGE_SHIFT)   /* 64, page 0 is metadata */
+#define SF_MEDIUM_PAGES (SF_SEG_SIZE >> SF_MEDIUM_PAGE_SHIFT) /* 8, page 0 starts after metadata */
+#define SF_SEG_META_SIZE ((size_t)64 << 10) /* header + page table; rest unused address */
+#define SF_SMALL_MAX SEFER_SMALL_MAX
+#define SF_MEDIUM_MAX SEFER_MEDIUM_MAX
+#define SF_LARGE_MAX_SEGS 32 /* spans above 128 MiB are "huge": mapped and unmapped directly */
+#define SF_OS_PAGE 4096
+#define SF_MAX_ALIGN_FROM_CLASS SF_MEDIUM_MAX
 
 /* ---- size classes (sizeclass.c) ----------------------------------------- */
 /* 16-byte steps to 128 B, then four classes per power of two up to 128 KiB. */
-#define CLASS_COUNT 49 /* class 0 unused; 1..48 */
-#define DIRECT_MAX 1024
-#define DIRECT_COUNT (DIRECT_MAX / 16 + 1)
-#define SMALL_CLASS_MAX 32 /* class of SMALL_MAX */
+#define SF_CLASS_COUNT 49 /* class 0 unused; 1..48 */
+#define SF_DIRECT_MAX 1024
+#define SF_DIRECT_COUNT (SF_DIRECT_MAX / 16 + 1)
+#define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
 
-SF_HIDDEN extern const uint32_t sf_class_size[CLASS_COUNT];
+SF_HIDDEN extern const uint32_t sf_class_size[SF_CLASS_COUNT];
 
 SF_INLINE unsigned sf_class_of(size_t n) {
     if (n <= 128) return n == 0 ? 1 : (unsigned)((n + 15) >> 4);
@@ -339,20 +339,20 @@ SF_INLINE void sf_stat_sub(_Atomic uint64_t *c, uint64_t v) {
 }
 
 /* ---- segment map (segmap.c) --------------------------------------------- */
-#define SEGMAP_CHUNKS ((size_t)1 << (47 - SEG_SHIFT))
-SF_HIDDEN extern _Atomic uint8_t sf_segmap[SEGMAP_CHUNKS];
+#define SF_SEGMAP_CHUNKS ((size_t)1 << (47 - SF_SEG_SHIFT))
+SF_HIDDEN extern _Atomic uint8_t sf_segmap[SF_SEGMAP_CHUNKS];
 enum { SF_SEGMAP_NONE, SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, SF_SEGMAP_BACK0 };
 /* True iff a small segment's header starts at 4 MiB chunk `chunk` (a
- * pointer shifted right by SEG_SHIFT; NULL's chunk 0 never does).  The free
+ * pointer shifted right by SF_SEG_SHIFT; NULL's chunk 0 never does).  The free
  * fast path's only question; a plain load outside ThreadSanitizer so the
  * compiler can fold it into the compare. */
 SF_INLINE bool sf_segmap_is_small_chunk(uintptr_t chunk) {
 #if defined(__SANITIZE_THREAD__)
-    uint8_t v = atomic_load_explicit(&sf_segmap[chunk < SEGMAP_CHUNKS ? chunk : 0], memory_order_relaxed);
+    uint8_t v = atomic_load_explicit(&sf_segmap[chunk < SF_SEGMAP_CHUNKS ? chunk : 0], memory_order_relaxed);
 #else
-    uint8_t v = ((const uint8_t *)sf_segmap)[chunk < SEGMAP_CHUNKS ? chunk : 0];
+    uint8_t v = ((const uint8_t *)sf_segmap)[chunk < SF_SEGMAP_CHUNKS ? chunk : 0];
 #endif
-    return chunk < SEGMAP_CHUNKS && v == SF_SEGMAP_SMALL_HEAD;
+    return chunk < SF_SEGMAP_CHUNKS && v == SF_SEGMAP_SMALL_HEAD;
 }
 /* head: SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, or SF_SEGMAP_NONE to clear. */
 SF_HIDDEN void sf_segmap_mark(void *seg, size_t chunks, uint8_t head);
@@ -458,7 +458,7 @@ _Static_assert(offsetof(sf_segment_t, pages) == sizeof(sf_page_t), "segment head
 SF_INLINE uintptr_t sf_page_cookie(const sf_page_t *page) { return (uintptr_t)page; }
 
 SF_INLINE sf_segment_t *sf_segment_of(const void *p) {
-    return (sf_segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
+    return (sf_segment_t *)((uintptr_t)p & ~(uintptr_t)SF_SEG_MASK);
 }
 SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
     return &seg->pages[(((uintptr_t)p - (uintptr_t)seg) >> seg->page_shift) - seg->page_bias];
@@ -506,7 +506,7 @@ typedef struct {
  * allocations are not sampled; the blocks on its pages' free lists are
  * charged to it when a list is handed to the fast path. */
 typedef struct {
-    uint64_t skip[CLASS_COUNT];
+    uint64_t skip[SF_CLASS_COUNT];
     uint64_t rate; /* the profile.sample_bytes they were drawn with (0: none) */
     uint64_t rng;  /* 0: not seeded yet */
 } sf_heap_prof_t;
@@ -528,14 +528,14 @@ enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHA
 
 typedef struct sf_heap_s {
     /* owner only: the fast paths read the tables and bump allocs */
-    sf_page_t *direct[DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
-    sf_page_t *gdirect[DIRECT_COUNT]; /* guard level 2's fast path: the same, by
+    sf_page_t *direct[SF_DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
+    sf_page_t *gdirect[SF_DIRECT_COUNT]; /* guard level 2's fast path: the same, by
                                          (size+8+15)/16; all empty page otherwise */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
-    sf_page_queue_t queues[CLASS_COUNT];
+    sf_page_queue_t queues[SF_CLASS_COUNT];
     sf_page_queue_t full;
     sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */
-    sf_page_t *purge_class[CLASS_COUNT]; /* the same pages by last class, newest first */
+    sf_page_t *purge_class[SF_CLASS_COUNT]; /* the same pages by last class, newest first */
     sf_segment_t *free_segs[2];          /* small, medium segments with free pages */
     uint32_t pages_in_use;
     uint64_t remote_frees;    /* frees this thread sent to others */
@@ -551,7 +551,7 @@ typedef struct sf_heap_s {
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
     size_t quarantine_bytes, quarantine_count;
     sf_heap_prof_t prof;                  /* heap profiling: countdowns (profile.c) */
-    sf_page_queue_t sampled[CLASS_COUNT]; /* pages serving sampled blocks only */
+    sf_page_queue_t sampled[SF_CLASS_COUNT]; /* pages serving sampled blocks only */
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;
@@ -571,7 +571,7 @@ SF_HIDDEN extern pthread_mutex_t sf_fallback_lock;
 SF_HIDDEN extern _Atomic int sf_initialized;
 SF_HIDDEN void sf_init_slow(void);
 SF_INLINE void sf_ensure_init(void) {
-    if (unlikely(!atomic_load_explicit(&sf_initialized, memory_order_acquire))) sf_init_slow();
+    if (SF_UNLIKELY(!atomic_load_explicit(&sf_initialized, memory_order_acquire))) sf_init_slow();
 }
 SF_HIDDEN extern pthread_key_t sf_thread_key;
 SF_HIDDEN extern bool sf_thread_key_ok;

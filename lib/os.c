@@ -100,7 +100,7 @@ static void *map_raw(size_t size) {
     return p;
 }
 
-/* Maps size bytes aligned to align (a power of two >= OS_PAGE).  Tries an
+/* Maps size bytes aligned to align (a power of two >= SF_OS_PAGE).  Tries an
  * exact mapping first (the kernel often places consecutive mappings
  * contiguously, so this is usually aligned when the previous one was);
  * otherwise over-maps and trims both ends. */
@@ -120,7 +120,7 @@ void *sf_os_map_aligned(size_t size, size_t align) {
 }
 
 void *sf_os_map_plain(size_t size) {
-    return map_raw(sf_align_up(size, OS_PAGE));
+    return map_raw(sf_align_up(size, SF_OS_PAGE));
 }
 
 /* Address space no access is allowed to (guard level 3's malloc(0)). */

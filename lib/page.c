@@ -40,7 +40,7 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
  * direct[] names the first page of its class queue or the empty page, never
  * a page that is full, released, or serving another class. */
 void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
-    if (sf_class_size[class_idx] > DIRECT_MAX) return;
+    if (sf_class_size[class_idx] > SF_DIRECT_MAX) return;
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL) page = &sf_empty_page;
     /* guard level >= 2: levels 0-1's table stays empty, so their fast path
@@ -95,7 +95,7 @@ static void page_extend(sf_page_t *page) {
     if (want > avail) want = avail;
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
     sf_block_t *prev = NULL;
-    uint16_t order[OS_PAGE / SF_GUARD_MIN_BLOCK];
+    uint16_t order[SF_OS_PAGE / SF_GUARD_MIN_BLOCK];
     bool shuffled = sf_guard_level >= 3 && want <= sizeof order / sizeof order[0];
     if (shuffled) sf_guarded_shuffle(order, want); /* level 3: no predictable order */
     for (uint32_t i = want; i-- > 0;) {
@@ -133,7 +133,7 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     } else {
         return false;
     }
-    if (unlikely(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
+    if (SF_UNLIKELY(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
     return true;
 }
 
@@ -183,7 +183,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         sf_page_set_fast_owner(page, heap);
     }
     page_extend(page);
-    if (unlikely(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
+    if (SF_UNLIKELY(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
     sf_queue_push_front(q, page);
     sf_page_update_direct(heap, class_idx);
     return page;
@@ -235,7 +235,7 @@ void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
         if (b != NULL) return b;
     }
     /* profiling: the class's lists are used up to its next sample */
-    if (unlikely(sf_prof_is_armed()) && sf_prof_due(heap, class_idx)) {
+    if (SF_UNLIKELY(sf_prof_is_armed()) && sf_prof_due(heap, class_idx)) {
         void *p = heap_malloc_from(heap, class_idx, true);
         if (p != NULL) return p;
     }
@@ -280,7 +280,7 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
 }
 
 static void page_release(sf_heap_t *heap, sf_page_t *page) {
-    if (unlikely(sf_prof_is_armed())) sf_prof_refund(heap, page);
+    if (SF_UNLIKELY(sf_prof_is_armed())) sf_prof_refund(heap, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     sf_queue_remove(q, page);
@@ -292,7 +292,7 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
 /* (A page of sampled blocks goes at once: it is rarely used.) */
 void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
     sf_page_queue_t *q = sf_page_queue(heap, page);
-    if (page->class_idx <= SMALL_CLASS_MAX && q->first == page && page->next == NULL &&
+    if (page->class_idx <= SF_SMALL_CLASS_MAX && q->first == page && page->next == NULL &&
         !(page->flags & SF_PAGE_SAMPLED))
         return;
     page_release(heap, page);
@@ -318,10 +318,10 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
     size_t released = 0;
     for (int sampled = 0; sampled < 2; sampled++) {
         sf_page_queue_t *queues = sampled ? heap->sampled : heap->queues;
-        for (unsigned c = 1; c < CLASS_COUNT; c++)
+        for (unsigned c = 1; c < SF_CLASS_COUNT; c++)
             for (sf_page_t *page = queues[c].first; page != NULL; page = page->next)
                 sf_page_collect_remote(heap, page);
-        for (unsigned c = 1; c < CLASS_COUNT; c++) {
+        for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
             sf_page_t *page = queues[c].first;
             while (page != NULL) {
                 sf_page_t *next = page->next;

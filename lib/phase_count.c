@@ -52,14 +52,14 @@ static SF_NOINLINE void join_epoch(sf_heap_t *heap, uint32_t e) {
 
 void sf_phase_count(enum sf_phase_what what, int64_t bytes) {
     sf_heap_t *heap = sf_tls_heap;
-    if (unlikely(heap->kind != SF_HEAP_REAL)) return count_orphan(what, bytes); /* markers: no heap */
+    if (SF_UNLIKELY(heap->kind != SF_HEAP_REAL)) return count_orphan(what, bytes); /* markers: no heap */
     SF_SET(heap->phase_counts[what], heap->phase_counts[what] + 1);
     if (what == SF_PHASE_ALLOC)
         SF_SET(heap->phase_counts[SF_PHASE_ALLOCATED], heap->phase_counts[SF_PHASE_ALLOCATED] + (uint64_t)bytes);
     uint32_t e = atomic_load_explicit(&sf_phase_epoch, memory_order_relaxed);
-    if (unlikely(heap->phase_epoch != e)) join_epoch(heap, e);
+    if (SF_UNLIKELY(heap->phase_epoch != e)) join_epoch(heap, e);
     int64_t d = heap->phase_delta + bytes;
-    if (unlikely(d >= SF_PHASE_FOLD || d <= -SF_PHASE_FOLD)) {
+    if (SF_UNLIKELY(d >= SF_PHASE_FOLD || d <= -SF_PHASE_FOLD)) {
         fold(d);
         d = 0;
     }

@@ -48,7 +48,7 @@ static void unlock_timed(sf_snapshot_t *s, uint64_t t0) {
 
 /* True iff ref still names a live segment.  Holds sf_seg_lock. */
 static bool still_live(const struct seg_ref *ref) {
-    uintptr_t chunk = (uintptr_t)ref->seg >> SEG_SHIFT;
+    uintptr_t chunk = (uintptr_t)ref->seg >> SF_SEG_SHIFT;
     uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed);
     if (v != SF_SEGMAP_SMALL_HEAD && v != SF_SEGMAP_OTHER_HEAD) return false;
     return ref->seg->magic == (SF_SEG_MAGIC ^ (uintptr_t)ref->seg) && ref->seg->id == ref->id;
@@ -311,7 +311,7 @@ bool sf_snapshot_rss(uint64_t *bytes, char *why, size_t whylen) {
         return false;
     }
     long pagesize = sysconf(_SC_PAGESIZE);
-    *bytes = (uint64_t)resident * (uint64_t)(pagesize > 0 ? pagesize : OS_PAGE);
+    *bytes = (uint64_t)resident * (uint64_t)(pagesize > 0 ? pagesize : SF_OS_PAGE);
     return true;
 }
 
