@@ -15,7 +15,9 @@ object defines (nm: U against T, D, B, R...).  The checks:
      generated source) is above every layer of lib/;
   3. the only files that use each other in a circle are in the core, and
      that circle has at most --core-max files (mimalloc's src/, read the same
-     way, has 17).
+     way, has 17);
+  4. what lib/internal.h declares under the heading of a file
+     ("/* ---- alloc.c: ..."), that file defines.
 
 Not counted as uses, and why (docs/design.md says the same):
   - the names the C library also defines (malloc, free, memcpy...: those of
@@ -116,6 +118,30 @@ def read_objects(nm, archives, lib_files):
             elif len(parts) == 3 and parts[1] in DEFINED:
                 defs[current].add(parts[2])
     return defs, refs
+
+
+HEADING = re.compile(r"^/\* ---- (\w+\.c)\b")
+# a declared name: sf_... followed by its parameters, its bounds, the end of
+# the declaration or an attribute (types, sf_*_t, are not names)
+DECLARED = re.compile(r"\b(sf_\w+)\b(?=\s*[(\[;,)]|\s+__attribute__)")
+
+
+def declarations(header):
+    """[(file, name)] for each SF_HIDDEN declaration under a file's heading."""
+    out, current, decl = [], None, None
+    for line in open(header, encoding="utf-8"):
+        m = HEADING.match(line)
+        if m:
+            current = m.group(1)
+        if decl is None and line.startswith("SF_HIDDEN"):
+            decl = ""
+        if decl is not None:
+            decl += line
+            if ";" in line or "{" in line:
+                out += [(current, n) for n in DECLARED.findall(decl.split("{")[0])
+                        if not n.endswith("_t")]
+                decl = None
+    return out
 
 
 def uses(defs, refs, ignored):
@@ -222,6 +248,15 @@ def main():
         if level(f) < level(g):
             bad |= fail(f"{f} ({table.get(f, 'introspect')}) uses {g} ({table.get(g, 'introspect')}), "
                         f"a higher layer: {' '.join(sorted(names))}")
+
+    header = os.path.join(a.lib, "internal.h")
+    for f, name in declarations(header):
+        if f is None:
+            bad |= fail(f"lib/internal.h declares {name} under no file's heading")
+        elif f in defs and name not in defs[f]:
+            where = sorted(g for g, names in defs.items() if name in names)
+            bad |= fail(f"lib/internal.h declares {name} under {f}, which does not define it"
+                        + (f" ({' '.join(where)} does)" if where else ""))
 
     core = layers.index("core") if "core" in layers else -1
     for comp in circles(defs.keys() | refs.keys(), used):
