@@ -1,4 +1,4 @@
-/* test_events.c - the event ring itself (lib/event.c and the clock it
+/* test_event_ring.c - the event ring itself (lib/event.c and the clock it
  * reads, lib/clock.c, linked into this test; tests/introspect/test_events.c
  * checks what sefer records in it):
  *
