@@ -1,11 +1,14 @@
 """Shared helpers of the bench/ runner scripts (compare, compare-larson,
-instructions, realprogs, guard-levels, introspect-cost, profile).
+instructions, realprogs, guard-levels, introspect-cost, profile-cost,
+scaling) and of the profiling harness (tools/profile).
 
 Knows where each allocator lives, installs missing Debian packages, finds the
 benchmark binaries in a meson build directory, checks that an LD_PRELOAD took
 effect, records what was measured (the sefer build, read from the library
 itself; the machine and its load) and writes result files named by that
-build, and formats markdown tables.  Standard library only (python3 of
+build, and formats markdown tables.  Holds the registry of workloads
+(WORKLOADS) and the measurement of one run of a row (run_one) that
+bench/compare makes and the other runners repeat.  Standard library only (python3 of
 Debian 12)."""
 
 import datetime
@@ -18,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 
 MULTIARCH = f"/usr/lib/{platform.machine()}-linux-gnu"
 
@@ -334,3 +338,147 @@ def md_table(header, rows, align=None):
 
     sep = ["-" * (w - 1) + ":" if a == "r" else "-" * w for w, a in zip(width, align)]
     return "\n".join([fmt(header), "| " + " | ".join(sep) + " |"] + [fmt(r) for r in rows])
+
+
+# ---- the workloads (bench/compare's rows) ----------------------------------
+
+TIME = "/usr/bin/time"
+CONTROL = "ctl"  # the per-round control arm (not an allocator)
+# Left out of the second geometric mean: their ratios to mimalloc are
+# 0.005-0.05 and would decide any mean they are part of.
+OUTLIER_GROUPS = ("large", "realloc-growth")
+
+
+class Workload:
+    """One entry of the registry: a program and its arguments (before the
+    common -t/-d), the word its result line starts with, and what it is.
+
+    group: "large", "realloc-growth" (left out of the second geometric mean),
+        "control" (left out of both), or None.
+    threads: None to take --threads, or a list of thread counts: one row per
+        count, named NAME-COUNT (e.g. many-threads-64).
+    time_limit_factor: how many times the run length a run may take before
+        it counts as a hang (start-up and exit of thousands of threads take
+        longer than the timed region)."""
+
+    def __init__(self, name, binary, args, word, what, group=None, threads=None, time_limit_factor=20):
+        self.name, self.binary, self.args, self.word, self.what = name, binary, list(args), word, what
+        self.group, self.threads, self.time_limit_factor = group, threads, time_limit_factor
+
+    def rows(self, default_threads):
+        """The table rows of this workload: (row name, Row)."""
+        counts = self.threads or [default_threads]
+        for t in counts:
+            name = f"{self.name}-{t}" if self.threads else self.name
+            yield Row(name, self, t)
+
+
+class Row:
+    def __init__(self, name, workload, threads):
+        self.name, self.w, self.threads = name, workload, threads
+        self.binary, self.args, self.word = workload.binary, workload.args, workload.word
+        self.what, self.group = workload.what, workload.group
+
+    def argv(self, bin_dir, seconds):
+        return [os.path.join(bin_dir, self.binary)] + self.args + ["-t", str(self.threads), "-d", f"{seconds:g}"]
+
+
+# Every workload prints ops_per_s; EXTRA_KEYS names more figures kept in the
+# JSON.  To add one: a Workload(...) line here, its program in bench/ and
+# bench/meson.build, and a paragraph in docs/benchmarks.md.
+WORKLOADS = [
+    Workload("larson", "larson", [], "larson", "server pattern: random replacement, blocks handed to successor threads"),
+    Workload("mstress", "mstress", [], "mstress", "objects migrate between threads; threads recreated each phase"),
+    Workload("xmalloc", "xmalloc", [], "xmalloc", "producer allocates, consumer frees (lock-free SPSC ring)"),
+    Workload("cache-scratch", "cache_scratch", ["-m", "scratch"], "cache_scratch", "passive false sharing"),
+    Workload("cache-thrash", "cache_scratch", ["-m", "thrash"], "cache_scratch", "active false sharing"),
+    Workload("churn-16", "churn", ["-z", "16"], "churn", "random replacement, 16 B blocks"),
+    Workload("churn-64", "churn", ["-z", "64"], "churn", "random replacement, 64 B blocks"),
+    Workload("churn-256", "churn", ["-z", "256"], "churn", "random replacement, 256 B blocks"),
+    Workload("churn-1024", "churn", ["-z", "1024"], "churn", "random replacement, 1024 B blocks"),
+    Workload("churn-pareto", "churn", ["-m", "pareto"], "churn", "random replacement, Pareto sizes (alpha 1.5, >= 16 B)"),
+    Workload("large-4M", "large", ["-m", "alloc", "-z", "4"], "large", "malloc 4 MiB, touch every page, free",
+             group="large"),
+    Workload("large-16M", "large", ["-m", "alloc", "-z", "16"], "large", "malloc 16 MiB, touch every page, free",
+             group="large"),
+    Workload("large-64M", "large", ["-m", "alloc", "-z", "64"], "large", "malloc 64 MiB, touch every page, free",
+             group="large"),
+    Workload("realloc-geometric", "large", ["-m", "realloc"], "large", "realloc doubling 64 B -> 64 MiB",
+             group="realloc-growth"),
+    Workload("realloc-neighbour", "large", ["-m", "neighbour"], "large",
+             "the same with a live neighbour after each step", group="realloc-growth"),
+    Workload("vector-push", "large", ["-m", "vector"], "large", "push 4 Mi ints, grow 1.5x by realloc",
+             group="realloc-growth"),
+    Workload("threadchurn", "threadchurn", [], "threadchurn", "short-lived threads; blocks freed by later threads"),
+    Workload("frag", "frag", [], "frag", "fill, thin to 1/16, refill with bigger sizes, churn"),
+    Workload("many-threads", "manythreads", [], "manythreads",
+             "threads alive for the whole run, 64 small blocks each, 1 free in 128 to a neighbour",
+             threads=[8, 64, 256, 1000, 4000], time_limit_factor=60),
+    Workload("prodcons", "prodcons", [], "prodcons", "one thread allocates, the others free (batches of 256)"),
+    Workload("mstress-mixed", "mstress", ["-m", "mixed"], "mstress",
+             "mstress with mixed sizes: 1 in 100 up to 32 KiB, 1 in 2000 128 KiB - 4 MiB"),
+    Workload("rptest", "rptest", [], "rptest", "lifetimes of 1-16 rounds, 1 block in 8 freed by the next thread"),
+    Workload("large-random", "large", ["-m", "random"], "large",
+             "8 live blocks per thread, each op replaces one with 5-25 MiB, touches every page", group="large"),
+    Workload("control", "churn", ["-m", "control"], "churn", "churn loop without allocator calls", group="control"),
+]
+# The per-round control arm: the same loop as the "control" row, under glibc.
+CONTROL_WORKLOAD = Workload("ctl", "churn", ["-m", "control"], "churn", "machine speed during the row's runs")
+EXTRA_KEYS = ["rss_fill_kib", "rss_thin_kib", "rss_refill_kib", "rss_final_kib", "rss_peak_kib",
+              "rss_hwm_kib", "errors", "phases", "generations"]
+
+
+def all_rows(default_threads):
+    return [r for w in WORKLOADS for r in w.rows(default_threads)]
+
+
+def parse_time_output(text):
+    """(peak RSS KiB, minor faults) from the last line of /usr/bin/time -f '%M %R'."""
+    try:
+        rss, minflt = text.strip().splitlines()[-1].split()
+        return int(rss), int(minflt)
+    except (ValueError, IndexError):
+        return None, None
+
+
+def run_one(args, bin_dir, row, alloc, preload, seen):
+    """One run.  Returns a dict: ok, ops (ops/s), rss (KiB), minflt, extra,
+    info; or ok=False with why and cmd."""
+    argv = row.argv(bin_dir, args.seconds)
+    cmd = shell_cmd(preload, argv)
+    limit = row.w.time_limit_factor * args.seconds + 60
+    with tempfile.NamedTemporaryFile("r", prefix="compare-time-") as tf:
+        # LD_PRELOAD goes to the workload through env(1), not to /usr/bin/time.
+        full = [TIME, "-f", "%M %R", "-o", tf.name, "env"] + (
+            [f"LD_PRELOAD={preload}"] if preload else []) + argv
+        p = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env_for(None), start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            return {"ok": False, "why": f"no result after {limit:.0f} s (hang?), killed", "cmd": cmd,
+                    "stderr": err[-2000:]}
+        time_text = tf.read()
+    res = result_line(out, row.word)
+    if res is not None:
+        # stops the whole script: a figure from the wrong allocator is worse than none
+        verify_allocator("glibc" if alloc == CONTROL else alloc, preload, res, cmd)
+        if alloc == "sefer":
+            seen.check(res, cmd)
+    if p.returncode or res is None:
+        why = f"exit status {p.returncode}" + ("" if res else ", no result line")
+        if res and res.get("errors", "0") != "0":
+            why += f", errors={res['errors']} (the workload's data check failed)"
+        return {"ok": False, "why": why, "cmd": cmd, "stderr": (err + time_text)[-2000:],
+                "stdout": out[-1000:]}
+    peak, minflt = parse_time_output(time_text)
+    extra = {k: float(res[k]) for k in EXTRA_KEYS if k in res}
+    return {"ok": True, "ops": float(res["ops_per_s"]), "rss": peak, "minflt": minflt, "extra": extra,
+            "info": describe(res)}
+
+
+def spread_percent(xs):
+    med = median(xs) if xs else None
+    return (max(xs) - min(xs)) / med * 100 if med else None

@@ -177,6 +177,50 @@ static inline long bu_rss_kib(void) {
     return ok ? resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
+/* ---- generations of threads (mstress, threadchurn): each round starts one
+ * thread per worker, all on fn, and joins them; rounds run until the timed
+ * region is over.  A thread finds its worker's index and round, keeps its
+ * random state in rng and adds what it did to ops and errors. ---- */
+
+struct bu_gen_worker {
+    unsigned index;
+    uint64_t round;
+    uint64_t rng;
+    uint64_t ops, errors;
+    char pad[64]; /* (no two workers' counts on one cache line) */
+};
+
+/* Runs the rounds over n workers seeded from seed; returns how many ran,
+ * with their time in *elapsed and the workers' sums in *ops and *errors. */
+static inline uint64_t bu_generations(struct bu_gen_worker *ws, unsigned n, uint64_t seed, double seconds,
+                                      void *(*fn)(void *), double *elapsed, uint64_t *ops,
+                                      uint64_t *errors) {
+    pthread_t *tids = bu_xcalloc(n, sizeof *tids);
+    for (unsigned i = 0; i < n; i++) {
+        ws[i].index = i;
+        ws[i].rng = bu_seed(seed, i);
+    }
+    uint64_t rounds = 0;
+    double t0 = bu_now(), t1;
+    do {
+        for (unsigned i = 0; i < n; i++) {
+            ws[i].round = rounds;
+            tids[i] = bu_start(fn, &ws[i]);
+        }
+        for (unsigned i = 0; i < n; i++) bu_join(tids[i]);
+        rounds++;
+        t1 = bu_now();
+    } while (t1 - t0 < seconds);
+    *elapsed = t1 - t0;
+    *ops = *errors = 0;
+    for (unsigned i = 0; i < n; i++) {
+        *ops += ws[i].ops;
+        *errors += ws[i].errors;
+    }
+    free(tids);
+    return rounds;
+}
+
 /* ---- block stamps: how workloads that hand blocks between threads check
  * that a block still holds what its allocating thread wrote.  A stamped block
  * (at least 16 bytes) holds its size and a tag in its first 16 bytes and the
@@ -201,6 +245,17 @@ static inline int bu_check(const void *p, size_t size) {
 static inline int bu_check_self(const void *p, size_t max) {
     const uint64_t *w = p;
     return w[0] >= BU_MIN_STAMPED && w[0] <= max && bu_check(p, (size_t)w[0]);
+}
+
+/* Frees n stamped blocks (of at most max bytes); returns how many had lost
+ * their stamp. */
+static inline uint64_t bu_free_stamped(unsigned char **blocks, size_t n, size_t max) {
+    uint64_t bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!bu_check_self(blocks[k], max)) bad++;
+        free(blocks[k]);
+    }
+    return bad;
 }
 
 #endif

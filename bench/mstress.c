@@ -43,15 +43,6 @@
 #define SMALL_MAX 2048
 #define MAX_SIZE ((size_t)4 << 20) /* -m mixed: the biggest block */
 
-struct worker {
-    unsigned index;
-    uint64_t phase;
-    uint64_t rng;
-    uint64_t ops;
-    uint64_t errors;
-    char pad[64];
-};
-
 static struct bu_opts opt;
 static int mixed;
 static size_t seg_slots, steps, nxfer;
@@ -69,9 +60,9 @@ static unsigned char **slots;
 static _Atomic(unsigned char *) *xfer;
 
 static void *phase_main(void *arg) {
-    struct worker *w = arg;
+    struct bu_gen_worker *w = arg;
     uint64_t rng = w->rng, ops = 0, errors = 0;
-    unsigned char **seg = slots + ((w->index + w->phase) % opt.threads) * seg_slots;
+    unsigned char **seg = slots + ((w->index + w->round) % opt.threads) * seg_slots;
     for (size_t i = 0; i < steps; i++) {
         uint64_t r = xorshift64(&rng);
         size_t k = below((uint32_t)(r >> 32), seg_slots);
@@ -115,8 +106,7 @@ int main(int argc, char **argv) {
     nxfer = 64 * (size_t)opt.threads;
     slots = bu_xcalloc(seg_slots * opt.threads, sizeof *slots);
     xfer = bu_xcalloc(nxfer, sizeof *xfer);
-    struct worker *ws = bu_xcalloc(opt.threads, sizeof *ws);
-    pthread_t *tids = bu_xcalloc(opt.threads, sizeof *tids);
+    struct bu_gen_worker *ws = bu_xcalloc(opt.threads, sizeof *ws);
     uint64_t rng = bu_seed(opt.seed, 999);
     for (size_t k = 0; k < seg_slots * opt.threads; k++) {
         uint64_t r = xorshift64(&rng);
@@ -124,34 +114,11 @@ int main(int argc, char **argv) {
         slots[k] = bu_xmalloc(size);
         bu_stamp(slots[k], size, r);
     }
-    for (unsigned i = 0; i < opt.threads; i++) {
-        ws[i].index = i;
-        ws[i].rng = bu_seed(opt.seed, i);
-    }
-
-    uint64_t phases = 0;
-    double t0 = bu_now(), t1;
-    do {
-        for (unsigned i = 0; i < opt.threads; i++) {
-            ws[i].phase = phases;
-            tids[i] = bu_start(phase_main, &ws[i]);
-        }
-        for (unsigned i = 0; i < opt.threads; i++)
-            bu_join(tids[i]);
-        phases++;
-        t1 = bu_now();
-    } while (t1 - t0 < opt.seconds);
-    double elapsed = t1 - t0;
-
-    uint64_t ops = 0, errors = 0;
-    for (unsigned i = 0; i < opt.threads; i++) {
-        ops += ws[i].ops;
-        errors += ws[i].errors;
-    }
-    for (size_t k = 0; k < seg_slots * opt.threads; k++) {
-        if (!bu_check_self(slots[k], MAX_SIZE)) errors++;
-        free(slots[k]);
-    }
+    double elapsed;
+    uint64_t ops, errors;
+    uint64_t phases = bu_generations(ws, opt.threads, opt.seed, opt.seconds, phase_main, &elapsed, &ops,
+                                     &errors);
+    errors += bu_free_stamped(slots, seg_slots * opt.threads, MAX_SIZE);
     for (size_t k = 0; k < nxfer; k++) {
         unsigned char *p = atomic_load(&xfer[k]);
         if (p && !bu_check_self(p, MAX_SIZE)) errors++;
@@ -166,6 +133,5 @@ int main(int argc, char **argv) {
     free(slots);
     free(xfer);
     free(ws);
-    free(tids);
     return errors ? 1 : 0;
 }

@@ -30,22 +30,14 @@
 #define MIN_SIZE 16
 #define MAX_SIZE 4096
 
-struct worker {
-    unsigned index;
-    uint64_t gen;
-    uint64_t rng;
-    uint64_t ops, errors;
-    char pad[64];
-};
-
 static struct bu_opts opt;
 static size_t part_slots, steps;
 static unsigned char **pool;
 
 static void *gen_main(void *arg) {
-    struct worker *w = arg;
+    struct bu_gen_worker *w = arg;
     uint64_t rng = w->rng, errors = 0;
-    unsigned char **part = pool + ((w->index + w->gen) % opt.threads) * part_slots;
+    unsigned char **part = pool + ((w->index + w->round) % opt.threads) * part_slots;
     for (size_t i = 0; i < steps; i++) {
         uint64_t r = xorshift64(&rng);
         size_t k = below((uint32_t)(r >> 32), part_slots);
@@ -76,36 +68,12 @@ int main(int argc, char **argv) {
         pool[k] = bu_xmalloc(size);
         bu_stamp(pool[k], size, r);
     }
-    struct worker *ws = bu_xcalloc(opt.threads, sizeof *ws);
-    pthread_t *tids = bu_xcalloc(opt.threads, sizeof *tids);
-    for (unsigned i = 0; i < opt.threads; i++) {
-        ws[i].index = i;
-        ws[i].rng = bu_seed(opt.seed, i);
-    }
-
-    uint64_t gens = 0;
-    double t0 = bu_now(), t1;
-    do {
-        for (unsigned i = 0; i < opt.threads; i++) {
-            ws[i].gen = gens;
-            tids[i] = bu_start(gen_main, &ws[i]);
-        }
-        for (unsigned i = 0; i < opt.threads; i++)
-            bu_join(tids[i]);
-        gens++;
-        t1 = bu_now();
-    } while (t1 - t0 < opt.seconds);
-    double elapsed = t1 - t0;
-
-    uint64_t ops = 0, errors = 0;
-    for (unsigned i = 0; i < opt.threads; i++) {
-        ops += ws[i].ops;
-        errors += ws[i].errors;
-    }
-    for (size_t k = 0; k < total; k++) {
-        if (!bu_check_self(pool[k], MAX_SIZE)) errors++;
-        free(pool[k]);
-    }
+    struct bu_gen_worker *ws = bu_xcalloc(opt.threads, sizeof *ws);
+    double elapsed;
+    uint64_t ops, errors;
+    uint64_t gens = bu_generations(ws, opt.threads, opt.seed, opt.seconds, gen_main, &elapsed, &ops,
+                                   &errors);
+    errors += bu_free_stamped(pool, total, MAX_SIZE);
     printf("threadchurn threads=%u scale=%g seconds=%g generations=%llu thread_starts=%llu ops=%llu"
            " elapsed=%.6f ops_per_s=%.0f errors=%llu",
            opt.threads, opt.scale, opt.seconds, (unsigned long long)gens,
@@ -115,6 +83,5 @@ int main(int argc, char **argv) {
     putchar('\n');
     free(pool);
     free(ws);
-    free(tids);
     return errors ? 1 : 0;
 }

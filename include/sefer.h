@@ -178,7 +178,8 @@ SEFER_EXPORT unsigned long sefer_test_os_failures(unsigned ops);
 /* Only in a library built with fault injection, as the two above: the
  * test clock.  After sefer_test_clock_ms(ms) with ms > 0, sefer's clock (the
  * milliseconds decommit.delay, large_cache.ttl, guard.protect_rate and
- * event times are measured in) reads ms until the next call; 0 gives it
+ * the events' rate limits are measured in; not the events' wall-clock time
+ * stamps) reads ms until the next call; 0 gives it
  * back the real monotonic clock.  A test advances it itself, so that what
  * depends on time does not depend on how fast the machine runs.  Keep it
  * from going backwards while sefer runs on it. */

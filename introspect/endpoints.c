@@ -121,7 +121,7 @@ struct class_use {
 
 struct heap_use {
     uint64_t bytes, blocks, pages, segments;
-    struct class_use cls[CLASS_COUNT];
+    struct class_use cls[SF_CLASS_COUNT];
 };
 
 /* The heaps of one /heaps or /rings page: entries [offset, offset + n) of
@@ -150,7 +150,7 @@ static void heap_usage(const sf_snapshot_t *s, const struct heap_window *w, stru
         h->pages += g->pages;
         for (uint32_t k = 0; k < g->pages; k++) {
             const sf_snap_page_t *p = &s->page[g->first_page + k];
-            if (p->class_idx == 0 || p->class_idx >= CLASS_COUNT) continue;
+            if (p->class_idx == 0 || p->class_idx >= SF_CLASS_COUNT) continue;
             h->cls[p->class_idx].pages++;
             h->cls[p->class_idx].used += p->used;
             h->cls[p->class_idx].capacity += p->capacity;
@@ -160,7 +160,7 @@ static void heap_usage(const sf_snapshot_t *s, const struct heap_window *w, stru
 
 static cJSON *classes_json(const struct heap_use *u) {
     cJSON *list = cJSON_CreateArray();
-    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+    for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
         const struct class_use *k = &u->cls[c];
         if (k->pages == 0) continue;
         cJSON *o = cJSON_CreateObject();

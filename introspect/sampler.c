@@ -23,7 +23,6 @@
 #include "introspect.h"
 
 #include <stdio.h>
-#include <time.h>
 
 #define RAW_SPAN_MS 3600000u /* the raw tier covers the last hour... */
 #define RAW_MAX 36000u       /* ...at most this many samples of it */
@@ -55,12 +54,6 @@ static uint64_t interval_ms;
 static char hist_why[160]; /* why there is none */
 static uint64_t next_due;  /* CLOCK_MONOTONIC ms; 0: at once */
 static uint64_t cost_last_ns, cost_max_ns, cost_total_ns;
-
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 const char *const *sf_sampler_fields(unsigned *count) {
     *count = FIELDS;
@@ -126,13 +119,13 @@ void sf_sampler_tick(uint64_t now_ms) {
     next_due = next_due == 0 || next_due + interval_ms <= now_ms ? now_ms + interval_ms
                                                                  : next_due + interval_ms;
     uint64_t v[FIELDS];
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = sf_now_ns();
     read_figures(v);
     uint64_t t = sf_clock_ms(); /* every figure of the sample was read by then */
     sf_lock(&hist_lock);
     if (hist.samples > 0 && t <= hist.last_ms) t = hist.last_ms + 1; /* strictly later */
     sf_history_add(&hist, t, v);
-    cost_last_ns = mono_ns() - t0;
+    cost_last_ns = sf_now_ns() - t0;
     if (cost_last_ns > cost_max_ns) cost_max_ns = cost_last_ns;
     cost_total_ns += cost_last_ns;
     sf_unlock(&hist_lock);

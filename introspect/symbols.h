@@ -1,5 +1,6 @@
 /* symbols.h - names of code addresses (symbols.c) and what the heap
- * profile's views share (profile_views.c, pprof.c). */
+ * profile's views share (profile_copy.c, used by profile_views.c and
+ * pprof.c). */
 #ifndef SEFER_SYMBOLS_H
 #define SEFER_SYMBOLS_H
 
@@ -28,7 +29,7 @@ SF_HIDDEN const sf_sym_t *sf_sym_lookup(uintptr_t addr);
 SF_HIDDEN const sf_mapping_t *sf_sym_mappings(size_t *n);
 SF_HIDDEN bool sf_sym_is_allocator(uintptr_t addr, const sf_sym_t *s);
 
-/* ---- a copy of the profile (profile_views.c) ---- */
+/* ---- a copy of the profile (profile_copy.c) ---- */
 typedef struct {
     sf_prof_totals_t totals;
     sf_prof_site_t *sites;

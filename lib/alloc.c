@@ -13,21 +13,21 @@ void *sf_alloc_class(unsigned c) {
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind != SF_HEAP_REAL) heap = sf_heap_for_thread();
     void *p;
-    if (likely(heap != &sf_heap_fallback)) {
+    if (SF_LIKELY(heap != &sf_heap_fallback)) {
         /* a phase ended and left this class's fast path off (phase.c): back
          * on (here, where a thread comes once its current page looks dry) */
-        if (unlikely(sf_class_size[c] <= DIRECT_MAX && SF_GET(heap->direct[sf_class_size[c] >> 4]) == &sf_empty_page) &&
+        if (SF_UNLIKELY(sf_class_size[c] <= SF_DIRECT_MAX && SF_GET(heap->direct[sf_class_size[c] >> 4]) == &sf_empty_page) &&
             heap->queues[c].first != NULL && !sf_pages_checked() && !sf_phase_on())
-            sf_heap_update_direct(heap, c);
-        p = sf_heap_malloc_class(heap, c);
+            sf_page_update_direct(heap, c);
+        p = sf_page_malloc_class(heap, c);
     } else {
         sf_lock(&sf_fallback_lock);
-        p = sf_heap_malloc_class(heap, c);
+        p = sf_page_malloc_class(heap, c);
         sf_unlock(&sf_fallback_lock);
         sf_stat_add(&sf_gstats.fallback_allocs, 1);
     }
-    if (unlikely(sf_prof_is_armed()) && p != NULL) sf_prof_after_class_alloc(p); /* (no lock held) */
-    return likely(p != NULL) ? p : fail_enomem(sf_class_size[c]);
+    if (SF_UNLIKELY(sf_prof_is_armed()) && p != NULL) sf_prof_after_class_alloc(p); /* (no lock held) */
+    return SF_LIKELY(p != NULL) ? p : fail_enomem(sf_class_size[c]);
 }
 
 /* Sizes beyond the address space are refused inside sf_span_alloc. */
@@ -36,7 +36,7 @@ void *sf_alloc_span(size_t n, size_t align) {
     void *block = NULL;
     if (sf_span_alloc(n, align, &block) == NULL) return fail_enomem(n);
     sf_stat_add(&sf_gstats.shared_allocs, 1);
-    return unlikely(sf_prof_is_armed()) ? sf_prof_span(block) : block;
+    return SF_UNLIKELY(sf_prof_is_armed()) ? sf_prof_span(block) : block;
 }
 
 /* While a phase is open (phase.c) the direct tables hold only the empty
@@ -61,7 +61,7 @@ static void *malloc_special(size_t n, sf_heap_t *heap);
 static void *aligned_special(size_t align, size_t n);
 
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
-    if (likely(n <= DIRECT_MAX)) {
+    if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
         /* the fast path's page ran dry: the blocks its owner freed since
          * become its free list (no remote drain, no page search: those wait
          * for the page to be really empty).  Guarded pages and the markers'
@@ -70,12 +70,12 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
         sf_block_t *b = page->local_free;
         if (b != NULL) {
             /* (profiling: the list is charged, and cut at the next sample) */
-            if (unlikely(sf_prof_is_armed())) return sf_prof_malloc_swap(n, heap, page);
+            if (SF_UNLIKELY(sf_prof_is_armed())) return sf_prof_malloc_swap(n, heap, page);
             page->local_free = NULL;
             return sf_hand_out(heap, page, b, b->next);
         }
     }
-    if (unlikely(sf_mode())) return malloc_special(n, heap);
+    if (SF_UNLIKELY(sf_mode())) return malloc_special(n, heap);
     return sf_malloc_slow(n, heap);
 }
 
@@ -83,7 +83,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
  * 0-1: the class's current page as the fast path would take it (the fast
  * path is off), and the count with the class's size; NULL: the way round. */
 static void *phase_pop(size_t n, sf_heap_t *heap) {
-    if (n > MEDIUM_MAX || heap->kind != SF_HEAP_REAL || sf_pages_checked()) return NULL;
+    if (n > SF_MEDIUM_MAX || heap->kind != SF_HEAP_REAL || sf_pages_checked()) return NULL;
     unsigned c = sf_class_of(n);
     void *p = sf_heap_pop(heap, c);
     if (p != NULL) sf_phase_count(SF_PHASE_ALLOC, (int64_t)sf_class_size[c]);
@@ -104,7 +104,7 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
 SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     /* level 2: its fast pop (callers other than malloc come straight
      * here), after the same local_free swap on its own table */
-    if (sf_l2_fast && n <= DIRECT_MAX - SF_GUARD_TAIL) {
+    if (sf_l2_fast && n <= SF_DIRECT_MAX - SF_GUARD_TAIL) {
         sf_page_t *page = heap->gdirect[sf_l2_index(n)];
         if (page->free == NULL && page->local_free != NULL && !sf_prof_is_armed()) {
             page->free = page->local_free;
@@ -117,15 +117,15 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
 }
 
 SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
-    if (unlikely(sf_guard_level >= 2)) return malloc_slow_guarded(n, heap);
-    if (n > MEDIUM_MAX) return sf_alloc_span(n, 0);
+    if (SF_UNLIKELY(sf_guard_level >= 2)) return malloc_slow_guarded(n, heap);
+    if (n > SF_MEDIUM_MAX) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
-    if (n <= DIRECT_MAX) {
+    if (n <= SF_DIRECT_MAX) {
         /* the fast path's page has nothing of its own left: what other
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
-        if (sf_page_collect_remote(heap, page) != 0 && likely(!sf_prof_is_armed())) {
+        if (sf_page_collect_remote(heap, page) != 0 && SF_LIKELY(!sf_prof_is_armed())) {
             sf_block_t *b = page->local_free;
             page->local_free = NULL;
             return sf_hand_out(heap, page, b, b->next);
@@ -139,10 +139,10 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
 
 void *sf_malloc_aligned(size_t align, size_t n) {
     if (align <= 16) return sf_malloc(n);
-    if (unlikely(sf_mode())) return aligned_special(align, n);
+    if (SF_UNLIKELY(sf_mode())) return aligned_special(align, n);
     /* the common aligned request (see sf_malloc_aligned_slow), without
      * entering a function that saves registers for the rare ones */
-    if (n <= align && align <= MAX_ALIGN_FROM_CLASS && likely(sf_guard_level < 2)) return sf_malloc(align);
+    if (n <= align && align <= SF_MAX_ALIGN_FROM_CLASS && SF_LIKELY(sf_guard_level < 2)) return sf_malloc(align);
     return sf_malloc_aligned_slow(align, n);
 }
 
@@ -152,19 +152,19 @@ void *sf_malloc_aligned(size_t align, size_t n) {
 static SF_NOINLINE void *aligned_special(size_t align, size_t n) {
     unsigned m = sf_mode();
     void *p = (m & SF_MODE_TRACKED) ? sf_tracked_malloc(n, align) : sf_malloc_aligned_slow(align, n);
-    bool counted_inside = n <= align && align <= MAX_ALIGN_FROM_CLASS && sf_guard_level < 2;
+    bool counted_inside = n <= align && align <= SF_MAX_ALIGN_FROM_CLASS && sf_guard_level < 2;
     return (m & SF_MODE_PHASE) && !counted_inside ? counted(p) : p;
 }
 
 void *sf_malloc_aligned_slow(size_t align, size_t n) {
-    if (unlikely(sf_guard_level >= 2)) return sf_guarded_malloc(n, align);
+    if (SF_UNLIKELY(sf_guard_level >= 2)) return sf_guarded_malloc(n, align);
     if (n > PTRDIFF_MAX) {
         errno = ENOMEM;
         return NULL;
     }
     /* the class of a power of two is exactly that size, and its blocks are
      * aligned to it: the common aligned request is a plain malloc */
-    if (n <= align && align <= MAX_ALIGN_FROM_CLASS) return sf_malloc(align);
+    if (n <= align && align <= SF_MAX_ALIGN_FROM_CLASS) return sf_malloc(align);
     unsigned c = sf_class_for_aligned(n, align);
     if (c == 0) return sf_alloc_span(n, align);
     void *p = sf_heap_pop(sf_tls_heap, c);
@@ -173,7 +173,7 @@ void *sf_malloc_aligned_slow(size_t align, size_t n) {
 
 /* Size the block at p can hold, or 0 if p is not the start of a live block. */
 size_t sf_usable_size(const void *p) {
-    if (unlikely(sf_tracked)) { /* reads fields memcheck must not see (track.c) */
+    if (SF_UNLIKELY(sf_tracked)) { /* reads fields memcheck must not see (track.c) */
         sf_track_quiet_begin();
         size_t n = sf_usable_size_quiet(p);
         sf_track_quiet_end();
@@ -199,7 +199,7 @@ size_t sf_usable_size_quiet(const void *p) {
  * half of itself; large spans grow and shrink in place within their span. */
 static bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t usable) {
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
-        if (n <= MEDIUM_MAX && n < usable / 2) return false;
+        if (n <= SF_MEDIUM_MAX && n < usable / 2) return false;
         return sf_span_resize(seg, page, n);
     }
     return n <= usable && n >= usable / 2;
@@ -246,16 +246,17 @@ void *sf_realloc(void *p, size_t n) {
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_small_owned_page(p); /* the common case, checked cheaply */
     if (page == NULL) {
-        if (unlikely(sf_guard_level >= 3) && sf_zero_holds(p)) { /* a malloc(0): nothing to copy */
+        /* a malloc(0): nothing to copy */
+        if (SF_UNLIKELY(sf_guard_level >= 3) && sf_zero_holds(p)) {
             void *q = sf_malloc(n);
             if (q != NULL) sf_free(p);
             return q;
         }
         sf_track_quiet_begin(); /* (under valgrind: reads sefer's hidden fields) */
-        page = sf_check_block(p, &seg);
+        page = sf_free_check_block(p, &seg);
         sf_track_quiet_end();
         if (page == NULL) {
-            errno = EINVAL; /* misuse, reported by sf_check_block */
+            errno = EINVAL; /* misuse, reported by sf_free_check_block */
             return NULL;
         }
     }
@@ -265,8 +266,8 @@ void *sf_realloc(void *p, size_t n) {
         sf_track_quiet_begin(); /* (reads past the request at level 3) */
         usable = sf_guarded_usable(seg != NULL ? seg : sf_segment_of(p), page, p);
         sf_track_quiet_end();
-        if (unlikely(sf_mode())) return realloc_special(p, n, seg, page, usable, false);
-    } else if (unlikely(sf_mode())) {
+        if (SF_UNLIKELY(sf_mode())) return realloc_special(p, n, seg, page, usable, false);
+    } else if (SF_UNLIKELY(sf_mode())) {
         return realloc_special(p, n, seg, page, usable, true);
     } else if (resize_in_place(seg, page, n, usable)) {
         return p;
@@ -315,15 +316,15 @@ void *sf_memalign(size_t align, size_t n) {
     return sf_malloc_aligned(a, n);
 }
 
-void *sf_valloc(size_t n) { return sf_malloc_aligned(OS_PAGE, n); }
+void *sf_valloc(size_t n) { return sf_malloc_aligned(SF_OS_PAGE, n); }
 
 void *sf_pvalloc(size_t n) {
-    size_t rounded = sf_align_up(n ? n : 1, OS_PAGE);
+    size_t rounded = sf_align_up(n ? n : 1, SF_OS_PAGE);
     if (rounded < n) {
         errno = ENOMEM;
         return NULL;
     }
-    return sf_malloc_aligned(OS_PAGE, rounded);
+    return sf_malloc_aligned(SF_OS_PAGE, rounded);
 }
 
 size_t sf_trim(void) {
@@ -331,9 +332,9 @@ size_t sf_trim(void) {
     sf_track_quiet_begin();
     uint64_t before = atomic_load(&sf_gstats.decommitted_total);
     sf_heap_t *heap = sf_tls_heap;
-    if (heap->kind == SF_HEAP_REAL) sf_heap_collect(heap, true);
+    if (heap->kind == SF_HEAP_REAL) sf_page_collect_heap(heap, true);
     sf_lock(&sf_fallback_lock);
-    sf_heap_collect(&sf_heap_fallback, true);
+    sf_page_collect_heap(&sf_heap_fallback, true);
     sf_unlock(&sf_fallback_lock);
     sf_heaps_collect_abandoned(true);
     if (sf_guard_level >= 2) sf_span_quarantine_flush();

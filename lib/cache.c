@@ -66,7 +66,7 @@ static size_t entry_unmap(size_t i) {
     sf_stat_sub(&sf_gstats.committed, e.committed);
     sf_stat_sub(&sf_gstats.reserved, e.size);
     sf_stat_add(&sf_gstats.decommitted_total, e.committed);
-    sf_release_segments(e.size >> SEG_SHIFT);
+    sf_release_segments(e.size >> SF_SEG_SHIFT);
     return e.size;
 }
 
@@ -74,7 +74,7 @@ static size_t entry_unmap(size_t i) {
  * what stays committed is still a prefix; returns the bytes given back. */
 static size_t entry_decommit_tail(size_t i, size_t bytes) {
     struct cache_entry *e = &entries[i];
-    size_t keep = e->committed > bytes ? sf_align_up(e->committed - bytes, OS_PAGE) : 0;
+    size_t keep = e->committed > bytes ? sf_align_up(e->committed - bytes, SF_OS_PAGE) : 0;
     if (keep >= e->committed) return 0;
     size_t n = e->committed - keep;
     uint8_t *at = e->base + keep;

@@ -41,7 +41,7 @@
 #define FALLBACK_IDX ((int64_t)ck.nheaps) /* heap indexes: registry slots, then the fallback */
 #define MAX_PASSES 8
 #define PENDING_MAX 16 /* findings that may be another thread mid-change */
-#define PAGE_BLOCKS_MAX ((1u << SMALL_PAGE_SHIFT) / 16) /* most blocks a page can hold */
+#define PAGE_BLOCKS_MAX ((1u << SF_SMALL_PAGE_SHIFT) / 16) /* most blocks a page can hold */
 
 struct heap_tally {
     uint32_t pages;        /* its pages in use, found in its segments */
@@ -77,25 +77,13 @@ static struct {
 
 /* ---- reporting ------------------------------------------------------------- */
 
-static void add_hex(sf_str_t *s, uintptr_t v) {
-    char digits[16];
-    int n = 0;
-    do {
-        digits[n++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    sf_str_add(s, "0x");
-    while (n)
-        sf_str_addn(s, &digits[--n], 1);
-}
-
 /* Counts a problem and describes it as "what at 0x..." (the first few fit). */
 static void report(const char *what, const void *at) {
     ck.problems++;
     if (ck.problems > 1) sf_str_add(&ck.out, "; ");
     sf_str_add(&ck.out, what);
     sf_str_add(&ck.out, " at ");
-    add_hex(&ck.out, (uintptr_t)at);
+    sf_str_addx(&ck.out, (uintptr_t)at);
 }
 
 /* A finding that may be another thread mid-change: kept for this pass. */
@@ -141,7 +129,7 @@ static bool heap_checked(int64_t i) { return i >= 0 && ck.full[i]; }
  * for the per-heap tables. */
 static bool claim_heaps(void) {
     ck.nheaps = sf_heap_slots();
-    ck.heap_bytes = sf_align_up((ck.nheaps + 1) * (sizeof *ck.full + sizeof *ck.tally), OS_PAGE);
+    ck.heap_bytes = sf_align_up((ck.nheaps + 1) * (sizeof *ck.full + sizeof *ck.tally), SF_OS_PAGE);
     ck.tally = sf_os_map_plain(ck.heap_bytes); /* fresh: all zero */
     if (ck.tally == NULL) return false;
     ck.full = (bool *)(ck.tally + ck.nheaps + 1);
@@ -176,7 +164,7 @@ static bool set_init(size_t count) {
     size_t cap = 64;
     while (cap < 2 * count + 16)
         cap <<= 1;
-    ck.set_bytes = sf_align_up(cap * sizeof *ck.set, OS_PAGE);
+    ck.set_bytes = sf_align_up(cap * sizeof *ck.set, SF_OS_PAGE);
     ck.set = sf_os_map_plain(ck.set_bytes); /* fresh: all zero */
     ck.set_cap = cap;
     return ck.set != NULL;
@@ -202,9 +190,9 @@ static void set_free(void) {
 
 /* The listed small or medium segment holding p, or NULL: never reads p. */
 static sf_segment_t *listed_owner_seg(const void *p) {
-    uintptr_t chunk = (uintptr_t)p >> SEG_SHIFT;
+    uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
     if (!set_has(chunk)) return NULL;
-    sf_segment_t *seg = (sf_segment_t *)(chunk << SEG_SHIFT);
+    sf_segment_t *seg = (sf_segment_t *)(chunk << SF_SEG_SHIFT);
     return seg->kind <= SF_SEG_MEDIUM ? seg : NULL;
 }
 
@@ -273,11 +261,11 @@ static void check_page_owner(const sf_page_t *page, const sf_heap_t *heap) {
 
 static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_heap_t *heap) {
     unsigned c = page->class_idx;
-    if (c < 1 || c >= CLASS_COUNT || page->block_size != sf_class_size[c]) {
+    if (c < 1 || c >= SF_CLASS_COUNT || page->block_size != sf_class_size[c]) {
         report("page in use without a valid size class", page);
         return;
     }
-    if ((seg->kind == SF_SEG_SMALL) != (c <= SMALL_CLASS_MAX))
+    if ((seg->kind == SF_SEG_SMALL) != (c <= SF_SMALL_CLASS_MAX))
         report("size class in the wrong kind of segment", page);
     uint32_t bs = page->block_size;
     if (page->divmagic != UINT64_MAX / bs + 1) report("page's block-start constant is wrong", page);
@@ -307,7 +295,7 @@ static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
         bool marked_free = (seg->free_mask >> i) & 1;
         size_t start = (size_t)(i + seg->page_bias) << seg->page_shift;
         if (page->page_start !=
-            (const uint8_t *)seg + (start < SEG_META_SIZE ? SEG_META_SIZE : start))
+            (const uint8_t *)seg + (start < SF_SEG_META_SIZE ? SF_SEG_META_SIZE : start))
             report("page descriptor's start is not its page", page);
         if (page->in_use) {
             in_use++;
@@ -346,9 +334,9 @@ static void check_map_byte(uintptr_t chunk, uint8_t want, bool settled, const vo
 
 static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
     bool small = seg->kind == SF_SEG_SMALL;
-    unsigned shift = small ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT, bias = small ? 1 : 0;
+    unsigned shift = small ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT, bias = small ? 1 : 0;
     if (seg->page_shift != shift || seg->page_bias != bias ||
-        seg->page_count != (SEG_SIZE >> shift) - bias || seg->span_size != SEG_SIZE) {
+        seg->page_count != (SF_SEG_SIZE >> shift) - bias || seg->span_size != SF_SEG_SIZE) {
         report("segment's geometry is wrong for its kind", seg);
         return;
     }
@@ -364,16 +352,17 @@ static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
 
 static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
     const sf_page_t *page = &seg->pages[0];
-    size_t units = seg->span_size >> SEG_SHIFT;
+    size_t units = seg->span_size >> SF_SEG_SHIFT;
     const uint8_t *lo = (const uint8_t *)seg, *hi = lo + seg->span_size;
-    if (seg->heap != NULL || seg->page_count != 1 || units == 0 || (seg->span_size & SEG_MASK) ||
-        chunk + units > SEGMAP_CHUNKS || (seg->kind == SF_SEG_LARGE) != (units <= LARGE_MAX_SEGS)) {
+    if (seg->heap != NULL || seg->page_count != 1 || units == 0 || (seg->span_size & SF_SEG_MASK) ||
+        chunk + units > SF_SEGMAP_CHUNKS ||
+        (seg->kind == SF_SEG_LARGE) != (units <= SF_LARGE_MAX_SEGS)) {
         report("span's header is wrong", seg);
         return;
     }
     ck.listed_units += units;
     if (!(SF_GET(page->flags) & SF_PAGE_SPAN) || !SF_GET(page->in_use) ||
-        page->block_start < lo + OS_PAGE || ((uintptr_t)page->block_start & (OS_PAGE - 1)) ||
+        page->block_start < lo + SF_OS_PAGE || ((uintptr_t)page->block_start & (SF_OS_PAGE - 1)) ||
         page->page_bytes > (size_t)(hi - page->block_start) ||
         SF_GET(page->span_bytes) > page->page_bytes)
         report("span's block does not fit its mapping", seg);
@@ -384,8 +373,8 @@ static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
 }
 
 static void check_segment(const sf_segment_t *seg, const sf_segment_t *prev) {
-    uintptr_t chunk = (uintptr_t)seg >> SEG_SHIFT;
-    if (((uintptr_t)seg & SEG_MASK) != 0 || chunk >= SEGMAP_CHUNKS) {
+    uintptr_t chunk = (uintptr_t)seg >> SF_SEG_SHIFT;
+    if (((uintptr_t)seg & SF_SEG_MASK) != 0 || chunk >= SF_SEGMAP_CHUNKS) {
         report("listed segment not aligned to 4 MiB", seg);
         return;
     }
@@ -420,7 +409,7 @@ static void check_segments(void) {
     const sf_segment_t *prev = NULL, *seg = sf_all_segments;
     for (size_t i = 0; i < n && seg != NULL; i++, prev = seg, seg = seg->all_next)
         check_segment(seg, prev);
-    uint64_t cached = atomic_load(&sf_gstats.cache_bytes) >> SEG_SHIFT;
+    uint64_t cached = atomic_load(&sf_gstats.cache_bytes) >> SF_SEG_SHIFT;
     if (ck.listed_units + cached > atomic_load(&sf_gstats.segments))
         report("more segments mapped than counted against segments.max", sf_all_segments);
 }
@@ -431,13 +420,13 @@ static void check_map_entry(uintptr_t chunk, uint8_t v) {
     uintptr_t head = chunk;
     for (unsigned steps = 0; v >= SF_SEGMAP_BACK0; steps++) {
         if (head < (uintptr_t)(v - 2) || steps > 64) {
-            report("segment map's back-distance leads nowhere", (void *)(chunk << SEG_SHIFT));
+            report("segment map's back-distance leads nowhere", (void *)(chunk << SF_SEG_SHIFT));
             return;
         }
         head -= (uintptr_t)(v - 2);
         v = atomic_load_explicit(&sf_segmap[head], memory_order_acquire);
     }
-    void *at = (void *)(chunk << SEG_SHIFT);
+    void *at = (void *)(chunk << SF_SEG_SHIFT);
     if (v == SF_SEGMAP_NONE) { /* a span's head cleared first on release */
         report_maybe("segment map's back-distance leads to no segment", at);
         return;
@@ -446,10 +435,10 @@ static void check_map_entry(uintptr_t chunk, uint8_t v) {
         report("segment map names a segment that is not listed", at);
         return;
     }
-    const sf_segment_t *seg = (const sf_segment_t *)(head << SEG_SHIFT);
+    const sf_segment_t *seg = (const sf_segment_t *)(head << SF_SEG_SHIFT);
     bool small = seg->kind == SF_SEG_SMALL, span = seg->kind >= SF_SEG_LARGE;
     if ((v == SF_SEGMAP_SMALL_HEAD) != small ||
-        (head != chunk && (!span || chunk - head >= (seg->span_size >> SEG_SHIFT))))
+        (head != chunk && (!span || chunk - head >= (seg->span_size >> SF_SEG_SHIFT))))
         report("segment map disagrees with the segment", at);
 }
 
@@ -462,16 +451,16 @@ static void scan_map_range(size_t from, size_t to) {
 
 /* Reads only the resident pages of the map: the others hold only zeros. */
 static void scan_map(void) {
-    uintptr_t base = (uintptr_t)sf_segmap, end = base + SEGMAP_CHUNKS;
-    uintptr_t p = base & ~(uintptr_t)(OS_PAGE - 1);
+    uintptr_t base = (uintptr_t)sf_segmap, end = base + SF_SEGMAP_CHUNKS;
+    uintptr_t p = base & ~(uintptr_t)(SF_OS_PAGE - 1);
     unsigned char vec[256];
     while (p < end) {
-        size_t len = sizeof vec * OS_PAGE;
-        if (len > sf_align_up(end - p, OS_PAGE)) len = sf_align_up(end - p, OS_PAGE);
+        size_t len = sizeof vec * SF_OS_PAGE;
+        if (len > sf_align_up(end - p, SF_OS_PAGE)) len = sf_align_up(end - p, SF_OS_PAGE);
         if (mincore((void *)p, len, vec) != 0) memset(vec, 1, sizeof vec); /* unknown: read */
-        for (size_t i = 0; i < len / OS_PAGE; i++) {
+        for (size_t i = 0; i < len / SF_OS_PAGE; i++) {
             if (!(vec[i] & 1)) continue;
-            uintptr_t lo = p + i * OS_PAGE, hi = lo + OS_PAGE;
+            uintptr_t lo = p + i * SF_OS_PAGE, hi = lo + SF_OS_PAGE;
             scan_map_range((lo < base ? base : lo) - base, (hi > end ? end : hi) - base);
         }
         p += len;
@@ -507,7 +496,7 @@ static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsign
 static void check_direct(const sf_heap_t *heap) {
     if (sf_empty_page.free != NULL || sf_empty_page.local_free != NULL)
         report("the empty page has blocks", &sf_empty_page);
-    for (unsigned i = 0; i < DIRECT_COUNT; i++) {
+    for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) {
         unsigned c = i == 0 ? 1 : sf_class_of((size_t)i * 16);
         const sf_page_t *d = heap->direct[i];
         if (d != &sf_empty_page && d != heap->queues[c].first)
@@ -550,7 +539,7 @@ static void check_purge_queue(const sf_heap_t *heap, const struct heap_tally *t)
     if (n != heap->purge_count) report("purge queue's count is wrong", heap);
     /* every page of the queue on exactly its class's list, and nothing else */
     size_t listed = 0;
-    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+    for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
         const sf_page_t *cprev = NULL;
         for (const sf_page_t *page = heap->purge_class[c]; page != NULL; cprev = page, page = page->class_next) {
             if (listed++ > n || !valid_page(page)) {
@@ -606,7 +595,7 @@ static void check_heap(int64_t hi) {
     const sf_heap_t *heap = heap_at(hi);
     const struct heap_tally *t = &ck.tally[hi];
     size_t queued = 0;
-    for (unsigned c = 1; c < CLASS_COUNT; c++) {
+    for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
         queued += walk_queue(heap, &heap->queues[c], c, false, t->pages);
         queued += walk_queue(heap, &heap->sampled[c], c, true, t->pages);
     }

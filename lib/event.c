@@ -25,10 +25,8 @@
  * process's start on CLOCK_BOOTTIME (sf_clock_ms): they never go backwards
  * when the wall clock is changed, they include time the machine was
  * suspended, and /history uses the same clock, so marks and samples line
- * up. */
+ * up (lib/clock.c). */
 #include "internal.h"
-
-#include <time.h>
 
 #define SF_EVENT_WORDS (sizeof(sf_event_t) / sizeof(uint64_t))
 _Static_assert(sizeof(sf_event_t) % sizeof(uint64_t) == 0, "an event is whole words");
@@ -42,26 +40,6 @@ typedef struct {
 static sf_event_slot_t ring[SF_EVENT_CAP];
 static _Atomic uint64_t claimed;  /* event numbers handed out (the last one) */
 static _Atomic uint64_t collided; /* events dropped by their own writer */
-
-/* ---- the clock --------------------------------------------------------------- */
-
-static _Atomic uint64_t base_real_ms, base_boot_ms;
-
-static uint64_t clock_ms(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-void sf_events_init(void) {
-    atomic_store_explicit(&base_boot_ms, clock_ms(CLOCK_BOOTTIME), memory_order_relaxed);
-    atomic_store_explicit(&base_real_ms, clock_ms(CLOCK_REALTIME), memory_order_relaxed);
-}
-
-uint64_t sf_clock_ms(void) {
-    return atomic_load_explicit(&base_real_ms, memory_order_relaxed) + clock_ms(CLOCK_BOOTTIME) -
-           atomic_load_explicit(&base_boot_ms, memory_order_relaxed);
-}
 
 /* ---- recording ------------------------------------------------------------------ */
 

@@ -30,11 +30,11 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
 
 SF_INLINE void *sf_malloc(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    if (likely(n <= DIRECT_MAX)) {
+    if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
         /* (another thread writes it when a phase begins: phase.c) */
         sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
-        if (likely(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }
     return sf_malloc_generic(n, heap);
 }
@@ -71,17 +71,17 @@ SF_INLINE bool sf_offset_is_block_start(const sf_page_t *page, uint64_t off) {
  * segment as a copy of u masked, one instruction more). */
 SF_INLINE sf_page_t *sf_small_page_desc(uintptr_t chunk, uintptr_t u) {
     __asm__("" : "+r"(chunk));
-    return (sf_page_t *)((chunk << SEG_SHIFT) |
-                         ((u >> (SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) & ((SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+    return (sf_page_t *)((chunk << SF_SEG_SHIFT) |
+                         ((u >> (SF_SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) & ((SF_SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
 }
 
 SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owner) {
     uintptr_t u = (uintptr_t)p;
-    uintptr_t chunk = u >> SEG_SHIFT;
-    if (likely(sf_segmap_is_small_chunk(chunk))) {
+    uintptr_t chunk = u >> SF_SEG_SHIFT;
+    if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
         sf_page_t *page = sf_small_page_desc(chunk, u);
-        uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
-        if (likely(SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
+        uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
+        if (SF_LIKELY(SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
                    ((const sf_block_t *)p)->cookie != sf_page_cookie(page)))
             return page;
     }
@@ -97,7 +97,7 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
 SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     b->cookie = sf_page_cookie(page);
     page->local_free = b;
-    if (likely(SF_UNCOUNT(page->used) != 0)) return;
+    if (SF_LIKELY(SF_UNCOUNT(page->used) != 0)) return;
     if (page->prev == NULL && page->next == NULL) return;
     sf_page_on_empty(heap, page);
 }
@@ -105,7 +105,7 @@ SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
 SF_INLINE void sf_free(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
-    if (likely(page != NULL)) {
+    if (SF_LIKELY(page != NULL)) {
         sf_block_t *b = (sf_block_t *)p;
         b->next = page->local_free;
         sf_free_to_local(heap, page, b);
@@ -129,7 +129,7 @@ SF_INLINE void sf_free(void *p) {
  * the checked path reports it). */
 SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
     sf_block_t *b = page->free;
-    if (likely(b != NULL)) {
+    if (SF_LIKELY(b != NULL)) {
 #if defined(__x86_64__)
         __asm__("" : "+a"(b)); /* b in the return register: saves a final mov */
 #endif
@@ -137,7 +137,7 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
         /* (empty asm: else the compiler keeps the encoded link and the
          * secret alive to test next == NULL as link == secret: 2 movs) */
         __asm__("" : "+r"(next));
-        if (likely(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << SMALL_PAGE_SHIFT) || next == NULL)) {
+        if (SF_LIKELY(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) || next == NULL)) {
             uint64_t value = sf_canary_value(page, b);
             uint32_t *size = sf_size_word(page, b);
             sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
@@ -150,14 +150,14 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
 }
 
 /* The gdirect index of a request: by its size with the tail; the smallest
- * entries name the SF_GUARD_MIN_BLOCK class (sf_heap_update_direct). */
+ * entries name the SF_GUARD_MIN_BLOCK class (sf_page_update_direct). */
 SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
 
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    if (likely(n <= DIRECT_MAX - SF_GUARD_TAIL)) {
+    if (SF_LIKELY(n <= SF_DIRECT_MAX - SF_GUARD_TAIL)) {
         void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n);
-        if (likely(b != NULL)) return b;
+        if (SF_LIKELY(b != NULL)) return b;
     }
     return sf_malloc_generic(n, heap);
 }
@@ -168,10 +168,10 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
  * block before's own free checks, on whichever path.) */
 SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
     uint32_t bsize = page->block_size, n = *sf_size_word(page, p);
-    if (unlikely(n + SF_GUARD_TAIL > bsize)) return false;
+    if (SF_UNLIKELY(n + SF_GUARD_TAIL > bsize)) return false;
     uint64_t canary;
     memcpy(&canary, (const uint8_t *)p + n, sizeof canary);
-    return likely(canary == sf_canary_value(page, p));
+    return SF_LIKELY(canary == sf_canary_value(page, p));
 }
 
 /* Frees p if it is a small block of this thread's, on a guarded page that
@@ -180,7 +180,7 @@ SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
 SF_INLINE bool sf_l2_free_owned(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG));
-    if (likely(page != NULL && sf_l2_tail_ok(page, p))) {
+    if (SF_LIKELY(page != NULL && sf_l2_tail_ok(page, p))) {
         sf_block_t *b = (sf_block_t *)p;
         sf_link_set(page, b, page->local_free);
         sf_free_to_local(heap, page, b);
@@ -190,7 +190,7 @@ SF_INLINE bool sf_l2_free_owned(void *p) {
 }
 
 SF_INLINE void sf_free_l2(void *p) {
-    if (likely(sf_l2_free_owned(p))) return;
+    if (SF_LIKELY(sf_l2_free_owned(p))) return;
     sf_free_checked(p); /* (which tries it once more, harmlessly) */
 }
 
@@ -203,7 +203,7 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     sf_block_t *b = page->free;
     if (b == NULL) {
         if ((b = page->local_free) == NULL) return NULL;
-        if (unlikely(sf_prof_is_armed())) return sf_prof_swap(heap, page); /* (charged) */
+        if (SF_UNLIKELY(sf_prof_is_armed())) return sf_prof_swap(heap, page); /* (charged) */
         page->local_free = NULL;
     }
     return sf_hand_out(heap, page, b, b->next);
@@ -211,14 +211,14 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
 
 SF_INLINE void *sf_calloc(size_t count, size_t size) {
     size_t n;
-    if (unlikely(__builtin_mul_overflow(count, size, &n))) {
+    if (SF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) {
         errno = ENOMEM;
         return NULL;
     }
     void *p = sf_malloc(n);
-    if (unlikely(p == NULL)) return p;
-    if (n > MEDIUM_MAX && sf_segmap_header(p)->fresh_zero) {
-        if (unlikely(sf_tracked)) sf_track_zeroed(p, n);
+    if (SF_UNLIKELY(p == NULL)) return p;
+    if (n > SF_MEDIUM_MAX && sf_segmap_header(p)->fresh_zero) {
+        if (SF_UNLIKELY(sf_tracked)) sf_track_zeroed(p, n);
         return p; /* a new or fully decommitted span: already zero */
     }
     return memset(p, 0, n);

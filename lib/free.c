@@ -10,7 +10,7 @@
 
 /* Validates p for free/realloc.  Returns its page (and *seg_out), or NULL
  * after reporting the misuse (free of NULL returns NULL silently). */
-sf_page_t *sf_check_block(const void *p, sf_segment_t **seg_out) {
+sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header(p);
     if (seg == NULL) {
@@ -69,10 +69,11 @@ static void count_remote(sf_heap_t *me) {
  * the generic path sorts it out (the caller's own heap, the fallback heap,
  * guarded pages, a segment's header). */
 SF_INLINE bool free_remote_small(void *p) {
-    uintptr_t u = (uintptr_t)p, chunk = u >> SEG_SHIFT;
-    if (!sf_segmap_is_small_chunk(chunk) || ((u >> SMALL_PAGE_SHIFT) & (SMALL_PAGES - 1)) == 0)
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
+    if (!sf_segmap_is_small_chunk(chunk) ||
+        ((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) == 0)
         return false; /* (page 0 of a small segment is its header) */
-    sf_heap_t *owner = SF_PEEK(((sf_segment_t *)(chunk << SEG_SHIFT))->heap), *me = sf_tls_heap;
+    sf_heap_t *owner = SF_PEEK(((sf_segment_t *)(chunk << SF_SEG_SHIFT))->heap), *me = sf_tls_heap;
     /* (guarded pages: level >= 2; callers have ruled valgrind's tracking
      * out; with profiling on the page may be sampled, which
      * free_checked_uncounted tells the profile about) */
@@ -92,12 +93,12 @@ static SF_NOINLINE void free_special(void *p) {
     if (!(sf_mode() & SF_MODE_PHASE)) return sf_tracked_free(p);
     /* the owner's small block on a page with nothing unusual: pushed as
      * the fast path would (it is off), counted with the page's block size */
-    uintptr_t u = (uintptr_t)p, chunk = u >> SEG_SHIFT;
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
     sf_heap_t *me = sf_tls_heap;
-    if (sf_segmap_is_small_chunk(chunk) && ((u >> SMALL_PAGE_SHIFT) & (SMALL_PAGES - 1)) != 0 &&
-        SF_PEEK(((sf_segment_t *)(chunk << SEG_SHIFT))->heap) == me && !sf_pages_checked()) {
+    if (sf_segmap_is_small_chunk(chunk) && ((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) != 0 &&
+        SF_PEEK(((sf_segment_t *)(chunk << SF_SEG_SHIFT))->heap) == me && !sf_pages_checked()) {
         sf_page_t *page = sf_small_page_desc(chunk, u);
-        uint64_t off = u & (((uintptr_t)1 << SMALL_PAGE_SHIFT) - 1);
+        uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
         sf_block_t *b = p;
         if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
             sf_offset_is_block_start(page, off) && b->cookie != sf_page_cookie(page)) {
@@ -109,7 +110,7 @@ static SF_NOINLINE void free_special(void *p) {
     }
     size_t bytes = sf_block_bytes(p);
     if (bytes != 0) sf_phase_count(SF_PHASE_FREE, -(int64_t)bytes);
-    if (unlikely(sf_tracked)) sf_tracked_free(p); /* (which ends in free_checked_uncounted) */
+    if (SF_UNLIKELY(sf_tracked)) sf_tracked_free(p); /* (which ends in free_checked_uncounted) */
     else if (!free_remote_small(p)) free_checked_uncounted(p);
 }
 
@@ -117,25 +118,25 @@ void sf_free_generic(void *p) {
     /* level 2: its fast push first (callers other than free come straight
      * here; in a phase no page takes it, phase.c) */
     if (sf_l2_fast && sf_l2_free_owned(p)) return;
-    if (unlikely(sf_mode())) free_special(p); /* tracked or in a phase */
+    if (SF_UNLIKELY(sf_mode())) free_special(p); /* tracked or in a phase */
     else if (!free_remote_small(p)) free_checked_uncounted(p);
 }
 
 void sf_free_checked(void *p) {
-    if (unlikely(sf_mode())) return free_special(p);
+    if (SF_UNLIKELY(sf_mode())) return free_special(p);
     free_checked_uncounted(p);
 }
 
 void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
 
 static void free_checked_uncounted(void *p) {
-    if (unlikely(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
+    if (SF_UNLIKELY(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
     sf_segment_t *seg = NULL;
-    sf_page_t *page = sf_check_block(p, &seg);
+    sf_page_t *page = sf_free_check_block(p, &seg);
     if (page == NULL) return;
     if (sf_guard_level >= 2 && !sf_guarded_free_ok(seg, page, p, seg->heap == sf_tls_heap))
         return; /* canary or cross-thread double free: reported and refused */
-    if (unlikely(SF_GET(page->flags) & SF_PAGE_SAMPLED)) sf_prof_freed(p);
+    if (SF_UNLIKELY(SF_GET(page->flags) & SF_PAGE_SAMPLED)) sf_prof_freed(p);
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         sf_span_free(seg);
         return;
@@ -146,7 +147,7 @@ static void free_checked_uncounted(void *p) {
         /* a phase ended and left this page off the free fast path: back on
          * (sf_page_set_fast_owner reads the flags; before the free, which
          * may release the page) */
-        if (unlikely(SF_PEEK(page->fast_heap) == NULL) && !(SF_GET(page->flags) & SF_PAGE_FULL) && !sf_phase_on())
+        if (SF_UNLIKELY(SF_PEEK(page->fast_heap) == NULL) && !(SF_GET(page->flags) & SF_PAGE_FULL) && !sf_phase_on())
             sf_page_set_fast_owner(page, me);
         sf_heap_owner_free(me, page, b); /* flags set: full or guarded page */
     } else if (owner == &sf_heap_fallback) {

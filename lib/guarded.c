@@ -30,7 +30,27 @@
  * (the link key and the canary key come from independent secrets). */
 #include "fastpath.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 bool sf_mem_checked;
+uintptr_t sf_guard_secret, sf_canary_secret;
+
+/* Two independent random secrets (guard level >= 2): one encodes free-list
+ * links, one keys the canaries, so a link read after free (whose target is
+ * guessable) does not reveal what a canary must hold. */
+void sf_guard_init(void) {
+    uintptr_t s[2] = {0, 0};
+    if (syscall(SYS_getrandom, s, sizeof s, 1 /* GRND_NONBLOCK */) != (long)sizeof s) {
+        for (int i = 0; i < 2; i++) {
+            unsigned lo, hi;
+            __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+            s[i] ^= ((uintptr_t)hi << 32 | lo) ^ (uintptr_t)&s ^ (0x9e3779b97f4a7c15ull * (uintptr_t)(i + 1));
+        }
+    }
+    sf_guard_secret = s[0] | 1;
+    sf_canary_secret = s[1] | 1;
+}
 
 static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
 
@@ -67,7 +87,7 @@ void *sf_guarded_malloc(size_t n, size_t align) {
     }
     size_t need = n + SF_GUARD_TAIL; /* (a span's tail is only the canary, and fits) */
     if (need < SF_GUARD_MIN_BLOCK) need = SF_GUARD_MIN_BLOCK;
-    unsigned c = align <= 16 ? (need <= MEDIUM_MAX ? sf_class_of(need) : 0)
+    unsigned c = align <= 16 ? (need <= SF_MEDIUM_MAX ? sf_class_of(need) : 0)
                              : sf_class_for_aligned(need, align);
     void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
     if (p == NULL) return NULL;

@@ -14,49 +14,13 @@
  * are not checked: reading past a block is not what corrupts a heap.
  *
  * At levels 0-2 each is a test of one flag and a tail call of glibc's own
- * routine, looked up with dlsym(RTLD_NEXT) when the library starts
- * (sf_mem_resolve; glibc's memcpy cannot be named from here, sefer's
- * definition would answer); until then glibc's _chk form (__memcpy_chk,
- * ...) with no size limit, an entry glibc exports that sefer does not
- * replace.  Calls the
- * compiler turned into the _chk forms (fortified builds, a destination of
- * known size) go to glibc directly, checked by glibc against that size.
- * sefer's own copies and fills reach glibc under the names sf_raw_* (see
- * internal.h), never the checked entry points. */
+ * routine (sf_libc_memcpy, ...: libc_mem.c).  Calls the compiler turned
+ * into the _chk forms (fortified builds, a destination of known size) go
+ * to glibc directly, checked by glibc against that size.  sefer's own
+ * copies and fills reach glibc the same way (see internal.h), never the
+ * checked entry points. */
 #define SF_DEFINES_MEM_FUNCTIONS /* (internal.h: no renaming here) */
 #include "internal.h"
-
-#include <dlfcn.h>
-
-extern void *__memcpy_chk(void *d, const void *s, size_t n, size_t dlen);
-extern void *__memmove_chk(void *d, const void *s, size_t n, size_t dlen);
-extern void *__memset_chk(void *d, int c, size_t n, size_t dlen);
-
-/* "No limit" for the _chk forms, hidden from the compiler: it would turn
- * a call with a constant (size_t)-1 back into memcpy, that is, into us. */
-static inline size_t no_limit(void) {
-    size_t v = SIZE_MAX;
-    __asm__("" : "+r"(v));
-    return v;
-}
-
-SF_HIDDEN void *sf_raw_memcpy(void *d, const void *s, size_t n) { return __memcpy_chk(d, s, n, no_limit()); }
-SF_HIDDEN void *sf_raw_memmove(void *d, const void *s, size_t n) { return __memmove_chk(d, s, n, no_limit()); }
-SF_HIDDEN void *sf_raw_memset(void *d, int c, size_t n) { return __memset_chk(d, c, n, no_limit()); }
-
-void *(*sf_libc_memcpy)(void *, const void *, size_t) = sf_raw_memcpy;
-void *(*sf_libc_memmove)(void *, const void *, size_t) = sf_raw_memmove;
-void *(*sf_libc_memset)(void *, int, size_t) = sf_raw_memset;
-
-/* glibc's own routines, from the library constructor (init.c): after
- * relocation, with sefer initialised (should dlsym allocate, malloc works). */
-void sf_mem_resolve(void) {
-    void *cpy = dlsym(RTLD_NEXT, "memcpy"), *mov = dlsym(RTLD_NEXT, "memmove"), *set = dlsym(RTLD_NEXT, "memset");
-    if (cpy == NULL || mov == NULL || set == NULL) return; /* (static: keep the _chk forms) */
-    sf_libc_memcpy = (void *(*)(void *, const void *, size_t))cpy;
-    sf_libc_memmove = (void *(*)(void *, const void *, size_t))mov;
-    sf_libc_memset = (void *(*)(void *, int, size_t))set;
-}
 
 /* Whether the live block holding d (in a small or medium page) ends its
  * request at or after d + n. */
@@ -110,16 +74,16 @@ SF_NOINLINE static void *memset_checked(void *d, int c, size_t n) {
 }
 
 SEFER_EXPORT void *memcpy(void *d, const void *s, size_t n) {
-    if (unlikely(sf_mem_checked)) return memcpy_checked(d, s, n);
+    if (SF_UNLIKELY(sf_mem_checked)) return memcpy_checked(d, s, n);
     return sf_libc_memcpy(d, s, n);
 }
 
 SEFER_EXPORT void *memmove(void *d, const void *s, size_t n) {
-    if (unlikely(sf_mem_checked)) return memmove_checked(d, s, n);
+    if (SF_UNLIKELY(sf_mem_checked)) return memmove_checked(d, s, n);
     return sf_libc_memmove(d, s, n);
 }
 
 SEFER_EXPORT void *memset(void *d, int c, size_t n) {
-    if (unlikely(sf_mem_checked)) return memset_checked(d, c, n);
+    if (SF_UNLIKELY(sf_mem_checked)) return memset_checked(d, c, n);
     return sf_libc_memset(d, c, n);
 }

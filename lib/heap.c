@@ -47,8 +47,8 @@
 /* Static so that the fast path of a thread's very first malloc (before any
  * initialisation) finds the empty page and falls through to the slow path. */
 #define SF_HEAP_STATIC_INIT(k)                                                                     \
-    {.direct = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page},                                         \
-     .gdirect = {[0 ... DIRECT_COUNT - 1] = &sf_empty_page},                                        \
+    {.direct = {[0 ... SF_DIRECT_COUNT - 1] = &sf_empty_page},                                         \
+     .gdirect = {[0 ... SF_DIRECT_COUNT - 1] = &sf_empty_page},                                        \
      .kind = (k),                                                                                   \
      .slot = SF_HEAP_FALLBACK_SLOT}
 
@@ -93,7 +93,7 @@ int64_t sf_heap_slot_of(const void *p) {
 
 size_t sf_heap_registry_bytes(void) {
     return (size_t)atomic_load_explicit(&chunks_mapped, memory_order_relaxed) *
-           sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), OS_PAGE);
+           sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), SF_OS_PAGE);
 }
 
 /* The chunk that holds `slot`, mapped now if nobody has yet. */
@@ -101,7 +101,7 @@ static sf_heap_t *chunk_for(uint32_t slot) {
     _Atomic(sf_heap_t *) *cell = &chunks[slot >> SF_HEAP_CHUNK_SHIFT];
     sf_heap_t *chunk = atomic_load_explicit(cell, memory_order_acquire);
     if (chunk != NULL) return chunk;
-    size_t bytes = sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), OS_PAGE);
+    size_t bytes = sf_align_up(SF_HEAP_CHUNK * sizeof(sf_heap_t), SF_OS_PAGE);
     sf_heap_t *fresh = sf_os_map_plain(bytes);
     if (fresh == NULL) return NULL;
     SF_LS_RMW(SLOT_MAKE);
@@ -154,7 +154,8 @@ static sf_heap_t *ownerless_pop(void) {
 /* ---- a heap's states --------------------------------------------------------- */
 
 static void heap_init_direct(sf_heap_t *heap) {
-    for (unsigned i = 0; i < DIRECT_COUNT; i++) heap->direct[i] = heap->gdirect[i] = &sf_empty_page;
+    for (unsigned i = 0; i < SF_DIRECT_COUNT; i++)
+        heap->direct[i] = heap->gdirect[i] = &sf_empty_page;
 }
 
 /* A block returns to its owner (owner or collector context). */
@@ -229,7 +230,7 @@ void sf_heaps_purge_abandoned(void) {
  * the pages the next thread adopted.) */
 static bool heap_collect_abandoned(sf_heap_t *heap, bool purge_now) {
     if (!heap_claim_to_collect(heap)) return false;
-    sf_heap_collect_ex(heap, true, purge_now);
+    sf_page_collect_heap_ex(heap, true, purge_now);
     if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
     return true;
@@ -349,7 +350,7 @@ void sf_heap_thread_done(void *value) {
     /* every empty page goes back to its segment, but decommits keep their
      * deadline: the next thread usually adopts this heap within it and
      * reuses the pages without faulting them in again */
-    sf_heap_collect_ex(heap, true, false);
+    sf_page_collect_heap_ex(heap, true, false);
     sf_track_quiet_end();
     atomic_store_explicit(&heap->tid, 0, memory_order_relaxed);
     if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);

@@ -11,16 +11,13 @@
 _Atomic int sf_initialized;
 pthread_key_t sf_thread_key;
 bool sf_thread_key_ok;
-uint8_t sf_guard_level;
-bool sf_l2_fast;
-uint8_t sf_generic_mode;
 static atomic_flag init_busy = ATOMIC_FLAG_INIT;
 
 void sf_init_slow(void) {
     while (atomic_flag_test_and_set_explicit(&init_busy, memory_order_acquire)) {
     }
     if (!atomic_load_explicit(&sf_initialized, memory_order_relaxed)) {
-        sf_events_init();
+        sf_clock_init();
         sf_knobs_init();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();

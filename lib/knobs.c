@@ -1,6 +1,6 @@
 /* knobs.c - the values of the knobs and where they came from.
  *
- * The table (SF_KNOBS in internal.h, as data in config_file.c) gives each
+ * The table (SF_KNOBS in internal.h, as data in knob_table.c) gives each
  * knob its name, type, default, bounds, whether it may change while the
  * program runs, and a one-line meaning.  Values live in an array of 64-bit
  * atomics so the allocator reads them without locks; strings live in fixed
@@ -14,7 +14,8 @@
  * a static buffer.  Every bad input is reported once on stderr as
  *   FILE:LINE: KEY: what is wrong (default kept)
  *   SEFER_X=value: KEY: what is wrong (default kept)
- * and with SEFER_CONFIG_STRICT=1 refuses the start (exit status 78). */
+ * and with SEFER_CONFIG_STRICT=1 refuses the start (exit status 78).
+ * sefer_config_get/set (config.c) read and change them at run time. */
 #include "internal.h"
 
 #include <fcntl.h>
@@ -30,10 +31,7 @@ pthread_mutex_t sf_knob_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const source_names[] = {
     [SF_SRC_DEFAULT] = "default", [SF_SRC_FILE] = "file", [SF_SRC_ENV] = "env", [SF_SRC_RUNTIME] = "runtime"};
 
-/* Why this thread's last sefer_config_* call failed. */
-static __thread char config_error[256];
-
-static void set_value(int i, uint64_t v, const char *str, uint8_t source) {
+void sf_knob_set(int i, uint64_t v, const char *str, uint8_t source) {
     if (sf_knob_defs[i].type == SF_KNOB_STRING) {
         size_t n = strlen(str);
         if (n >= SF_KNOB_STR_MAX) n = SF_KNOB_STR_MAX - 1;
@@ -46,7 +44,7 @@ static void set_value(int i, uint64_t v, const char *str, uint8_t source) {
 }
 
 static void set_default(int i) {
-    set_value(i, sf_knob_defs[i].def, sf_knob_default_string(i), SF_SRC_DEFAULT);
+    sf_knob_set(i, sf_knob_defs[i].def, sf_knob_default_string(i), SF_SRC_DEFAULT);
 }
 
 /* ---- start-up ------------------------------------------------------------------ */
@@ -69,7 +67,7 @@ struct file_ctx {
 static void file_set(void *ctx, int knob, uint64_t value, const char *str, unsigned line) {
     (void)ctx;
     (void)line;
-    set_value(knob, value, str, SF_SRC_FILE);
+    sf_knob_set(knob, value, str, SF_SRC_FILE);
 }
 
 static void file_unset(void *ctx, int knob, unsigned line) {
@@ -227,7 +225,7 @@ void sf_knobs_init(void) {
         if (value == NULL) continue;
         uint64_t v = 0;
         if (sf_knob_from_text(i, value, &v, why, sizeof why))
-            set_value(i, v, value, SF_SRC_ENV);
+            sf_knob_set(i, v, value, SF_SRC_ENV);
         else
             report_env(var, var_len, value, sf_knob_defs[i].name, why,
                        knob_source[i] == SF_SRC_FILE ? " (file value kept)" : " (default kept)");
@@ -248,101 +246,12 @@ void sf_knobs_init(void) {
     }
 }
 
-/* ---- the API ------------------------------------------------------------------- */
+/* ---- for sefer_config_* (config.c) ----------------------------------------- */
 
-static int fail(int err, const char *name, const char *msg) {
-    sf_str_t s;
-    sf_str_init(&s, config_error, sizeof config_error);
-    if (name) sf_str_add_clean(&s, name, strlen(name), 96);
-    else sf_str_add(&s, "(null)");
-    sf_str_add(&s, ": ");
-    sf_str_add(&s, msg);
-    errno = err;
-    return -1;
-}
+uint8_t sf_knob_source(int i) { return knob_source[i]; }
 
-static int format_value(int i, char *buf, size_t len) {
-    const struct sf_knob_def *d = &sf_knob_defs[i];
-    uint64_t v = sf_knob((enum sf_knob_id)i);
-    char tmp[48];
-    sf_str_t s;
-    sf_str_init(&s, tmp, sizeof tmp);
-    const char *text = tmp;
-    if (d->type == SF_KNOB_STRING) {
-        text = knob_strings[i];
-    } else if (d->type == SF_KNOB_ENUM) {
-        text = d->choices[v];
-    } else if (d->type == SF_KNOB_BOOL) {
-        text = v ? "true" : "false";
-    } else {
-        sf_str_addu(&s, v);
-        if (d->type == SF_KNOB_MS) sf_str_add(&s, "ms");
-    }
-    size_t n = strlen(text);
-    if (buf == NULL || n + 1 > len) {
-        char msg[64];
-        sf_str_init(&s, msg, sizeof msg);
-        sf_str_add(&s, "buffer too small (the value needs ");
-        sf_str_addu(&s, n + 1);
-        sf_str_add(&s, " bytes)");
-        return fail(ERANGE, d->name, msg);
-    }
-    memcpy(buf, text, n + 1);
-    return 0;
-}
-
-SEFER_EXPORT int sefer_config_get(const char *name, char *buf, size_t len) {
-    sf_ensure_init();
-    int i = name ? sf_knob_lookup(name, strlen(name)) : -1;
-    if (i < 0) return fail(ENOENT, name, "unknown knob");
-    sf_lock(&sf_knob_lock);
-    int rc = format_value(i, buf, len);
-    sf_unlock(&sf_knob_lock);
-    return rc;
-}
-
-SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
-    sf_ensure_init();
-    int i = name ? sf_knob_lookup(name, strlen(name)) : -1;
-    if (i < 0) return fail(ENOENT, name, "unknown knob");
-    if (!sf_knob_defs[i].runtime) {
-        char msg[160], var[64];
-        sf_knob_env_name(i, var, sizeof var);
-        sf_str_t s;
-        sf_str_init(&s, msg, sizeof msg);
-        sf_str_add(&s, "cannot change while the program runs (set it in the SEFER_CONFIG file or ");
-        sf_str_add(&s, var);
-        sf_str_add(&s, ")");
-        return fail(EPERM, name, msg);
-    }
-    char why[160];
-    uint64_t v = 0;
-    if (!sf_knob_from_text(i, value, &v, why, sizeof why)) return fail(EINVAL, name, why);
-    sf_lock(&sf_knob_lock);
-    uint64_t old = sf_knob((enum sf_knob_id)i);
-    uint8_t old_source = knob_source[i];
-    set_value(i, v, value, SF_SRC_RUNTIME);
-    sf_unlock(&sf_knob_lock);
-    sf_event_knob(i, old, v, old_source, SF_SRC_RUNTIME);
-    if (i == SF_KNOB_PROFILE_SAMPLE_BYTES) sf_prof_knob_changed();
-    return 0;
-}
-
-SEFER_EXPORT const char *sefer_config_error(void) { return config_error; }
+const char *sf_knob_string(int i) { return knob_strings[i]; }
 
 const char *sf_knob_source_name(int source) {
     return source >= 0 && source <= SF_SRC_RUNTIME ? source_names[source] : "unknown";
-}
-
-SEFER_EXPORT const char *sefer_config_source(const char *name) {
-    sf_ensure_init();
-    int i = name ? sf_knob_lookup(name, strlen(name)) : -1;
-    if (i < 0) {
-        fail(ENOENT, name, "unknown knob");
-        return NULL;
-    }
-    sf_lock(&sf_knob_lock);
-    uint8_t src = knob_source[i];
-    sf_unlock(&sf_knob_lock);
-    return source_names[src];
 }

@@ -22,7 +22,7 @@
  * on the fallback heap) or past LS_BLOCKS slots, a shared block under a
  * spin lock (a few events per thread lifetime).
  *
- * Times are read with rdtsc on x86-64 (clock_gettime elsewhere) and turned
+ * Times are read with rdtsc on x86-64 (sf_now_ns elsewhere) and turned
  * into nanoseconds at exit with the tick rate seen between start-up and
  * exit.  The timer's own cost (about 10-20 ns a read) is inside every hold
  * it measures.
@@ -37,7 +37,6 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 enum ls_lock { LS_SEG, LS_CACHE, LS_FALLBACK, LS_KNOB, LS_OTHER, LS_LOCKS };
@@ -78,17 +77,11 @@ static __thread unsigned held_depth;
 
 /* ---- time ---------------------------------------------------------------- */
 
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t ticks(void) {
 #if defined(__x86_64__)
     return __builtin_ia32_rdtsc();
 #else
-    return mono_ns();
+    return sf_now_ns();
 #endif
 }
 
@@ -104,7 +97,7 @@ static void ls_fork_child(void) {
 }
 
 __attribute__((constructor(102))) static void ls_start(void) {
-    start_ns = mono_ns();
+    start_ns = sf_now_ns();
     start_ticks = ticks();
     pthread_atfork(NULL, NULL, ls_fork_child);
 }
@@ -172,7 +165,7 @@ static unsigned hist_bucket(uint64_t t) {
 }
 
 static double ticks_per_ns(void) {
-    uint64_t dn = mono_ns() - start_ns, dt = ticks() - start_ticks;
+    uint64_t dn = sf_now_ns() - start_ns, dt = ticks() - start_ticks;
     return dn > 0 && dt > 0 ? (double)dt / (double)dn : 1.0;
 }
 
@@ -342,7 +335,7 @@ __attribute__((destructor)) static void ls_report(void) {
     kv(&s, "bytes_metadata", "", "", st.bytes_metadata);
     kv(&s, "heap_bytes", "", "", sizeof(sf_heap_t));
     kv(&s, "ring_cell_bytes", "", "", sizeof(sf_ring_cell_t));
-    kv(&s, "elapsed_ns", "", "", mono_ns() - start_ns);
+    kv(&s, "elapsed_ns", "", "", sf_now_ns() - start_ns);
     kv(&s, "ticks_per_ns_x1000", "", "", (uint64_t)(rate * 1000.0));
     report_locks(&s, &sum, rate);
     report_counters(&s, &sum);

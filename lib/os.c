@@ -26,15 +26,11 @@
  * fault_injection, and always in the library variant tests/reliability links):
  * sefer_test_fail_os(ops, nth, count) makes the nth call from now of any of
  * the selected operations fail, and the count - 1 such calls after it; see
- * docs/reliability.md.  The same variant has a test clock:
- * sefer_test_clock_ms(ms) freezes sf_now_ms() at ms (0: the real clock
- * again), so that tests of what depends on time (the delayed and adaptive
- * decommit, the large cache's ttl, guard.protect_rate) step it themselves
- * instead of sleeping and hoping the machine kept up. */
+ * docs/reliability.md.  The same variant has a test clock (lib/clock.c,
+ * sefer_test_clock_ms). */
 #include "internal.h"
 
 #include <sys/mman.h>
-#include <time.h>
 
 /* ---- fault injection ------------------------------------------------------ */
 
@@ -105,7 +101,7 @@ static void *map_raw(size_t size) {
     return p;
 }
 
-/* Maps size bytes aligned to align (a power of two >= OS_PAGE).  Tries an
+/* Maps size bytes aligned to align (a power of two >= SF_OS_PAGE).  Tries an
  * exact mapping first (the kernel often places consecutive mappings
  * contiguously, so this is usually aligned when the previous one was);
  * otherwise over-maps and trims both ends. */
@@ -125,7 +121,7 @@ void *sf_os_map_aligned(size_t size, size_t align) {
 }
 
 void *sf_os_map_plain(size_t size) {
-    return map_raw(sf_align_up(size, OS_PAGE));
+    return map_raw(sf_align_up(size, SF_OS_PAGE));
 }
 
 /* Address space no access is allowed to (guard level 3's malloc(0)). */
@@ -179,20 +175,4 @@ bool sf_os_protect(void *p, size_t size, bool accessible) {
 bool sf_os_discard_protect(void *p, size_t size) {
     if (injected(SEFER_OS_MPROTECT, ENOMEM)) return false;
     return mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == p;
-}
-
-#ifdef SEFER_FAULT_INJECTION
-static _Atomic uint64_t test_clock; /* 0: the real clock */
-
-SEFER_EXPORT void sefer_test_clock_ms(uint64_t ms) { atomic_store(&test_clock, ms); }
-#endif
-
-uint64_t sf_now_ms(void) {
-#ifdef SEFER_FAULT_INJECTION
-    uint64_t frozen = atomic_load_explicit(&test_clock, memory_order_relaxed);
-    if (frozen != 0) return frozen;
-#endif
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }

@@ -36,31 +36,31 @@ static void *new_failed(size_t n, size_t align, bool nothrow) {
  * free's (fastpath.h). */
 SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
     sf_heap_t *heap = sf_tls_heap;
-    if (likely(n <= DIRECT_MAX)) { /* sf_malloc's fast path */
+    if (SF_LIKELY(n <= SF_DIRECT_MAX)) { /* sf_malloc's fast path */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->free;
-        if (likely(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }
-    void *p = unlikely(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_generic(n, heap);
-    return likely(p != NULL) ? p : new_failed(n, 0, nothrow);
+    void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_generic(n, heap);
+    return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);
 }
 
 SF_INLINE void *new_aligned_impl(size_t n, size_t align, bool nothrow, enum sf_family family) {
-    void *p = unlikely(sf_guard_level >= 3) ? sf_guarded_new(n, align, family) : sf_malloc_aligned(align, n);
-    return likely(p != NULL) ? p : new_failed(n, align, nothrow);
+    void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, align, family) : sf_malloc_aligned(align, n);
+    return SF_LIKELY(p != NULL) ? p : new_failed(n, align, nothrow);
 }
 
 /* size: what the sized forms pass (0: none). */
 SF_INLINE void delete_impl(void *p, enum sf_family family, size_t size) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
-    if (likely(page != NULL)) { /* sf_free's fast path */
+    if (SF_LIKELY(page != NULL)) { /* sf_free's fast path */
         sf_block_t *b = (sf_block_t *)p;
         b->next = page->local_free;
         sf_free_to_local(heap, page, b);
         return;
     }
-    if (unlikely(sf_guard_level >= 3)) sf_guarded_delete(p, family, size);
+    if (SF_UNLIKELY(sf_guard_level >= 3)) sf_guarded_delete(p, family, size);
     else sf_free_generic(p);
 }
 

@@ -39,8 +39,8 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
 /* Points the direct-table entries of a class at its first page.  Invariant:
  * direct[] names the first page of its class queue or the empty page, never
  * a page that is full, released, or serving another class. */
-void sf_heap_update_direct(sf_heap_t *heap, unsigned class_idx) {
-    if (sf_class_size[class_idx] > DIRECT_MAX) return;
+void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
+    if (sf_class_size[class_idx] > SF_DIRECT_MAX) return;
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL) page = &sf_empty_page;
     /* guard level >= 2: levels 0-1's table stays empty, so their fast path
@@ -95,7 +95,7 @@ static void page_extend(sf_page_t *page) {
     if (want > avail) want = avail;
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
     sf_block_t *prev = NULL;
-    uint16_t order[OS_PAGE / SF_GUARD_MIN_BLOCK];
+    uint16_t order[SF_OS_PAGE / SF_GUARD_MIN_BLOCK];
     bool shuffled = sf_guard_level >= 3 && want <= sizeof order / sizeof order[0];
     if (shuffled) sf_guarded_shuffle(order, want); /* level 3: no predictable order */
     for (uint32_t i = want; i-- > 0;) {
@@ -133,7 +133,7 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     } else {
         return false;
     }
-    if (unlikely(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
+    if (SF_UNLIKELY(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
     return true;
 }
 
@@ -167,14 +167,14 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
             }
             /* always: full pages ahead of it may have left the queue, and
              * direct[] must never name a page outside its class queue */
-            sf_heap_update_direct(heap, class_idx);
+            sf_page_update_direct(heap, class_idx);
             return page;
         }
         page = next;
     }
     page = sf_segment_page_alloc(heap, class_idx);
     if (page == NULL) {
-        sf_heap_update_direct(heap, class_idx);
+        sf_page_update_direct(heap, class_idx);
         return NULL;
     }
     heap->pages_in_use++;
@@ -183,9 +183,9 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         sf_page_set_fast_owner(page, heap);
     }
     page_extend(page);
-    if (unlikely(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
+    if (SF_UNLIKELY(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
     sf_queue_push_front(q, page);
-    sf_heap_update_direct(heap, class_idx);
+    sf_page_update_direct(heap, class_idx);
     return page;
 }
 
@@ -226,7 +226,7 @@ static void *heap_malloc_from(sf_heap_t *heap, unsigned class_idx, bool sampled)
 }
 
 /* The slow path for one class: take in remote frees, find or make a page. */
-void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
+void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
     /* the current page may still have blocks (guard level >= 2 comes here
      * for every allocation): take one before the full slow path */
     sf_page_t *first = heap->queues[class_idx].first;
@@ -235,13 +235,28 @@ void *sf_heap_malloc_class(sf_heap_t *heap, unsigned class_idx) {
         if (b != NULL) return b;
     }
     /* profiling: the class's lists are used up to its next sample */
-    if (unlikely(sf_prof_is_armed()) && sf_prof_due(heap, class_idx)) {
+    if (SF_UNLIKELY(sf_prof_is_armed()) && sf_prof_due(heap, class_idx)) {
         void *p = heap_malloc_from(heap, class_idx, true);
         if (p != NULL) return p;
     }
     return heap_malloc_from(heap, class_idx, false);
 }
 
+
+static bool list_holds(const sf_page_t *page, const sf_block_t *list, const void *b) {
+    const uint8_t *lo = page->block_start, *hi = lo + sf_page_carved_bytes(page);
+    for (uint32_t i = 0; list != NULL && i <= page->capacity; i++) {
+        if (list == b) return true;
+        if ((const uint8_t *)list < lo || (const uint8_t *)list >= hi) return false; /* corrupt */
+        list = sf_link_decode(page, list);
+    }
+    return false;
+}
+
+/* Whether b sits on the page's owner-side free lists (owner context). */
+bool sf_page_holds_free_block(const sf_page_t *page, const void *b) {
+    return list_holds(page, page->free, b) || list_holds(page, page->local_free, b);
+}
 
 /* A full page has a free block again: back to the end of its class queue
  * (the pages ahead of it are fuller of free blocks, or as full). */
@@ -252,7 +267,7 @@ void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {
     sf_queue_remove(&heap->full, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     queue_push_back(q, page);
-    if (q->first == page) sf_heap_update_direct(heap, page->class_idx);
+    if (q->first == page) sf_page_update_direct(heap, page->class_idx);
 }
 
 /* A block comes back to a page whose flags are set (full, or guarded). */
@@ -265,11 +280,11 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
 }
 
 static void page_release(sf_heap_t *heap, sf_page_t *page) {
-    if (unlikely(sf_prof_is_armed())) sf_prof_refund(heap, page);
+    if (SF_UNLIKELY(sf_prof_is_armed())) sf_prof_refund(heap, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     sf_queue_remove(q, page);
-    if (was_first) sf_heap_update_direct(heap, page->class_idx);
+    if (was_first) sf_page_update_direct(heap, page->class_idx);
     heap->pages_in_use--;
     sf_segment_page_free(heap, page);
 }
@@ -277,7 +292,7 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
 /* (A page of sampled blocks goes at once: it is rarely used.) */
 void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
     sf_page_queue_t *q = sf_page_queue(heap, page);
-    if (page->class_idx <= SMALL_CLASS_MAX && q->first == page && page->next == NULL &&
+    if (page->class_idx <= SF_SMALL_CLASS_MAX && q->first == page && page->next == NULL &&
         !(page->flags & SF_PAGE_SAMPLED))
         return;
     page_release(heap, page);
@@ -286,10 +301,12 @@ void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
 /* Takes in remote frees and returns every page with no live block to its
  * segment (with `force`, also the last page of each class).  Returns the
  * number of pages released. */
-size_t sf_heap_collect(sf_heap_t *heap, bool force) { return sf_heap_collect_ex(heap, force, force); }
+size_t sf_page_collect_heap(sf_heap_t *heap, bool force) {
+    return sf_page_collect_heap_ex(heap, force, force);
+}
 
-/* sf_heap_collect, with forced page release and forced decommit apart. */
-size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
+/* sf_page_collect_heap, with forced page release and forced decommit apart. */
+size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
     sf_heap_drain_remote(heap);
     /* after the drain: the blocks it returns go through the quarantine */
     if (force) sf_quarantine_flush(heap);
@@ -301,10 +318,10 @@ size_t sf_heap_collect_ex(sf_heap_t *heap, bool force, bool purge_now) {
     size_t released = 0;
     for (int sampled = 0; sampled < 2; sampled++) {
         sf_page_queue_t *queues = sampled ? heap->sampled : heap->queues;
-        for (unsigned c = 1; c < CLASS_COUNT; c++)
+        for (unsigned c = 1; c < SF_CLASS_COUNT; c++)
             for (sf_page_t *page = queues[c].first; page != NULL; page = page->next)
                 sf_page_collect_remote(heap, page);
-        for (unsigned c = 1; c < CLASS_COUNT; c++) {
+        for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
             sf_page_t *page = queues[c].first;
             while (page != NULL) {
                 sf_page_t *next = page->next;

@@ -12,7 +12,7 @@
  * fast-path owner word is cleared, so every malloc and free, whatever its
  * entry point (malloc, calloc, realloc, the aligned forms, operator new, the
  * level 2 paths), goes through the generic paths, which count.  The owners
- * keep it so while phases are on (sf_heap_update_direct and
+ * keep it so while phases are on (sf_page_update_direct and
  * sf_page_set_fast_owner consult sf_phase_depth, after a fence that pairs
  * with the one in fast_paths_off: either the owner sees the phase, or the
  * phase's sweep sees the owner's write), and put their fast paths back by
@@ -28,107 +28,23 @@
  * deltas not yet added, each below SF_PHASE_FOLD, so a phase's peak is
  * within (heaps that allocated in it) x SF_PHASE_FOLD of the true peak of
  * the sum; the phase reports that bound.  Entry and exit are exact: they
- * are read by walking the pages (sf_stats_collect), as /stats does. */
+ * are read by walking the pages (sf_stats_collect), as /stats does.
+ *
+ * The counting (sf_phase_count, sf_phase_committed) is phase_count.c, the
+ * one part the allocation paths call; this file opens and ends phases. */
 #include "internal.h"
 
 #include <stdio.h>
-#include <time.h>
-
-
-_Atomic int sf_phase_depth;
 
 static pthread_mutex_t phase_lock = PTHREAD_MUTEX_INITIALIZER;
-/* the shared sum of block bytes (exact at the first phase's entry, then
- * kept by the folds) and committed bytes' peak source */
-static _Atomic int64_t shared_bytes;
-static _Atomic uint32_t epoch;     /* bumped when the first phase begins */
-static _Atomic uint64_t counting;  /* heaps that counted in this epoch */
-
-struct open_phase {
-    char name[64];
-    uint64_t start_ns, start_ms;
-    uint64_t bytes_entry, committed_entry;
-    _Atomic int64_t bytes_peak;
-    _Atomic uint64_t committed_peak;
-    uint64_t allocs0, frees0, reallocs0, allocated0;
-};
-static struct open_phase open_phases[SF_PHASES_OPEN_MAX];
-static _Atomic int open_count; /* entries of open_phases in use (peaks read up to it) */
-
-/* What the generic paths count while phases are on, per heap (owner-only
- * plain fields) plus one shared set for threads without a heap. */
-static _Atomic uint64_t orphan_counts[4];
-
 /* The last phases that ended, for /phases (SF_PHASES_KEPT, oldest dropped). */
 static struct sefer_phase ended[SF_PHASES_KEPT];
 static uint64_t ended_count;
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void raise_to(_Atomic int64_t *peak, int64_t v) {
-    int64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
-    while (v > cur && !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed,
-                                                             memory_order_relaxed)) {
-    }
-}
-
-static void raise_to_u(_Atomic uint64_t *peak, uint64_t v) {
-    uint64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
-    while (v > cur && !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed,
-                                                             memory_order_relaxed)) {
-    }
-}
-
-/* Adds a delta to the shared sum and to every open phase's peak. */
-static void fold(int64_t delta) {
-    int64_t v = atomic_fetch_add_explicit(&shared_bytes, delta, memory_order_relaxed) + delta;
-    int n = atomic_load_explicit(&open_count, memory_order_acquire);
-    for (int i = 0; i < n; i++) raise_to(&open_phases[i].bytes_peak, v);
-}
-
-static SF_NOINLINE void count_orphan(enum sf_phase_what what, int64_t bytes) {
-    atomic_fetch_add_explicit(&orphan_counts[what], 1, memory_order_relaxed);
-    if (what == SF_PHASE_ALLOC)
-        atomic_fetch_add_explicit(&orphan_counts[SF_PHASE_ALLOCATED], (uint64_t)bytes, memory_order_relaxed);
-    if (bytes != 0) fold(bytes);
-}
-
-/* The first count of a heap since phases began: its delta starts at zero. */
-static SF_NOINLINE void join_epoch(sf_heap_t *heap, uint32_t e) {
-    heap->phase_epoch = e;
-    heap->phase_delta = 0;
-    atomic_fetch_add_explicit(&counting, 1, memory_order_relaxed);
-}
-
-void sf_phase_count(enum sf_phase_what what, int64_t bytes) {
-    sf_heap_t *heap = sf_tls_heap;
-    if (unlikely(heap->kind != SF_HEAP_REAL)) return count_orphan(what, bytes); /* markers: no heap */
-    SF_SET(heap->phase_counts[what], heap->phase_counts[what] + 1);
-    if (what == SF_PHASE_ALLOC)
-        SF_SET(heap->phase_counts[SF_PHASE_ALLOCATED], heap->phase_counts[SF_PHASE_ALLOCATED] + (uint64_t)bytes);
-    uint32_t e = atomic_load_explicit(&epoch, memory_order_relaxed);
-    if (unlikely(heap->phase_epoch != e)) join_epoch(heap, e);
-    int64_t d = heap->phase_delta + bytes;
-    if (unlikely(d >= SF_PHASE_FOLD || d <= -SF_PHASE_FOLD)) {
-        fold(d);
-        d = 0;
-    }
-    heap->phase_delta = d;
-}
-
-void sf_phase_committed(uint64_t committed) {
-    int n = atomic_load_explicit(&open_count, memory_order_acquire);
-    for (int i = 0; i < n; i++) raise_to_u(&open_phases[i].committed_peak, committed);
-}
-
 /* The counts so far, summed over every heap (relaxed reads: a few
  * operations of other threads may be on either side). */
 static void sum_counts(uint64_t out[4]) {
-    for (int k = 0; k < 4; k++) out[k] = atomic_load_explicit(&orphan_counts[k], memory_order_relaxed);
+    for (int k = 0; k < 4; k++) out[k] = atomic_load_explicit(&sf_phase_orphan_counts[k], memory_order_relaxed);
     uint32_t slots = sf_heap_slots();
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
@@ -147,13 +63,13 @@ static void fast_paths_off(void) {
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
-        for (unsigned d = 0; d < DIRECT_COUNT; d++) {
+        for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) {
             SF_SET(heap->direct[d], &sf_empty_page);
             SF_SET(heap->gdirect[d], &sf_empty_page);
         }
     }
     sf_lock(&sf_fallback_lock);
-    for (unsigned d = 0; d < DIRECT_COUNT; d++) {
+    for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) {
         SF_SET(sf_heap_fallback.direct[d], &sf_empty_page);
         SF_SET(sf_heap_fallback.gdirect[d], &sf_empty_page);
     }
@@ -175,11 +91,11 @@ void sf_phase_snapshot(sf_phase_snap_t *out) {
     int depth = atomic_load(&sf_phase_depth);
     for (int i = 0; i < depth; i++) {
         sf_phase_open_t *o = &out->open[i];
-        memcpy(o->name, open_phases[i].name, sizeof o->name);
-        o->running_ns = now_ns() - open_phases[i].start_ns;
-        o->start_ms = open_phases[i].start_ms;
-        o->block_bytes_entry = open_phases[i].bytes_entry;
-        int64_t peak = atomic_load(&open_phases[i].bytes_peak);
+        memcpy(o->name, sf_phase_open[i].name, sizeof o->name);
+        o->running_ns = sf_now_ns() - sf_phase_open[i].start_ns;
+        o->start_ms = sf_phase_open[i].start_ms;
+        o->block_bytes_entry = sf_phase_open[i].bytes_entry;
+        int64_t peak = atomic_load(&sf_phase_open[i].bytes_peak);
         o->block_bytes_peak = peak > 0 ? (uint64_t)peak : 0;
     }
     out->nopen = (size_t)depth;
@@ -213,17 +129,17 @@ SEFER_EXPORT int sefer_phase_begin(const char *name) {
      * the shared sum restarts from it, the deltas kept so far folded */
     struct sefer_stats st;
     sf_stats_collect(&st);
-    struct open_phase *ph = &open_phases[depth];
+    struct sf_open_phase *ph = &sf_phase_open[depth];
     memset(ph->name, 0, sizeof ph->name);
     if (name != NULL) snprintf(ph->name, sizeof ph->name, "%s", name);
-    ph->start_ns = now_ns();
+    ph->start_ns = sf_now_ns();
     ph->start_ms = sf_clock_ms();
     ph->bytes_entry = st.bytes_in_blocks;
     ph->committed_entry = st.bytes_committed;
     if (depth == 0) {
-        atomic_store(&shared_bytes, (int64_t)st.bytes_in_blocks);
-        atomic_store(&counting, 0);
-        atomic_fetch_add(&epoch, 1);
+        atomic_store(&sf_phase_shared_bytes, (int64_t)st.bytes_in_blocks);
+        atomic_store(&sf_phase_counting, 0);
+        atomic_fetch_add(&sf_phase_epoch, 1);
     }
     atomic_store(&ph->bytes_peak, (int64_t)st.bytes_in_blocks);
     atomic_store(&ph->committed_peak, st.bytes_committed);
@@ -233,7 +149,7 @@ SEFER_EXPORT int sefer_phase_begin(const char *name) {
     ph->frees0 = c[SF_PHASE_FREE];
     ph->reallocs0 = c[SF_PHASE_REALLOC];
     ph->allocated0 = c[SF_PHASE_ALLOCATED];
-    atomic_store_explicit(&open_count, depth + 1, memory_order_release);
+    atomic_store_explicit(&sf_phase_open_count, depth + 1, memory_order_release);
     sf_unlock(&phase_lock);
     sf_event_phase(true, ph->name, st.bytes_in_blocks, st.bytes_committed, (uint64_t)depth + 1);
     return 0;
@@ -248,7 +164,7 @@ SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
         errno = ENOENT;
         return -1;
     }
-    struct open_phase *ph = &open_phases[depth - 1];
+    struct sf_open_phase *ph = &sf_phase_open[depth - 1];
     struct sefer_stats st;
     sf_stats_collect(&st);
     uint64_t c[4];
@@ -259,7 +175,7 @@ SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
     r.version = SEFER_PHASE_VERSION;
     memcpy(r.name, ph->name, sizeof r.name);
     r.depth = (uint32_t)depth;
-    r.duration_ns = now_ns() - ph->start_ns;
+    r.duration_ns = sf_now_ns() - ph->start_ns;
     r.start_ms = ph->start_ms;
     r.end_ms = sf_clock_ms();
     r.block_bytes_entry = ph->bytes_entry;
@@ -271,7 +187,7 @@ SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
     if (r.block_bytes_peak < r.block_bytes_exit) r.block_bytes_peak = r.block_bytes_exit;
     /* every heap that counted may hold a delta below a fold (+1: the
      * threads without a heap fold at once, but one may be mid-way) */
-    r.block_bytes_peak_error = (atomic_load(&counting) + 1) * SF_PHASE_FOLD;
+    r.block_bytes_peak_error = (atomic_load(&sf_phase_counting) + 1) * SF_PHASE_FOLD;
     r.committed_entry = ph->committed_entry;
     r.committed_exit = st.bytes_committed;
     r.committed_peak = atomic_load(&ph->committed_peak);
@@ -280,7 +196,7 @@ SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
     r.frees = c[SF_PHASE_FREE] - ph->frees0;
     r.reallocs = c[SF_PHASE_REALLOC] - ph->reallocs0;
     r.bytes_allocated = c[SF_PHASE_ALLOCATED] - ph->allocated0;
-    atomic_store_explicit(&open_count, depth - 1, memory_order_release);
+    atomic_store_explicit(&sf_phase_open_count, depth - 1, memory_order_release);
     atomic_store(&sf_phase_depth, depth - 1); /* at 0: the owners put their fast paths back */
     if (depth == 1) __atomic_fetch_and(&sf_generic_mode, (uint8_t)~SF_MODE_PHASE, __ATOMIC_SEQ_CST);
     phase_record(&r);

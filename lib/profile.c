@@ -16,7 +16,7 @@
  *     length (capacity - used, O(1)) off the count; a list longer than the
  *     count is cut after `count` blocks, the rest going to local_free, so
  *     the fast path runs dry exactly at the class's next sample;
- *   - sf_heap_malloc_class, reached when the class's current page has no
+ *   - sf_page_malloc_class, reached when the class's current page has no
  *     free block, asks sf_prof_due: a count of 0 makes this allocation the
  *     sample, served from a page of sampled blocks (flag SF_PAGE_SAMPLED:
  *     off every free fast path, so its free comes to sf_prof_freed), and a
@@ -131,9 +131,9 @@ static uint64_t draw_skip(sf_heap_t *heap, unsigned c, uint64_t rate) {
  * as good as any). */
 static void heap_refresh(sf_heap_t *heap) {
     uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
-    if (likely(rate == heap->prof.rate)) return;
+    if (SF_LIKELY(rate == heap->prof.rate)) return;
     heap->prof.rate = rate;
-    for (unsigned c = 1; c < CLASS_COUNT; c++) heap->prof.skip[c] = rate ? draw_skip(heap, c, rate) : SKIP_NEVER;
+    for (unsigned c = 1; c < SF_CLASS_COUNT; c++) heap->prof.skip[c] = rate ? draw_skip(heap, c, rate) : SKIP_NEVER;
 }
 
 /* ---- the slow paths' side (page.c, alloc.c, free.c) -------------------------- */
@@ -143,7 +143,7 @@ bool sf_prof_due(sf_heap_t *heap, unsigned c) {
     uint64_t rate = heap->prof.rate;
     if (rate == 0 || heap->prof.skip[c] != 0) return false;
     uint64_t next = draw_skip(heap, c, rate);
-    if (unlikely(prof_quiet)) { /* (inside the unwinder: served unsampled) */
+    if (SF_UNLIKELY(prof_quiet)) { /* (inside the unwinder: served unsampled) */
         heap->prof.skip[c] = next + 1;
         return false;
     }
@@ -238,8 +238,8 @@ static size_t slot_of_addr(uintptr_t a, size_t mask) { return (size_t)(splitmix(
 /* Maps a table of `bytes` if the budget allows one of that size in place
  * of one of `old_bytes`. */
 static void *table_map(size_t bytes, size_t old_bytes) {
-    bytes = sf_align_up(bytes, OS_PAGE);
-    if (T.bytes - sf_align_up(old_bytes, OS_PAGE) + bytes > sf_knob(SF_KNOB_PROFILE_MAX_BYTES)) return NULL;
+    bytes = sf_align_up(bytes, SF_OS_PAGE);
+    if (T.bytes - sf_align_up(old_bytes, SF_OS_PAGE) + bytes > sf_knob(SF_KNOB_PROFILE_MAX_BYTES)) return NULL;
     void *p = sf_os_map_plain(bytes);
     if (p != NULL) T.bytes += bytes;
     return p;
@@ -247,7 +247,7 @@ static void *table_map(size_t bytes, size_t old_bytes) {
 
 static void table_unmap(void *p, size_t bytes) {
     if (p == NULL) return;
-    bytes = sf_align_up(bytes, OS_PAGE);
+    bytes = sf_align_up(bytes, SF_OS_PAGE);
     sf_os_unmap(p, bytes);
     T.bytes -= bytes;
 }

@@ -45,7 +45,7 @@
 void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
     if (sf_ring_push(&owner->ring, b)) {
         /* nobody drains an abandoned heap: collect it now and then */
-        if (unlikely(atomic_load_explicit(&owner->state, memory_order_relaxed) ==
+        if (SF_UNLIKELY(atomic_load_explicit(&owner->state, memory_order_relaxed) ==
                      SF_HEAP_ABANDONED) &&
             sf_ring_pending(&owner->ring) >= 64)
             sf_heap_try_collect_abandoned(owner);
@@ -145,7 +145,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
         return 0;
     }
     last->next = page->local_free;
-    if (unlikely(page->secret != 0)) encode_links(page, first, last); /* (guard level 2) */
+    if (SF_UNLIKELY(page->secret != 0)) encode_links(page, first, last); /* (guard level 2) */
     page->local_free = first;
     SF_SET(page->used, page->used - n);
     SF_SET(heap->remote_collected, heap->remote_collected + n); /* read by statistics */

@@ -23,7 +23,7 @@ static void cell_set_seq(sf_ring_t *ring, uint64_t pos, uint64_t seq) {
 }
 
 static size_t cells_bytes(const sf_ring_t *ring) {
-    return sf_align_up((ring->mask + 1) * sizeof(sf_ring_cell_t), OS_PAGE);
+    return sf_align_up((ring->mask + 1) * sizeof(sf_ring_cell_t), SF_OS_PAGE);
 }
 
 bool sf_ring_init(sf_ring_t *ring, size_t capacity) {

@@ -18,11 +18,11 @@
  * cached or unmapped. */
 #include "internal.h"
 
-_Atomic uint8_t sf_segmap[SEGMAP_CHUNKS];
+_Atomic uint8_t sf_segmap[SF_SEGMAP_CHUNKS];
 
 void sf_segmap_mark(void *seg, size_t chunks, uint8_t head) {
-    uintptr_t first = (uintptr_t)seg >> SEG_SHIFT;
-    if (first + chunks > SEGMAP_CHUNKS) return;
+    uintptr_t first = (uintptr_t)seg >> SF_SEG_SHIFT;
+    if (first + chunks > SF_SEGMAP_CHUNKS) return;
     for (size_t i = 0; i < chunks; i++) {
         uint8_t v = head;
         if (head != SF_SEGMAP_NONE && i > 0) v = (uint8_t)(i + 2 > 255 ? 255 : i + 2);
@@ -32,12 +32,12 @@ void sf_segmap_mark(void *seg, size_t chunks, uint8_t head) {
 }
 
 sf_segment_t *sf_segmap_header(const void *p) {
-    uintptr_t chunk = (uintptr_t)p >> SEG_SHIFT;
-    if (chunk >= SEGMAP_CHUNKS) return NULL;
+    uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
+    if (chunk >= SF_SEGMAP_CHUNKS) return NULL;
     for (;;) {
         uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_acquire);
         if (v == SF_SEGMAP_NONE) return NULL;
-        if (v < SF_SEGMAP_BACK0) return (sf_segment_t *)(chunk << SEG_SHIFT);
+        if (v < SF_SEGMAP_BACK0) return (sf_segment_t *)(chunk << SF_SEG_SHIFT);
         if (chunk < (uintptr_t)(v - 2)) return NULL;
         chunk -= (uintptr_t)(v - 2);
     }

@@ -48,16 +48,16 @@ bool sf_reserve_segments(size_t count) {
 
 void sf_release_segments(size_t count) { sf_stat_sub(&sf_gstats.segments, count); }
 
-/* Maps `size` bytes aligned to SEG_SIZE from the OS, within segments.max. */
+/* Maps `size` bytes aligned to SF_SEG_SIZE from the OS, within segments.max. */
 static void *span_map(size_t size) {
-    if (!sf_reserve_segments(size >> SEG_SHIFT)) return NULL;
-    void *p = sf_os_map_aligned(size, SEG_SIZE);
-    if (p != NULL && ((uintptr_t)p >> SEG_SHIFT) + (size >> SEG_SHIFT) > SEGMAP_CHUNKS) {
+    if (!sf_reserve_segments(size >> SF_SEG_SHIFT)) return NULL;
+    void *p = sf_os_map_aligned(size, SF_SEG_SIZE);
+    if (p != NULL && ((uintptr_t)p >> SF_SEG_SHIFT) + (size >> SF_SEG_SHIFT) > SF_SEGMAP_CHUNKS) {
         sf_os_unmap(p, size); /* above the 47-bit space the map covers */
         p = NULL;
     }
     if (p == NULL) {
-        sf_release_segments(size >> SEG_SHIFT);
+        sf_release_segments(size >> SF_SEG_SHIFT);
         return NULL;
     }
     sf_stat_add(&sf_gstats.reserved, size);
@@ -71,7 +71,7 @@ static void *span_map(size_t size) {
  * set when the mapping is made and stays; the second moves only when a
  * cached span is reused for something that ends elsewhere, so a loop of
  * same-sized large blocks makes no mprotect (cache.c keeps its offset). */
-#define SEG_GUARD_OFF (SEG_META_SIZE - OS_PAGE)
+#define SEG_GUARD_OFF (SF_SEG_META_SIZE - SF_OS_PAGE)
 
 static bool guard_pages(void) { return sf_guard_level >= 2; }
 
@@ -80,8 +80,8 @@ static bool guard_pages(void) { return sf_guard_level >= 2; }
  * span cannot be used (span_drop it). */
 static bool guard_move(uint8_t *base, size_t from, size_t to) {
     if (from == to) return true;
-    if (from != 0 && !sf_os_protect(base + from, OS_PAGE, true)) return false;
-    sf_os_protect(base + to, OS_PAGE, false);
+    if (from != 0 && !sf_os_protect(base + from, SF_OS_PAGE, true)) return false;
+    sf_os_protect(base + to, SF_OS_PAGE, false);
     return true;
 }
 
@@ -102,7 +102,7 @@ static void *span_take(size_t *size, size_t max_size, bool cacheable, size_t *re
     }
     *resident = 0;
     uint8_t *p = span_map(*size);
-    if (p != NULL && guard_pages()) sf_os_protect(p + SEG_GUARD_OFF, OS_PAGE, false);
+    if (p != NULL && guard_pages()) sf_os_protect(p + SEG_GUARD_OFF, SF_OS_PAGE, false);
     return p;
 }
 
@@ -114,7 +114,7 @@ static void span_unmap(void *base, size_t size, size_t committed, bool cacheable
     sf_stat_sub(&sf_gstats.committed, committed);
     sf_stat_sub(&sf_gstats.reserved, size);
     sf_stat_add(&sf_gstats.decommitted_total, committed);
-    sf_release_segments(size >> SEG_SHIFT);
+    sf_release_segments(size >> SF_SEG_SHIFT);
 }
 
 /* Gives back a span span_take returned, unused (its counted bytes were
@@ -148,7 +148,7 @@ static size_t header_bytes(unsigned page_count) {
 static void commit_add(sf_segment_t *seg, size_t n) {
     SF_SET(seg->committed_bytes, seg->committed_bytes + n);
     sf_stat_add(&sf_gstats.committed, n);
-    if (unlikely(sf_phase_on())) sf_phase_committed(atomic_load_explicit(&sf_gstats.committed, memory_order_relaxed));
+    if (SF_UNLIKELY(sf_phase_on())) sf_phase_committed(atomic_load_explicit(&sf_gstats.committed, memory_order_relaxed));
 }
 
 /* ---- small and medium segments ---------------------------------------- */
@@ -169,18 +169,18 @@ static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
 }
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
-    size_t size = SEG_SIZE, resident = 0, guard = 0;
-    sf_segment_t *seg = span_take(&size, SEG_SIZE, true, &resident, &guard);
+    size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
+    sf_segment_t *seg = span_take(&size, SF_SEG_SIZE, true, &resident, &guard);
     if (seg == NULL) return NULL;
-    if (guard_pages() && !guard_move((uint8_t *)seg, guard, SEG_SIZE - OS_PAGE)) {
+    if (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE)) {
         span_drop(seg, size);
         return NULL;
     }
     bool zero = resident == 0;
-    unsigned shift = kind == SF_SEG_SMALL ? SMALL_PAGE_SHIFT : MEDIUM_PAGE_SHIFT;
+    unsigned shift = kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT;
     unsigned bias = kind == SF_SEG_SMALL ? 1 : 0; /* small page 0 is the metadata */
-    unsigned count = (unsigned)(SEG_SIZE >> shift) - bias;
-    size_t hdr = sf_align_up(header_bytes(count), OS_PAGE);
+    unsigned count = (unsigned)(SF_SEG_SIZE >> shift) - bias;
+    size_t hdr = sf_align_up(header_bytes(count), SF_OS_PAGE);
     if (!zero) memset(seg, 0, header_bytes(count));
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = heap;
@@ -194,7 +194,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     for (unsigned i = 0; i < count; i++) {
         sf_page_t *pg = &seg->pages[i];
         size_t start = (size_t)(i + bias) << shift, end = start + ((size_t)1 << shift);
-        if (start < SEG_META_SIZE) start = SEG_META_SIZE;
+        if (start < SF_SEG_META_SIZE) start = SF_SEG_META_SIZE;
         pg->page_start = (uint8_t *)seg + start;
         pg->page_bytes = end > start ? end - start : 0;
         if (pg->page_bytes) seg->free_mask |= (uint64_t)1 << i;
@@ -202,7 +202,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     if (sf_tracked) sf_track_segment_header(seg);
     /* guard pages (span_take): after the metadata, and at the segment's
      * end, so an overflow of the last page cannot reach the next segment */
-    if (guard_pages()) seg->pages[count - 1].page_bytes -= OS_PAGE;
+    if (guard_pages()) seg->pages[count - 1].page_bytes -= SF_OS_PAGE;
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD);
@@ -213,7 +213,7 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
     heap_seglist_remove(heap, seg);
     sf_segmap_mark(seg, 1, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
-    span_unmap(seg, seg->span_size, seg->committed_bytes, true, guard_pages() ? SEG_SIZE - OS_PAGE : 0, false);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, true, guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0, false);
 }
 
 static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
@@ -292,10 +292,10 @@ static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
  * class first carves goes back to the OS, so pages reused this way do not
  * creep up to their longest prefix. */
 static sf_page_t *purge_queue_other(sf_heap_t *heap, unsigned class_idx) {
-    bool small = class_idx <= SMALL_CLASS_MAX;
+    bool small = class_idx <= SF_SMALL_CLASS_MAX;
     sf_page_t *page = heap->purge.first;
     for (unsigned n = 0; page != NULL && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
-        if ((page->class_idx <= SMALL_CLASS_MAX) == small) return page;
+        if ((page->class_idx <= SF_SMALL_CLASS_MAX) == small) return page;
     return NULL;
 }
 
@@ -305,9 +305,9 @@ static void page_trim_for(sf_segment_t *seg, sf_page_t *page, unsigned class_idx
     size_t bsize = sf_class_size[class_idx], natural = bsize & (0u - bsize);
     size_t lead = sf_align_up((uintptr_t)page->page_start, natural) - (uintptr_t)page->page_start;
     size_t first = (4096 / bsize ? 4096 / bsize : 1) * bsize;
-    size_t keep = sf_align_up(lead + first + sizeof(sf_block_t), OS_PAGE);
+    size_t keep = sf_align_up(lead + first + sizeof(sf_block_t), SF_OS_PAGE);
     size_t old = sf_align_up((size_t)(page->block_start - page->page_start) + sf_page_carved_bytes(page) +
-                                 sizeof(sf_block_t), OS_PAGE);
+                                 sizeof(sf_block_t), SF_OS_PAGE);
     if (old > page->page_bytes) old = page->page_bytes;
     if (old > keep) {
         sf_os_decommit(page->page_start + keep, old - keep);
@@ -328,7 +328,7 @@ static unsigned free_page_index(const sf_segment_t *seg) {
 }
 
 sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
-    unsigned kind = class_idx <= SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
+    unsigned kind = class_idx <= SF_SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
     if ((++heap->page_allocs & 15) == 0) {
         sf_segment_collect_purges(heap, false);
         sf_heaps_purge_abandoned();
@@ -394,22 +394,22 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
 /* ---- spans: large and huge blocks ----------------------------------------- */
 
 /* Layout: header in the first OS page, the block at the first address
- * aligned to max(align, OS_PAGE) after it; at guard level >= 2 the block
+ * aligned to max(align, SF_OS_PAGE) after it; at guard level >= 2 the block
  * starts at 64 KiB or later, after the guard page below it, and a guard
  * page follows its last page (see "Guard pages" above). */
 sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     bool guarded = guard_pages();
-    size_t balign = align > OS_PAGE ? align : OS_PAGE;
-    size_t first = guarded ? SEG_META_SIZE : OS_PAGE; /* the lowest block offset */
+    size_t balign = align > SF_OS_PAGE ? align : SF_OS_PAGE;
+    size_t first = guarded ? SF_SEG_META_SIZE : SF_OS_PAGE; /* the lowest block offset */
     size_t lead = balign > first ? balign : first;     /* room before the block, at most */
-    size_t tail = guarded ? OS_PAGE : 0;
-    size_t rounded = sf_align_up(size, OS_PAGE);
+    size_t tail = guarded ? SF_OS_PAGE : 0;
+    size_t rounded = sf_align_up(size, SF_OS_PAGE);
     if (rounded < size || rounded + lead < rounded || rounded + lead > ((size_t)1 << 46)) {
         errno = ENOMEM;
         return NULL;
     }
-    size_t span = sf_align_up(rounded + lead + tail, SEG_SIZE);
-    bool cacheable = span <= (size_t)LARGE_MAX_SEGS * SEG_SIZE;
+    size_t span = sf_align_up(rounded + lead + tail, SF_SEG_SIZE);
+    bool cacheable = span <= (size_t)SF_LARGE_MAX_SEGS * SF_SEG_SIZE;
     size_t resident = 0, guard = 0;
     /* (with guard pages cached spans are not split: one up to twice the
      * size serves whole, its old pages kept, rather than a new mapping) */
@@ -429,14 +429,14 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
      * segment): they stay, counted as committed, for a later growth or the
      * next block of this span, instead of being dropped and faulted in again */
     size_t used = (size_t)(block - (uint8_t *)seg) + rounded;
-    resident = sf_align_up(resident, OS_PAGE);
+    resident = sf_align_up(resident, SF_OS_PAGE);
     if (!zero) memset(seg, 0, header_bytes(1));
     size_t off = (size_t)(block - (uint8_t *)seg);
     if (sf_guard_level >= 3 && resident > off) /* zero on malloc: old pages of the span */
         memset(block, 0, (resident < used ? resident : used) - off);
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = NULL;
-    seg->page_shift = SPAN_PAGE_SHIFT;
+    seg->page_shift = SF_SPAN_PAGE_SHIFT;
     seg->page_bias = 0;
     seg->kind = cacheable ? SF_SEG_LARGE : SF_SEG_HUGE;
     seg->fresh_zero = zero;
@@ -459,7 +459,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
     segment_link_all(seg);
-    sf_segmap_mark(seg, span >> SEG_SHIFT, SF_SEGMAP_OTHER_HEAD);
+    sf_segmap_mark(seg, span >> SF_SEG_SHIFT, SF_SEGMAP_OTHER_HEAD);
     *block_out = block;
     return seg;
 }
@@ -467,7 +467,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
 /* A large or huge block is freed: at guard level >= 2 it waits in the span
  * quarantine first (guarded_span.c), which releases it later. */
 void sf_span_free(sf_segment_t *seg) {
-    sf_segmap_mark(seg, seg->span_size >> SEG_SHIFT, SF_SEGMAP_NONE);
+    sf_segmap_mark(seg, seg->span_size >> SF_SEG_SHIFT, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
     if (guard_pages() && sf_span_quarantine_put(seg)) return;
     sf_span_release(seg, true);
@@ -486,7 +486,7 @@ void sf_span_release(sf_segment_t *seg, bool reusable) {
  * committed bytes run from its start to the block's end, or further where
  * old pages of a reused span are still resident (sf_span_alloc). */
 bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size) {
-    size_t rounded = sf_align_up(new_size, OS_PAGE);
+    size_t rounded = sf_align_up(new_size, SF_OS_PAGE);
     if (rounded < new_size || rounded > page->page_bytes) return false;
     size_t old = page->span_bytes, lead = (size_t)(page->block_start - (uint8_t *)seg);
     if (rounded > old) {

@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 struct seg_ref {
@@ -35,27 +34,21 @@ struct seg_ref {
     uint32_t page_count;
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void lock_timed(sf_snapshot_t *s, uint64_t *t0) {
     sf_lock(&sf_seg_lock);
-    *t0 = now_ns();
+    *t0 = sf_now_ns();
     s->lock_holds++;
 }
 
 static void unlock_timed(sf_snapshot_t *s, uint64_t t0) {
-    uint64_t held = now_ns() - t0;
+    uint64_t held = sf_now_ns() - t0;
     sf_unlock(&sf_seg_lock);
     if (held > s->max_hold_ns) s->max_hold_ns = held;
 }
 
 /* True iff ref still names a live segment.  Holds sf_seg_lock. */
 static bool still_live(const struct seg_ref *ref) {
-    uintptr_t chunk = (uintptr_t)ref->seg >> SEG_SHIFT;
+    uintptr_t chunk = (uintptr_t)ref->seg >> SF_SEG_SHIFT;
     uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed);
     if (v != SF_SEGMAP_SMALL_HEAD && v != SF_SEGMAP_OTHER_HEAD) return false;
     return ref->seg->magic == (SF_SEG_MAGIC ^ (uintptr_t)ref->seg) && ref->seg->id == ref->id;
@@ -191,7 +184,7 @@ static void copy_window(sf_snapshot_t *s, const struct seg_ref *refs, size_t fro
 int sf_snapshot_segments(sf_snapshot_t *s, uint64_t offset, uint64_t limit) {
     memset(s, 0, sizeof *s);
     sf_ensure_init();
-    uint64_t start = now_ns();
+    uint64_t start = sf_now_ns();
     size_t count = 0;
     struct seg_ref *refs = list_segments(s, &count);
     if (refs == NULL) goto nomem;
@@ -217,7 +210,7 @@ int sf_snapshot_segments(sf_snapshot_t *s, uint64_t offset, uint64_t limit) {
     copy_window(s, refs, from, to);
     sf_track_quiet_end();
     free(refs);
-    s->total_ns = now_ns() - start;
+    s->total_ns = sf_now_ns() - start;
     return 0;
 nomem:
     errno = ENOMEM;
@@ -318,7 +311,7 @@ bool sf_snapshot_rss(uint64_t *bytes, char *why, size_t whylen) {
         return false;
     }
     long pagesize = sysconf(_SC_PAGESIZE);
-    *bytes = (uint64_t)resident * (uint64_t)(pagesize > 0 ? pagesize : OS_PAGE);
+    *bytes = (uint64_t)resident * (uint64_t)(pagesize > 0 ? pagesize : SF_OS_PAGE);
     return true;
 }
 

@@ -1,8 +1,6 @@
-/* stats.c - statistics: process-wide atomics (slow paths only) plus the
- * per-heap plain counters, summed on demand. */
+/* stats.c - statistics: the process-wide atomics (sf_gstats, globals.c;
+ * slow paths only) plus the per-heap plain counters, summed on demand. */
 #include "profile.h"
-
-struct sf_global_stats sf_gstats;
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 

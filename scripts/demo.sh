@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/demo.sh - the main job: set the machine up (scripts/setup.sh),
 # build sefer, and run a soak test under it with the dashboard live:
-# `build/sefer soak` prints the dashboard's URL in a box; open it in a
+# `build/tools/sefer soak` prints the dashboard's URL in a box; open it in a
 # browser on this machine while the soak runs (docs/dashboard.md).
 #
 # Usage: bash scripts/demo.sh [more `sefer soak` options, e.g. --threads 8]
@@ -43,4 +43,4 @@ if [ "${made_token:-0}" = 1 ]; then
     echo "demo: token for changing knobs from the page (this run only): $SEFER_INTROSPECT_TOKEN"
 fi
 echo
-exec build/sefer soak --seconds "$seconds" --listen "$listen" "$@"
+exec build/tools/sefer soak --seconds "$seconds" --listen "$listen" "$@"

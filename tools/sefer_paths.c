@@ -4,8 +4,9 @@
  * Each is looked for, first found wins:
  *   1. its environment variable (SEFER_LIB, SEFER_SOAK; none for the config,
  *      which --config replaces);
- *   2. in the build tree, next to this executable: DIR/lib/libsefer.so.N,
- *      DIR/sefer-soak, DIR/config/soak.toml (build/sefer, build/lib/, ...);
+ *   2. in the meson build tree this executable is in (build/tools/sefer:
+ *      DIR/.. holds meson-private/): DIR/../lib/libsefer.so.N,
+ *      DIR/../tools/sefer-soak, DIR/../config/soak.toml;
  *   3. in the installed tree this executable belongs to: PREFIX is DIR minus
  *      the configured bindir ("/usr" for /usr/bin/sefer), then
  *      PREFIX/libdir/libsefer.so.N, PREFIX/libexecdir/sefer/sefer-soak and
@@ -24,7 +25,7 @@
 
 #include "sefer_cli.h"
 
-/* Install layout, from meson (top meson.build); these defaults are meson's. */
+/* Install layout, from meson (tools/meson.build); these defaults are meson's. */
 #ifndef SEFER_CLI_SONAME
 #define SEFER_CLI_SONAME "libsefer.so.0"
 #endif
@@ -79,8 +80,10 @@ static bool find(const char *build_rel, const char *dir, const char *name, int m
                  size_t len) {
     char base[PATH_MAX];
     if (cli_exe_dir(base, sizeof base)) {
-        int n = snprintf(out, len, "%s/%s", base, build_rel);
-        if (n > 0 && (size_t)n < len && access(out, mode) == 0) return true;
+        int n = snprintf(out, len, "%s/../meson-private", base);
+        bool build_tree = n > 0 && (size_t)n < len && access(out, F_OK) == 0;
+        n = snprintf(out, len, "%s/../%s", base, build_rel);
+        if (build_tree && n > 0 && (size_t)n < len && access(out, mode) == 0) return true;
     }
     if (exe_prefix(base, sizeof base) && try_installed(base, dir, name, mode, out, len)) return true;
     return try_installed(SEFER_CLI_PREFIX, dir, name, mode, out, len);
@@ -106,7 +109,7 @@ bool cli_find_library(char *out, size_t len) {
 bool cli_find_soak(char *out, size_t len) {
     bool found;
     if (from_env("SEFER_SOAK", X_OK, out, len, &found)) return found;
-    return find("sefer-soak", SEFER_CLI_LIBEXECDIR "/sefer", "sefer-soak", X_OK, out, len);
+    return find("tools/sefer-soak", SEFER_CLI_LIBEXECDIR "/sefer", "sefer-soak", X_OK, out, len);
 }
 
 bool cli_find_soak_config(char *out, size_t len) {

@@ -75,7 +75,7 @@ static int soak_usage(FILE *f, int status) {
                "  --config FILE  SEFER_CONFIG for the soak (default: sefer's soak.toml, config/ in the source)\n"
                "  --listen ADDR  where the dashboard listens (default " DEFAULT_LISTEN
                ": 9090 or the next free port)\n"
-               "  SOAK-ARGS      more sefer-soak options (build/sefer-soak --help)\n"
+               "  SOAK-ARGS      more sefer-soak options (build/tools/sefer-soak --help)\n"
                "Exit status: the soak's (0 pass, 1 corruption or a failed call, 3 RSS above its\n"
                "bound), or 128 + the signal that stopped it (130 after Ctrl-C).\n");
     return status;

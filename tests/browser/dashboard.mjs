@@ -5,7 +5,7 @@
 // Debian's /usr/bin/chromium, headless, driven by playwright-core (no
 // browser download).  Two real processes serve the page:
 //
-//   1. `sefer soak` (build/sefer soak --listen 127.0.0.1:0, with a token):
+//   1. `sefer soak` (build/tools/sefer soak --listen 127.0.0.1:0, with a token):
 //      the page goes live; the charts gain points; with polling paused, the
 //      segment map has exactly as many cells as the /segments reply the
 //      page drew (and the server's total), and the heap table lists exactly

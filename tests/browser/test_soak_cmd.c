@@ -11,7 +11,7 @@
  *     (SEFER_SOAK=/bin/false), 2 for arguments the soak refuses; and the
  *     command's own errors: a bad --seconds, a missing --config.
  *
- * Paths come from meson: SEFER_TEST_CLI (build/sefer, with build/sefer-soak
+ * Paths come from meson: SEFER_TEST_CLI (build/tools/sefer, with build/tools/sefer-soak
  * beside it). */
 #include "itest.h"
 

@@ -1,6 +1,6 @@
 /* fuzz_config.c - libFuzzer target for the SEFER_CONFIG parser.
  *
- * The parser (lib/config_file.c) is a pure function on a buffer; this
+ * The parser (lib/toml.c) is a pure function on a buffer; this
  * target feeds it any bytes and checks, besides "no crash, no sanitizer
  * report", what its callers rely on:
  *   - a value handed to set() is within the knob's bounds (an enum index
@@ -12,8 +12,8 @@
  *
  * libFuzzer (clang, ASan + UBSan):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *     -D_GNU_SOURCE -Ilib -Iinclude tests/fuzz/fuzz_config.c lib/config_file.c \
- *     -o fuzz_config
+ *     -D_GNU_SOURCE -Ilib -Iinclude tests/fuzz/fuzz_config.c lib/toml.c \
+ *     lib/knob_table.c lib/str.c -o fuzz_config
  *   ./fuzz_config -max_total_time=600 -dict=tests/fuzz/config.dict \
  *     fuzz-work tests/fuzz/corpus
  * Without clang, fuzz_corpus.c (meson test "fuzz-corpus") replays the corpus. */

@@ -17,7 +17,7 @@
  *                  figures, and the same phase in /phases
  *
  * Heap-profile marks have their kind and recording function; the profiler
- * records them (tests/test_events.c records them directly too). */
+ * records them (tests/test_event_ring.c records them directly too). */
 #include "itest.h"
 
 static cJSON *events_of(int port, const char *kind, int *count)

@@ -10,7 +10,7 @@
  *   - a child that inherits the environment does not take the parent's port;
  *   - fork() while the server runs and a client polls it: the child has no
  *     server, allocates at once, nothing deadlocks; the parent keeps serving;
- *   - build/sefer run and build/sefer stat;
+ *   - build/tools/sefer run and build/tools/sefer stat;
  *   - hosts that close or reuse descriptors (closefrom, dup2 onto every
  *     descriptor, close 3..63, dup2 onto 3 and 4, a shell's `exec 3>file`
  *     under sefer run): the program ends at once with its own status, and

@@ -146,7 +146,7 @@ static size_t slurp_fd(int fd, char *buf, size_t len)
     return got;
 }
 
-/* sefer's guard reports (lib/guard.c) */
+/* sefer's guard reports (lib/guard_report.c) */
 static bool has_guard_report(const char *err)
 {
     static const char *const texts[] = {

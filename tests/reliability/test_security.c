@@ -39,7 +39,7 @@
 #define END_MARK "<!-- security-probes: end -->\n"
 #define LEVELS 4
 
-/* What sefer writes for each kind (lib/guard.c). */
+/* What sefer writes for each kind (lib/guard_report.c). */
 enum kind { K_INVALID = 1, K_INTERIOR = 2, K_DOUBLE = 4, K_OVERFLOW = 8, K_UAF = 16 };
 static const struct {
     enum kind kind;

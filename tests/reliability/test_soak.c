@@ -9,7 +9,7 @@
  *                 phase's then.  decommit.policy = eager, so what RSS holds does
  *                 not depend on how fast the machine is (with `delayed` it
  *                 would include whatever freed in the last 100 ms).
- *   soak_guarded  build/sefer-soak at guard levels 2 and 3 (a fresh process
+ *   soak_guarded  build/tools/sefer-soak at guard levels 2 and 3 (a fresh process
  *                 each: the level is fixed at start-up) with the default
  *                 decommit policy: checksums and sefer_check only.
  *

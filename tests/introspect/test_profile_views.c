@@ -1,4 +1,4 @@
-/* test_profile.c - the heap profile's figures and views over real HTTP.
+/* test_profile_views.c - the heap profile's figures and views over real HTTP.
  *
  * Run with profile.sample_bytes = 64 KiB and a fixed seed
  * (tests/introspect/meson.build), so the figures repeat from run to run.

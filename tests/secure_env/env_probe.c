@@ -1,4 +1,4 @@
-/* probe.c - prints guard.level, where it came from, and whether the kernel
+/* env_probe.c - prints guard.level, where it came from, and whether the kernel
  * started this program in secure mode (getauxval(AT_SECURE): set for a
  * setuid or setgid program whose ids differ from its caller's) - the mode
  * in which glibc's secure_getenv returns NULL (tests/secure_env). */

@@ -1,5 +1,6 @@
-/* test_events.c - the event ring itself (lib/event.c, linked into this
- * test; tests/introspect/test_events.c checks what sefer records in it):
+/* test_event_ring.c - the event ring itself (lib/event.c and the clock it
+ * reads, lib/clock.c, linked into this test; tests/introspect/test_events.c
+ * checks what sefer records in it):
  *
  *   - oldest dropped: 1500 events in a 1024-slot ring leave the newest
  *     1024, in order, and say 476 were dropped;
@@ -14,16 +15,6 @@
 #include "sefer_test.h"
 
 #include "internal.h"
-
-#include <time.h>
-
-/* event.c's one outside call (os.c): a coarse monotonic clock */
-uint64_t sf_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static sf_event_t got[SF_EVENT_CAP];
 
@@ -40,7 +31,7 @@ static bool whole(const sf_event_t *e)
 
 START_TEST(test_oldest_dropped)
 {
-    sf_events_init();
+    sf_clock_init();
     for (uint64_t i = 1; i <= 1500; i++)
         record_value(SF_EVENT_TRIM, i);
     sf_events_info_t info;
@@ -66,7 +57,7 @@ END_TEST
 
 START_TEST(test_named_kinds)
 {
-    sf_events_init();
+    sf_clock_init();
     char longname[100];
     memset(longname, 'x', sizeof longname - 1);
     longname[sizeof longname - 1] = '\0';
@@ -89,7 +80,7 @@ END_TEST
 
 START_TEST(test_guard_first_ten_then_every_1000th)
 {
-    sf_events_init();
+    sf_clock_init();
     int x;
     for (uint64_t count = 1; count <= 2500; count++)
         sf_event_guard(SF_GUARD_DOUBLE, &x, count);
@@ -120,7 +111,7 @@ static void *writer(void *arg)
 
 START_TEST(test_concurrent_writers_and_a_reader)
 {
-    sf_events_init();
+    sf_clock_init();
     pthread_t t[WRITERS];
     for (int i = 0; i < WRITERS; i++)
         t[i] = st_spawn(writer, (void *)(uintptr_t)(i + 1), 0);
@@ -159,7 +150,7 @@ static void *busy_writer(void *arg)
 
 START_TEST(test_fork_while_recording)
 {
-    sf_events_init();
+    sf_clock_init();
     for (int i = 0; i < 2; i++)
         pthread_detach(st_spawn(busy_writer, NULL, 0)); /* they end with this test's process */
     for (int round = 0; round < 20; round++) {

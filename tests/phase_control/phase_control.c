@@ -2,9 +2,9 @@
  * alive, then in a phase allocates 64 KiB and frees it, and prints what
  * the phase measured.
  *
- *   LD_PRELOAD=build/lib/libsefer.so build/bench/phase_control
+ *   LD_PRELOAD=build/lib/libsefer.so build/tests/phase_control/phase_control
  *
- * Like the other bench programs it links against libc only; it finds
+ * Like the bench programs it links against libc only; it finds
  * sefer_phase_begin and sefer_phase_end with dlsym, so under another
  * allocator (or none) it says so and exits 77.  Output (one line):
  *

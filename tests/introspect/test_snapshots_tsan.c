@@ -1,4 +1,4 @@
-/* test_tsan.c - the introspection server under ThreadSanitizer: snapshots
+/* test_snapshots_tsan.c - the introspection server under ThreadSanitizer: snapshots
  * of segments, pages, heaps and rings taken while other threads allocate,
  * free across threads, exit and start.  Prefixed API only (sefer_malloc ...),
  * so it runs in the -Doverride=false ThreadSanitizer build as well as in

@@ -1,6 +1,6 @@
 #!/bin/sh
-# phase-control-check.sh PROGRAM LIBRARY - the test 'phase-control': runs
-# bench/phase_control under sefer and checks its line: the peak is the
+# check.sh PROGRAM LIBRARY - the test 'phase-control': runs
+# tests/phase_control/phase_control under sefer and checks its line: the peak is the
 # entry plus the 64 KiB block, the exit is the entry, one allocation and
 # one free of 65536 bytes.
 set -eu

@@ -1,4 +1,4 @@
-/* test_security.c - the token rules of the introspection server, in a
+/* test_auth.c - the token rules of the introspection server, in a
  * process whose introspect.token is set (the program re-executes itself
  * with SEFER_INTROSPECT_TOKEN: knobs are read once, at start-up).
  *

@@ -1,5 +1,5 @@
 #!/bin/sh
-# check-startup-symbols.sh NM ARCHIVE - fails if the objects that run before
+# check-symbols.sh NM ARCHIVE - fails if the objects that run before
 # the first allocation is served call anything outside a list of functions
 # known not to allocate.
 #
@@ -7,11 +7,11 @@
 # loader, and that first malloc then runs through the heap, page, segment
 # and OS code: a call into stdio, strerror, setlocale or the like could
 # allocate, re-enter sefer while it is initialising, and hang.  ARCHIVE
-# holds those objects (tools/meson.build names them): start-up (init.c,
-# knobs.c, config_file.c, guard.c, track.c, entry.c) and the allocation
-# path (override.c, alloc.c, heap.c, page.c, segment.c, cache.c, ring.c,
-# segmap.c, sizeclass.c, free.c, guarded.c, os.c).  sf_* calls stay inside
-# the library.
+# holds those objects (tests/startup/meson.build names them): start-up
+# (init.c, knobs.c, knob_table.c, toml.c, str.c, guard_report.c, track.c,
+# entry.c) and the allocation path (override.c, alloc.c, heap.c, page.c,
+# segment.c, cache.c, ring.c, segmap.c, sizeclass.c, free.c, guarded.c,
+# os.c, clock.c, globals.c).  sf_* calls stay inside the library.
 nm_prog=$1
 archive=$2
 # Allocation-free everywhere: system-call wrappers, string and memory

@@ -1,0 +1,310 @@
+/* types.h - sefer's types, the geometry they describe, and the attributes
+ * and relaxed accesses their fields are read with.
+ *
+ * Layout of memory (docs/design.md has the reasons):
+ *
+ *   segment (4 MiB, aligned to 4 MiB)
+ *   +-----------+---------+---------+-----+---------+
+ *   | metadata  | page 1  | page 2  | ... | page 63 |   small:  64 KiB pages
+ *   +-----------+---------+---------+-----+---------+
+ *   | meta | page 0 (448K)| page 1 (512 KiB) | ...   |   medium: 512 KiB pages
+ *   +------+------------------------------------------+
+ *   | meta | one block (large: 1..32 segments, huge: more)  |
+ *
+ * The header of any segment is found from an interior pointer by masking
+ * (ptr & ~(SF_SEG_SIZE-1)); the page descriptor by (ptr - segment) >> page_shift.
+ * A process-wide byte map (segmap.c) says whether a 4 MiB chunk holds a live
+ * sefer segment, so "is this pointer ours?" never touches unmapped memory.
+ *
+ * Only types, constants and the inline accessors that compute from a type
+ * alone: what a file defines is declared in internal.h, under its name. */
+#ifndef SEFER_TYPES_H
+#define SEFER_TYPES_H
+
+#include "sefer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SF_HIDDEN __attribute__((visibility("hidden")))
+#define SF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SF_NOINLINE __attribute__((noinline))
+#define SF_INLINE static inline __attribute__((always_inline))
+
+/* Fields one thread writes and others read without a lock (statistics,
+ * page flags seen by a remote free).  SF_GET/SF_SET are relaxed atomic
+ * accesses, a plain mov on x86-64.  SF_COUNT/SF_UNCOUNT bump a hot counter
+ * by its only writer: one add instruction, except under ThreadSanitizer,
+ * where the store is made atomic so the benign race is not reported.
+ * SF_UNCOUNT yields the new value. */
+#define SF_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+#define SF_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+/* SF_PEEK: a read another thread may be writing, where any value read is
+ * harmless (an aligned pointer on x86-64 is never torn): plain, so the
+ * compiler can fold it into a compare; atomic under ThreadSanitizer. */
+#if defined(__SANITIZE_THREAD__)
+#define SF_PEEK(field) SF_GET(field)
+#define SF_COUNT(field) SF_SET(field, (field) + 1)
+#define SF_UNCOUNT(field) (SF_SET(field, (field) - 1), (field))
+#else
+#define SF_PEEK(field) (field)
+#define SF_COUNT(field) ((field)++)
+#define SF_UNCOUNT(field) (--(field))
+#endif
+
+/* n rounded up to a multiple of a (a power of two). */
+SF_INLINE size_t sf_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+/* ---- geometry ------------------------------------------------------------ */
+#define SF_SEG_SHIFT 22
+#define SF_SEG_SIZE ((size_t)1 << SF_SEG_SHIFT)
+#define SF_SEG_MASK (SF_SEG_SIZE - 1)
+#define SF_SMALL_PAGE_SHIFT 16 /* 64 KiB */
+#define SF_MEDIUM_PAGE_SHIFT 19 /* 512 KiB */
+#define SF_SPAN_PAGE_SHIFT 40   /* large/huge: one page covers the whole span */
+#define SF_SMALL_PAGES (SF_SEG_SIZE >> SF_SMALL_PAGE_SHIFT)   /* 64, page 0 is metadata */
+#define SF_MEDIUM_PAGES (SF_SEG_SIZE >> SF_MEDIUM_PAGE_SHIFT) /* 8, page 0 starts after metadata */
+#define SF_SEG_META_SIZE ((size_t)64 << 10) /* header + page table; rest unused address */
+#define SF_SMALL_MAX SEFER_SMALL_MAX
+#define SF_MEDIUM_MAX SEFER_MEDIUM_MAX
+#define SF_LARGE_MAX_SEGS 32 /* spans above 128 MiB are "huge": mapped and unmapped directly */
+#define SF_OS_PAGE 4096
+#define SF_MAX_ALIGN_FROM_CLASS SF_MEDIUM_MAX
+/* the segment map (segmap.c): one byte per 4 MiB chunk of a 47-bit address space */
+#define SF_SEGMAP_CHUNKS ((size_t)1 << (47 - SF_SEG_SHIFT))
+
+/* ---- size classes (the table: sizeclass.c) ------------------------------- */
+/* 16-byte steps to 128 B, then four classes per power of two up to 128 KiB. */
+#define SF_CLASS_COUNT 49 /* class 0 unused; 1..48 */
+#define SF_DIRECT_MAX 1024
+#define SF_DIRECT_COUNT (SF_DIRECT_MAX / 16 + 1)
+#define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
+
+/* ---- the process-wide counters (globals.c) ------------------------------- */
+#define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard_report.c) */
+struct sf_global_stats {
+    _Atomic uint64_t committed, reserved, metadata, decommitted_total, segments, segments_peak;
+    _Atomic uint64_t cache_bytes, cache_spans, cache_hits, cache_misses, os_maps, enomem;
+    /* operations not counted in a heap: spans, and threads without a heap;
+     * and the threads that could not get a heap (heap.c) */
+    _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs, heap_fallbacks;
+    _Atomic uint64_t guard[SF_GUARD_KINDS_COUNTED];
+};
+
+/* ---- blocks, pages, segments, heaps -------------------------------------- */
+typedef struct sf_block_s {
+    struct sf_block_s *next;
+    uintptr_t cookie; /* == sf_page_cookie(page) while the block is free */
+} sf_block_t;
+
+struct sf_heap_s;
+struct sf_segment_s;
+
+enum sf_page_flag {
+    SF_PAGE_FULL = 1,   /* in the heap's full list, not its class queue */
+    SF_PAGE_SPAN = 2,   /* large or huge: the page is the whole span, one block */
+    SF_PAGE_GUARDED = 4, /* guard level >= 2 or tracked by valgrind: off levels 0-1's fast paths */
+    SF_PAGE_SAMPLED = 8  /* serves sampled blocks only (profile.c): off every free fast path */
+};
+
+typedef struct sf_page_s {
+    /* hot: touched by malloc/free fast paths */
+    union {
+        struct {                    /* in use */
+            sf_block_t *free;       /* blocks ready for malloc (owner only) */
+            sf_block_t *local_free; /* blocks freed by the owner since the last collect */
+        };
+        struct { /* empty, on its heap's purge queue: the heap's other such pages
+                    that last served the same class (segment.c) */
+            struct sf_page_s *class_next, *class_prev;
+        };
+    };
+    struct sf_heap_s *fast_heap; /* owner heap while flags == 0, else NULL: the
+                                    free fast path's one ownership test */
+    uint32_t used;          /* blocks handed out and not yet returned to the owner */
+    uint8_t flags;          /* non-zero sends free to the generic path */
+    uint8_t class_idx;
+    uint8_t in_use;     /* allocated to a size class (or span) */
+    uint8_t committed;  /* memory not decommitted since last use */
+    uint32_t block_size;
+    uint16_t capacity;   /* blocks carved so far (read by other threads: SF_GET) */
+    uint16_t reserved;   /* blocks that fit (at most 4096: 64 KiB / 16 B) */
+    uint8_t *block_start;
+    uint64_t divmagic;   /* ceil(2^64 / block_size): interior-pointer check */
+    uint64_t purge_at; /* delayed decommit deadline (ms), 0: none */
+    /* second cache line: the owner's fast paths never touch it */
+    /* Blocks freed by other threads (remote.c): a lock-free stack threaded
+     * through the blocks, pushed with a CAS, taken whole by the owner with
+     * an exchange.  Bit 0 (SF_XFREE_NOTIFY) says the page is full and the
+     * next remote free must tell the owner through its ring. */
+    _Atomic uintptr_t xfree;
+    /* queue links: class queue, full list or purge list */
+    struct sf_page_s *next, *prev;
+    uint8_t *page_start;
+    size_t page_bytes;
+    union {
+        size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+        size_t prof_charged; /* class pages: `free` was charged to the heap's sampling
+                                countdown (profile.c), so what is left on it is refunded
+                                if the page goes away */
+    };
+    uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
+    union {
+        size_t requested;     /* spans at guard level >= 2: the size asked for */
+        uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
+    };
+} __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
+
+enum sf_seg_kind { SF_SEG_SMALL, SF_SEG_MEDIUM, SF_SEG_LARGE, SF_SEG_HUGE };
+
+typedef struct sf_segment_s {
+    uint64_t magic;          /* SF_SEG_MAGIC ^ address */
+    struct sf_heap_s *heap;  /* owner heap (small/medium); NULL for spans */
+    uint8_t page_shift;
+    uint8_t page_bias; /* page number of pages[0]: 1 for small (page 0 is metadata) */
+    uint8_t kind;
+    uint8_t fresh_zero; /* span memory known to be zero (fresh mapping) */
+    uint16_t page_count;
+    uint16_t used_pages;
+    uint64_t free_mask; /* pages not in use */
+    size_t span_size;   /* bytes mapped */
+    size_t committed_bytes; /* counted in stats.bytes_committed */
+    uint64_t id;
+    /* heap's list of segments with free pages */
+    struct sf_segment_s *heap_next, *heap_prev;
+    /* process-wide list of live segments (under sf_seg_lock) */
+    struct sf_segment_s *all_next, *all_prev;
+    sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
+} sf_segment_t;
+
+#define SF_SEG_MAGIC 0x5365666572536567ull /* "SeferSeg" */
+#define SF_PAGE_DESC_SHIFT 7
+_Static_assert(sizeof(sf_page_t) == (1u << SF_PAGE_DESC_SHIFT), "page descriptor size");
+_Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast paths' cache line");
+/* The header fills the first 128-byte slot, so in a small segment the
+ * descriptor of page i (1..63) sits at seg + i * 128: the fast path finds it
+ * by OR-ing shifted pointer bits into the segment address. */
+_Static_assert(offsetof(sf_segment_t, pages) == sizeof(sf_page_t), "segment header size");
+/* The value a free block's second word holds: derived from its page, so a
+ * block from another page never matches. */
+SF_INLINE uintptr_t sf_page_cookie(const sf_page_t *page) { return (uintptr_t)page; }
+
+SF_INLINE sf_segment_t *sf_segment_of(const void *p) {
+    return (sf_segment_t *)((uintptr_t)p & ~(uintptr_t)SF_SEG_MASK);
+}
+SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
+    return &seg->pages[(((uintptr_t)p - (uintptr_t)seg) >> seg->page_shift) - seg->page_bias];
+}
+/* True iff p is the start of a block carved in page (not interior, not
+ * padding, not a block the page has not handed out yet).  The divisibility
+ * test, off * ceil(2^64/size) < ceil(2^64/size), is exact for off < 2^32. */
+SF_INLINE size_t sf_page_carved_bytes(const sf_page_t *page) {
+    return (size_t)SF_GET(page->capacity) * SF_GET(page->block_size);
+}
+SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
+    uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
+    return off < sf_page_carved_bytes(page) && off * page->divmagic < page->divmagic;
+}
+
+/* Remote-free ring: a bounded multi-producer single-consumer queue of block
+ * pointers (one per heap).  Cells carry a sequence number so a producer never
+ * waits: a full ring refuses the push and the caller takes the overflow path. */
+typedef struct {
+    _Atomic uint64_t seq;
+    void *_Atomic ptr;
+} sf_ring_cell_t;
+
+typedef struct {
+    _Atomic uint64_t tail __attribute__((aligned(64))); /* producers: pushes so far */
+    _Atomic uint64_t head __attribute__((aligned(64))); /* the consumer: drained so far */
+    _Atomic uint64_t overflowed;
+    uint64_t mask;
+    sf_ring_cell_t *cells;
+} sf_ring_t;
+
+typedef struct {
+    sf_page_t *first, *last;
+} sf_page_queue_t;
+
+/* How much memory was in use lately (decommit.c): the most in use at once
+ * in each of the last SF_REUSE_WINDOW intervals of decommit.delay. */
+#define SF_REUSE_WINDOW 8
+typedef struct {
+    uint64_t epoch;                  /* the interval peak[epoch % WINDOW] covers */
+    uint64_t peak[SF_REUSE_WINDOW];  /* pages (a heap) or bytes (the large cache) */
+} sf_reuse_t;
+
+/* A heap's sampling state (profile.c): per size class, how many more
+ * allocations are not sampled; the blocks on its pages' free lists are
+ * charged to it when a list is handed to the fast path. */
+typedef struct {
+    uint64_t skip[SF_CLASS_COUNT];
+    uint64_t rate; /* the profile.sample_bytes they were drawn with (0: none) */
+    uint64_t rng;  /* 0: not seeded yet */
+} sf_heap_prof_t;
+
+enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLLECTING };
+/* A thread's sf_tls_heap is a real registry heap, or one of two markers whose
+ * direct table holds only the empty page, so the fast path falls through:
+ * UNCLAIMED (claim a slot on the slow path) or SHARED (the thread is past
+ * teardown, or it could get no heap: every one of the SF_HEAP_SLOTS_MAX
+ * owned, or no memory for one; it uses the locked fallback heap). */
+enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHARED };
+
+/* The registry grows in chunks of heaps mapped on demand (heap.c): slot i
+ * is heap i % SF_HEAP_CHUNK of chunk i / SF_HEAP_CHUNK.  Its capacity is
+ * fixed: at most SF_HEAP_SLOTS_MAX heaps ever exist (2^20, 1,048,576: the
+ * chunk table is static), so at most that many threads have a heap at once;
+ * a thread that starts allocating while all of them are owned uses the
+ * locked fallback heap for the rest of its life, counted in heap_fallbacks.
+ * A test variant builds with a smaller value (-DSF_HEAP_SLOTS_MAX=64,
+ * tests/reliability); it must be a multiple of SF_HEAP_CHUNK. */
+#define SF_HEAP_CHUNK_SHIFT 6
+#define SF_HEAP_CHUNK (1u << SF_HEAP_CHUNK_SHIFT)
+#ifndef SF_HEAP_SLOTS_MAX
+#define SF_HEAP_SLOTS_MAX (1u << 20)
+#endif
+#define SF_HEAP_FALLBACK_SLOT UINT32_MAX /* the fallback heap's "slot" */
+
+typedef struct sf_heap_s {
+    /* owner only: the fast paths read the tables and bump allocs */
+    sf_page_t *direct[SF_DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
+    sf_page_t *gdirect[SF_DIRECT_COUNT]; /* guard level 2's fast path: the same, by
+                                         (size+8+15)/16; all empty page otherwise */
+    uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
+    sf_page_queue_t queues[SF_CLASS_COUNT];
+    sf_page_queue_t full;
+    sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */
+    sf_page_t *purge_class[SF_CLASS_COUNT]; /* the same pages by last class, newest first */
+    sf_segment_t *free_segs[2];          /* small, medium segments with free pages */
+    uint32_t pages_in_use;
+    uint64_t remote_frees;    /* frees this thread sent to others */
+    uint64_t remote_collected; /* blocks other threads freed, taken from page lists */
+    uint64_t page_allocs;
+    sf_reuse_t page_reuse;    /* its pages in use lately (decommit.policy = adaptive) */
+    /* phase.c: while phases are open, the counts of this heap's thread and
+     * its delta of block bytes not yet added to the shared sum */
+    uint64_t phase_counts[4];
+    int64_t phase_delta;
+    uint32_t phase_epoch;
+    uint32_t purge_count;     /* pages on its purge queue */
+    sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
+    size_t quarantine_bytes, quarantine_count;
+    sf_heap_prof_t prof;                  /* heap profiling: countdowns (profile.c) */
+    sf_page_queue_t sampled[SF_CLASS_COUNT]; /* pages serving sampled blocks only */
+    /* read by other threads: written once, or rarely (at thread start and exit) */
+    uint8_t kind __attribute__((aligned(64)));
+    uint32_t slot;
+    _Atomic int state;
+    _Atomic int tid;
+    _Atomic uint32_t next_ownerless; /* link in the stack of ownerless heaps (slot + 1) */
+    _Atomic(sf_block_t *) overflow;  /* remote frees that found the ring full */
+    sf_ring_t ring;
+} sf_heap_t;
+
+#endif /* SEFER_TYPES_H */
