@@ -354,7 +354,8 @@ class Workload:
     common -t/-d), the word its result line starts with, and what it is.
 
     group: "large", "realloc-growth" (left out of the second geometric mean),
-        "control" (left out of both), or None.
+        "control" (left out of both), "mixed" (counted in both; a name that
+        selects its rows, as every group does: select_rows), or None.
     threads: None to take --threads, or a list of thread counts: one row per
         count, named NAME-COUNT (e.g. many-threads-64).
     time_limit_factor: how many times the run length a run may take before
@@ -420,16 +421,62 @@ WORKLOADS = [
     Workload("rptest", "rptest", [], "rptest", "lifetimes of 1-16 rounds, 1 block in 8 freed by the next thread"),
     Workload("large-random", "large", ["-m", "random"], "large",
              "8 live blocks per thread, each op replaces one with 5-25 MiB, touches every page", group="large"),
+    # Random sizes (issue 19): bursts of K blocks of sizes drawn from a table
+    # made before the clock, freed in allocation order (the mixes of
+    # bench/instructions' mix* rows); one thread, or two where the name ends
+    # in -2.  --only mixed runs them all.
+    Workload("mixed-16-256-k8", "mixed", ["-m", "16:256", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 16-256 B, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-16-2k-k1", "mixed", ["-m", "16:2048", "-k", "1"], "mixed",
+             "malloc + free of 16-2048 B, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-16-2k-k8", "mixed", ["-m", "16:2048", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 16-2048 B, random sizes", group="mixed", threads=[1, 2]),
+    Workload("mixed-16-2k-k32", "mixed", ["-m", "16:2048", "-k", "32"], "mixed",
+             "bursts of 32 blocks of 16-2048 B, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-512-2k-k8", "mixed", ["-m", "512:2048", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 512-2048 B, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-2k-8k-k8", "mixed", ["-m", "2048:8192", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 2-8 KiB, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-8k-64k-k1", "mixed", ["-m", "8192:65536", "-k", "1"], "mixed",
+             "malloc + free of 8-64 KiB, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-8k-64k-k8", "mixed", ["-m", "8192:65536", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 8-64 KiB, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-64k-256k-k8", "mixed", ["-m", "65536:262144", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 64-256 KiB, random sizes", group="mixed", threads=[1]),
+    Workload("mixed-log-16-64k-k8", "mixed", ["-m", "16:65536:log", "-k", "8"], "mixed",
+             "bursts of 8 blocks of 16 B-64 KiB, log-uniform random sizes", group="mixed", threads=[1]),
+    Workload("mixed-16-2k-k8-cross16", "mixed", ["-m", "16:2048", "-k", "8", "-x", "16"], "mixed",
+             "bursts of 8 blocks of 16-2048 B, 1 block in 16 freed by the next thread", group="mixed",
+             threads=[2]),
     Workload("control", "churn", ["-m", "control"], "churn", "churn loop without allocator calls", group="control"),
 ]
 # The per-round control arm: the same loop as the "control" row, under glibc.
 CONTROL_WORKLOAD = Workload("ctl", "churn", ["-m", "control"], "churn", "machine speed during the row's runs")
 EXTRA_KEYS = ["rss_fill_kib", "rss_thin_kib", "rss_refill_kib", "rss_final_kib", "rss_peak_kib",
-              "rss_hwm_kib", "errors", "phases", "generations"]
+              "rss_hwm_kib", "errors", "phases", "generations", "cross_frees"]
 
 
 def all_rows(default_threads):
     return [r for w in WORKLOADS for r in w.rows(default_threads)]
+
+
+def select_rows(rows, spec):
+    """The rows a comma-separated --only list names, in registry order.  An
+    item is a row name (many-threads-64), a group (mixed: all its rows), or
+    a prefix ending in * (mixed-16-2k*); an item that selects nothing stops
+    the script."""
+    def selects(item, row):
+        if item.endswith("*"):
+            return row.name.startswith(item[:-1])
+        return item in (row.name, row.group)
+
+    want = [x.strip() for x in spec.split(",") if x.strip()]
+    for x in want:
+        if not any(selects(x, r) for r in rows):
+            groups = sorted({r.group for r in rows if r.group})
+            die(f"no row {x!r}; rows: {', '.join(r.name for r in rows)};"
+                f" groups: {', '.join(groups)}; or a prefix ending in *")
+    return [r for r in rows if any(selects(x, r) for x in want)]
 
 
 def parse_time_output(text):

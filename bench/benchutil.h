@@ -12,6 +12,8 @@
  *   -m MODE      workload mode (program specific)
  *   -z SIZES     sizes, comma-separated (program specific)
  *   -S SEED      random seed (default 1)
+ * A program with options of its own names their getopt letters in
+ * bu_extra_letters and takes them in bu_extra_option (mixed: -k, -x, -c).
  * Unknown options print the program's usage line and exit with status 2. */
 #ifndef SEFER_BENCH_BENCHUTIL_H
 #define SEFER_BENCH_BENCHUTIL_H
@@ -37,6 +39,11 @@ struct bu_opts {
 static const char *bu_prog = "bench";
 static const char *bu_usage_text = "";
 static unsigned bu_max_threads = 1024; /* -t above this is refused */
+/* The program's own options, getopt style ("k:x:c"), and the function that
+ * takes each one: it returns 0 for a bad value (bu_parse then prints the
+ * usage line). */
+static const char *bu_extra_letters = "";
+static int (*bu_extra_option)(int letter, const char *value);
 
 static inline double bu_now(void) {
     struct timespec ts;
@@ -94,8 +101,10 @@ static inline void *bu_xcalloc(size_t n, size_t s) {
 
 static inline void bu_parse(int argc, char **argv, struct bu_opts *o, const char *default_mode) {
     *o = (struct bu_opts){2, 1.0, 2.0, default_mode, NULL, 1};
+    char letters[64];
+    snprintf(letters, sizeof letters, "t:s:d:m:z:S:%s", bu_extra_letters);
     int c;
-    while ((c = getopt(argc, argv, "t:s:d:m:z:S:")) != -1) {
+    while ((c = getopt(argc, argv, letters)) != -1) {
         char *end;
         switch (c) {
         case 't':
@@ -120,8 +129,8 @@ static inline void bu_parse(int argc, char **argv, struct bu_opts *o, const char
             o->seed = strtoull(optarg, &end, 0);
             if (*end) bu_usage();
             break;
-        default:
-            bu_usage();
+        default: /* '?' is getopt's answer to a letter it does not know */
+            if (c == '?' || !bu_extra_option || !bu_extra_option(c, optarg)) bu_usage();
         }
     }
     if (optind != argc || o->threads == 0 || o->threads > bu_max_threads || !(o->scale > 0) ||

@@ -104,7 +104,7 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
 SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     /* level 2: its fast pop (callers other than malloc come straight
      * here), after the same local_free swap on its own table */
-    if (sf_l2_fast && n <= SF_DIRECT_MAX - SF_GUARD_TAIL) {
+    if (sf_l2_fast && n <= SF_GDIRECT_MAX - SF_GUARD_TAIL) {
         sf_page_t *page = heap->gdirect[sf_l2_index(n)];
         if (page->free == NULL && page->local_free != NULL && !sf_prof_is_armed()) {
             page->free = page->local_free;

@@ -275,13 +275,13 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
         report("page's blocks do not fit in it", page);
         return;
     }
-    if (page->used > page->capacity) report("page has more blocks in use than carved", page);
+    if (sf_page_used(page) > page->capacity) report("page has more blocks in use than carved", page);
     if (page->purge_at != 0) report("page in use is queued for decommit", page);
     check_page_owner(page, heap);
     memset(ck.seen, 0, sizeof ck.seen);
     size_t nfree = walk_free_list(page, page->free);
     nfree += walk_free_list(page, page->local_free);
-    if ((size_t)page->used + nfree > page->capacity)
+    if ((size_t)sf_page_used(page) + nfree > page->capacity)
         report("page's blocks in use plus free exceed its blocks carved", page);
 }
 
@@ -488,6 +488,10 @@ static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsign
             (c != 0 && page->class_idx != c) || (c != 0 && sampled != !!(page->flags & SF_PAGE_SAMPLED)))
             report("page in the wrong queue", page);
         if (page->prev != prev) report("page queue's back link is wrong", page);
+        /* the bias marks the head of a class queue, and nothing else */
+        bool head_of_class = c != 0 && !sampled && prev == NULL;
+        if (!!(page->used & SF_USED_BIAS) != head_of_class)
+            report(head_of_class ? "class's current page lacks the bias" : "page behind the head carries the bias", page);
     }
     if (q->last != prev) report("page queue's last page is wrong", heap);
     return n;

@@ -9,10 +9,13 @@
  *   free:   segmap byte == 1 (a small segment) -> page (shifts of the
  *           pointer) -> the page's fast owner is this thread's heap ->
  *           block-start and double-free checks (guard level 1) -> push
- *           page->local_free
+ *           page->local_free, count down page->used
  *
- * Anything else (sizes above 1 KiB, empty pages, other owners, spans,
- * suspected misuse) takes the generic path in alloc.c / free.c. */
+ * The table covers every small size (up to 8 KiB) and the free asks no
+ * question whose answer is random on random sizes (a class's current page
+ * never empties here: SF_USED_BIAS, types.h).  Anything else (medium sizes,
+ * a dry free list, other owners, spans, suspected misuse) takes the generic
+ * path in alloc.c / free.c. */
 #ifndef SEFER_FASTPATH_H
 #define SEFER_FASTPATH_H
 
@@ -92,13 +95,13 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
 
 /* The end of both free fast paths: b goes to its page's local free list
  * (link already stored by the caller); a page left empty goes back to its
- * segment unless it is the only page of its (small) class: see
- * sf_page_on_empty. */
+ * segment.  A class's current page never reaches zero here (SF_USED_BIAS,
+ * types.h), so the test is taken only by pages behind it, whose emptying
+ * is rare and not at random: no misprediction on random sizes. */
 SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     b->cookie = sf_page_cookie(page);
     page->local_free = b;
     if (SF_LIKELY(SF_UNCOUNT(page->used) != 0)) return;
-    if (page->prev == NULL && page->next == NULL) return;
     sf_page_on_empty(heap, page);
 }
 
@@ -155,7 +158,7 @@ SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
 
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    if (SF_LIKELY(n <= SF_DIRECT_MAX - SF_GUARD_TAIL)) {
+    if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
         void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n);
         if (SF_LIKELY(b != NULL)) return b;
     }

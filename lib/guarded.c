@@ -340,7 +340,7 @@ static sf_page_t *live_block(void *p, sf_segment_t **seg_out) {
     if (seg == NULL) return NULL;
     sf_page_t *page = sf_page_of(seg, p);
     if (is_span(page)) {
-        if (p != page->block_start || SF_GET(page->used) == 0) return NULL;
+        if (p != page->block_start || sf_page_used(page) == 0) return NULL;
     } else if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, p) ||
                ((sf_block_t *)p)->cookie == sf_page_cookie(page)) {
         return NULL;

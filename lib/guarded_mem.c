@@ -48,7 +48,7 @@ static bool may_write(const void *dst, size_t n) {
     sf_page_t *page = sf_page_of(seg, d);
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         size_t req = sf_guarded_usable(seg, page, page->block_start);
-        return SF_GET(page->used) != 0 && d >= page->block_start && (size_t)(d - page->block_start) <= req &&
+        return sf_page_used(page) != 0 && d >= page->block_start && (size_t)(d - page->block_start) <= req &&
                n <= req - (size_t)(d - page->block_start);
     }
     return class_block_holds(page, d, n);

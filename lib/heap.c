@@ -48,7 +48,7 @@
  * initialisation) finds the empty page and falls through to the slow path. */
 #define SF_HEAP_STATIC_INIT(k)                                                                     \
     {.direct = {[0 ... SF_DIRECT_COUNT - 1] = &sf_empty_page},                                         \
-     .gdirect = {[0 ... SF_DIRECT_COUNT - 1] = &sf_empty_page},                                        \
+     .gdirect = {[0 ... SF_GDIRECT_COUNT - 1] = &sf_empty_page},                                       \
      .kind = (k),                                                                                   \
      .slot = SF_HEAP_FALLBACK_SLOT}
 
@@ -154,8 +154,8 @@ static sf_heap_t *ownerless_pop(void) {
 /* ---- a heap's states --------------------------------------------------------- */
 
 static void heap_init_direct(sf_heap_t *heap) {
-    for (unsigned i = 0; i < SF_DIRECT_COUNT; i++)
-        heap->direct[i] = heap->gdirect[i] = &sf_empty_page;
+    for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) heap->direct[i] = &sf_empty_page;
+    for (unsigned i = 0; i < SF_GDIRECT_COUNT; i++) heap->gdirect[i] = &sf_empty_page;
 }
 
 /* A block returns to its owner (owner or collector context). */

@@ -6,8 +6,12 @@
  * part of the page, or moves on to the next page of the class queue.  A page
  * with nothing left goes to the heap's full list, where the fast path never
  * looks; a free into it (flags != 0) brings it back.  A page whose blocks
- * have all come back is returned to its segment, except the last page of a
- * small class, kept to avoid thrashing on malloc/free loops. */
+ * have all come back is returned to its segment, except the class's current
+ * page (the head of its queue), kept so that a class used in bursts does not
+ * retire and refill a page on every other call: its `used` count carries
+ * SF_USED_BIAS (types.h), so the free that empties it notices nothing, and
+ * a collect (sf_page_collect_heap) gives it back once another page of the
+ * class can take over or the heap is trimmed. */
 #include "internal.h"
 
 sf_page_t sf_empty_page; /* free == NULL: every fast-path pop falls through */
@@ -36,17 +40,50 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
     q->last = page;
 }
 
+/* ---- class queues: the head carries the bias ------------------------------ */
+
+static bool is_class_queue(const sf_heap_t *heap, const sf_page_queue_t *q) {
+    return q >= heap->queues && q < heap->queues + SF_CLASS_COUNT;
+}
+
+/* After a change to queue q whose head was old_first: if q is a class
+ * queue and its head changed, the bias moves from the old head to the new. */
+static void move_bias(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *old_first) {
+    sf_page_t *first = q->first;
+    if (first == old_first || !is_class_queue(heap, q)) return;
+    if (old_first != NULL) SF_SET(old_first->used, old_first->used & ~SF_USED_BIAS);
+    if (first != NULL) SF_SET(first->used, first->used | SF_USED_BIAS);
+}
+
+static void class_remove(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
+    sf_page_t *old_first = q->first;
+    sf_queue_remove(q, page);
+    move_bias(heap, q, old_first);
+}
+
+static void class_push_front(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
+    sf_page_t *old_first = q->first;
+    sf_queue_push_front(q, page);
+    move_bias(heap, q, old_first);
+}
+
+static void class_push_back(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
+    sf_page_t *old_first = q->first;
+    queue_push_back(q, page);
+    move_bias(heap, q, old_first);
+}
+
 /* Points the direct-table entries of a class at its first page.  Invariant:
  * direct[] names the first page of its class queue or the empty page, never
  * a page that is full, released, or serving another class. */
 void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
-    if (sf_class_size[class_idx] > SF_DIRECT_MAX) return;
-    sf_page_t *page = heap->queues[class_idx].first;
-    if (page == NULL) page = &sf_empty_page;
     /* guard level >= 2: levels 0-1's table stays empty, so their fast path
      * never sees a guarded page; level 2's fast path reads gdirect (level 3
      * has no fast path) */
     sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
+    if (sf_class_size[class_idx] > (table == heap->gdirect ? SF_GDIRECT_MAX : SF_DIRECT_MAX)) return;
+    sf_page_t *page = heap->queues[class_idx].first;
+    if (page == NULL) page = &sf_empty_page;
     unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
     /* level >= 2: blocks are at least SF_GUARD_MIN_BLOCK (guarded.c) */
     if (table == heap->gdirect && sf_class_size[class_idx] < SF_GUARD_MIN_BLOCK) return;
@@ -86,11 +123,22 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->next = page->prev = NULL;
 }
 
-/* Carves up to a few KiB of fresh blocks into the free list, touching only
- * the memory about to be used. */
+/* Carves fresh blocks into the free list: a few KiB of them, and at least
+ * SF_CARVE_MIN, touching only the memory about to be used (a block's first
+ * line).  The blocks carved first are the ones that then circulate between
+ * `free` and `local_free` while the class is used a block or two at a time,
+ * and each time `free` runs dry malloc leaves its fast path for the swap:
+ * with one or two blocks carved (sizes of 2 KiB and up) that was every
+ * other malloc of the class, at random on random sizes.  Small pages only
+ * (64 KiB: at most 16 blocks of 4 KiB), at levels 0-1: medium blocks go
+ * through the generic paths anyway, and a guarded page's fresh blocks are
+ * junk-filled and checked, so carving ahead there costs more than it saves
+ * (and changes what a stray write past a block meets). */
+#define SF_CARVE_MIN 16
 static void page_extend(sf_page_t *page) {
     uint32_t avail = page->reserved - page->capacity;
     uint32_t want = 4096 / page->block_size;
+    if (want < SF_CARVE_MIN && page->block_size <= SF_SMALL_MAX && sf_guard_level < 2) want = SF_CARVE_MIN;
     if (want < 1) want = 1;
     if (want > avail) want = avail;
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
@@ -146,7 +194,7 @@ sf_page_queue_t *sf_page_queue(sf_heap_t *heap, const sf_page_t *page) {
  * arrives while it goes there (then it can serve after all: true). */
 static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
     if (!sf_page_set_notify(page)) return page_refill(heap, page);
-    sf_queue_remove(q, page);
+    class_remove(heap, q, page);
     SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
     sf_page_set_fast_owner(page, heap); /* NULL: full */
     sf_queue_push_front(&heap->full, page);
@@ -162,8 +210,8 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         sf_page_t *next = page->next;
         if (page_refill(heap, page) || page_retire_full(heap, q, page)) {
             if (page != q->first) {
-                sf_queue_remove(q, page);
-                sf_queue_push_front(q, page);
+                class_remove(heap, q, page);
+                class_push_front(heap, q, page);
             }
             /* always: full pages ahead of it may have left the queue, and
              * direct[] must never name a page outside its class queue */
@@ -184,7 +232,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
     }
     page_extend(page);
     if (SF_UNLIKELY(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
-    sf_queue_push_front(q, page);
+    class_push_front(heap, q, page);
     sf_page_update_direct(heap, class_idx);
     return page;
 }
@@ -266,7 +314,7 @@ void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {
     sf_page_set_fast_owner(page, heap);
     sf_queue_remove(&heap->full, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
-    queue_push_back(q, page);
+    class_push_back(heap, q, page);
     if (q->first == page) sf_page_update_direct(heap, page->class_idx);
 }
 
@@ -283,20 +331,16 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
     if (SF_UNLIKELY(sf_prof_is_armed())) sf_prof_refund(heap, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
-    sf_queue_remove(q, page);
+    class_remove(heap, q, page);
     if (was_first) sf_page_update_direct(heap, page->class_idx);
     heap->pages_in_use--;
     sf_segment_page_free(heap, page);
 }
 
-/* (A page of sampled blocks goes at once: it is rarely used.) */
-void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) {
-    sf_page_queue_t *q = sf_page_queue(heap, page);
-    if (page->class_idx <= SF_SMALL_CLASS_MAX && q->first == page && page->next == NULL &&
-        !(page->flags & SF_PAGE_SAMPLED))
-        return;
-    page_release(heap, page);
-}
+/* A page whose count of blocks out fell to zero: never a class's current
+ * page (its count carries the bias), so one behind it, or a page of sampled
+ * blocks (which goes at once: it is rarely used). */
+void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) { page_release(heap, page); }
 
 /* Takes in remote frees and returns every page with no live block to its
  * segment (with `force`, also the last page of each class).  Returns the
@@ -325,7 +369,7 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
             sf_page_t *page = queues[c].first;
             while (page != NULL) {
                 sf_page_t *next = page->next;
-                if (page->used == 0 && (force || sampled || page != queues[c].first || next != NULL)) {
+                if (sf_page_used(page) == 0 && (force || sampled || page != queues[c].first || next != NULL)) {
                     page_release(heap, page);
                     released++;
                 }

@@ -63,16 +63,12 @@ static void fast_paths_off(void) {
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
-        for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) {
-            SF_SET(heap->direct[d], &sf_empty_page);
-            SF_SET(heap->gdirect[d], &sf_empty_page);
-        }
+        for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) SF_SET(heap->direct[d], &sf_empty_page);
+        for (unsigned d = 0; d < SF_GDIRECT_COUNT; d++) SF_SET(heap->gdirect[d], &sf_empty_page);
     }
     sf_lock(&sf_fallback_lock);
-    for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) {
-        SF_SET(sf_heap_fallback.direct[d], &sf_empty_page);
-        SF_SET(sf_heap_fallback.gdirect[d], &sf_empty_page);
-    }
+    for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) SF_SET(sf_heap_fallback.direct[d], &sf_empty_page);
+    for (unsigned d = 0; d < SF_GDIRECT_COUNT; d++) SF_SET(sf_heap_fallback.gdirect[d], &sf_empty_page);
     sf_unlock(&sf_fallback_lock);
     sf_lock(&sf_seg_lock);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)

@@ -157,7 +157,7 @@ void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
     heap_refresh(heap);
     if (heap->prof.rate == 0) return;
     uint64_t *skip = &heap->prof.skip[page->class_idx];
-    uint64_t len = (uint64_t)page->capacity - page->used;
+    uint64_t len = (uint64_t)page->capacity - sf_page_used(page);
     if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
     if (*skip >= len) {
         *skip -= len;

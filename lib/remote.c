@@ -129,7 +129,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
             sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
             continue;
         }
-        if (n == page->used) { /* more blocks than are out: one was freed twice at once */
+        if (n == sf_page_used(page)) { /* more blocks than are out: one was freed twice at once */
             sf_guard_report(SF_GUARD_DOUBLE, b);
             break; /* the rest of the list is lost, not followed round */
         }

@@ -118,7 +118,7 @@ static bool copy_page(const sf_segment_t *seg, unsigned i, sf_snap_page_t *out) 
     out->index = (uint16_t)(i + seg->page_bias);
     out->flags = flags;
     if (flags & SF_PAGE_SPAN) {
-        out->used = SF_GET(page->used);
+        out->used = sf_page_used(page);
         out->capacity = out->carved = 1;
         out->span_bytes = SF_GET(page->span_bytes);
         return true;
@@ -130,7 +130,7 @@ static bool copy_page(const sf_segment_t *seg, unsigned i, sf_snap_page_t *out) 
     out->class_idx = (uint8_t)sf_class_of(bs);
     out->capacity = page_fit(page, bs);
     out->carved = SF_GET(page->capacity);
-    out->used = SF_GET(page->used);
+    out->used = sf_page_used(page);
     /* relaxed reads of a page being re-initialised may disagree for a moment */
     if (out->carved > out->capacity) out->carved = out->capacity;
     if (out->used > out->carved) out->used = out->carved;

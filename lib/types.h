@@ -81,8 +81,14 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 /* ---- size classes (the table: sizeclass.c) ------------------------------- */
 /* 16-byte steps to 128 B, then four classes per power of two up to 128 KiB. */
 #define SF_CLASS_COUNT 49 /* class 0 unused; 1..48 */
-#define SF_DIRECT_MAX 1024
+/* The fast path's table covers every small size, so that no size below
+ * SF_SMALL_MAX takes another route at random (docs/design.md, "Random
+ * sizes"); guard level 2's table only the sizes up to 1 KiB, where its cost
+ * is in the checks, not the route. */
+#define SF_DIRECT_MAX SF_SMALL_MAX
 #define SF_DIRECT_COUNT (SF_DIRECT_MAX / 16 + 1)
+#define SF_GDIRECT_MAX 1024
+#define SF_GDIRECT_COUNT (SF_GDIRECT_MAX / 16 + 1)
 #define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
 
 /* ---- the process-wide counters (globals.c) ------------------------------- */
@@ -126,7 +132,8 @@ typedef struct sf_page_s {
     };
     struct sf_heap_s *fast_heap; /* owner heap while flags == 0, else NULL: the
                                     free fast path's one ownership test */
-    uint32_t used;          /* blocks handed out and not yet returned to the owner */
+    uint32_t used;          /* blocks handed out and not yet returned to the owner,
+                               plus SF_USED_BIAS on a class's current page */
     uint8_t flags;          /* non-zero sends free to the generic path */
     uint8_t class_idx;
     uint8_t in_use;     /* allocated to a size class (or span) */
@@ -181,6 +188,16 @@ typedef struct sf_segment_s {
     struct sf_segment_s *all_next, *all_prev;
     sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
 } sf_segment_t;
+
+/* The head of each class queue (the class's current page, the one direct[]
+ * names) carries SF_USED_BIAS in its `used` count, so the free fast path's
+ * "page now empty?" test never fires for it.  With random sizes a class's
+ * current page holds one or two live blocks and empties at random: that one
+ * data-dependent branch was most of what the free path lost there
+ * (docs/design.md, "Random sizes").  The bias moves with the head
+ * (page.c); every reader of the count goes through sf_page_used. */
+#define SF_USED_BIAS (1u << 31)
+SF_INLINE uint32_t sf_page_used(const sf_page_t *page) { return SF_GET(page->used) & ~SF_USED_BIAS; }
 
 #define SF_SEG_MAGIC 0x5365666572536567ull /* "SeferSeg" */
 #define SF_PAGE_DESC_SHIFT 7
@@ -274,7 +291,7 @@ enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHA
 typedef struct sf_heap_s {
     /* owner only: the fast paths read the tables and bump allocs */
     sf_page_t *direct[SF_DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
-    sf_page_t *gdirect[SF_DIRECT_COUNT]; /* guard level 2's fast path: the same, by
+    sf_page_t *gdirect[SF_GDIRECT_COUNT]; /* guard level 2's fast path: the same, by
                                          (size+8+15)/16; all empty page otherwise */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
     sf_page_queue_t queues[SF_CLASS_COUNT];

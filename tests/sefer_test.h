@@ -335,6 +335,12 @@ static inline const char *st_describe_status(int status)
     return buf;
 }
 
+/* The re-executed child's hang guard: only a hang, never slowness, may stop
+ * it.  It was 30 s, and under UBSan beside CPU hogs a sound run of the
+ * differential test at guard level 2 took longer (soak-ci, 2026-12-02):
+ * the alarm gave the verdict.  Callers' tcase timeouts are above it. */
+#define ST_RUN_SELF_HANG_S 300
+
 /* Re-executes this test program (/proc/self/exe) with `args` as argv[1..]
  * and `extra_env` added to the environment; its stdout goes into out.
  * Returns the wait status. */
@@ -360,7 +366,7 @@ static inline int st_run_self(char *const extra_env[], char *const args[], char 
         argv[a] = NULL;
         for (int i = 0; extra_env && extra_env[i]; i++)
             putenv(extra_env[i]);
-        alarm(30);
+        alarm(ST_RUN_SELF_HANG_S);
         execv("/proc/self/exe", argv);
         _exit(127);
     }

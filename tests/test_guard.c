@@ -356,7 +356,7 @@ int main(int argc, char **argv)
         check_usable();
     Suite *s = suite_create("guard");
     TCase *tc = tcase_create("levels");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, ST_RUN_SELF_HANG_S + 60);
     tcase_add_loop_test(tc, test_guard_matrix, 0, SC_COUNT * 8);
     tcase_add_test(tc, test_guard_pages_around_metadata);
     tcase_add_test(tc, test_level2_blocks_usable);

@@ -255,12 +255,12 @@ int main(int argc, char **argv)
         return workload_child();
     Suite *s = suite_create("consistency");
     TCase *tc = tcase_create("consistency");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, ST_RUN_SELF_HANG_S + 60);
     tcase_add_test(tc, test_quiet_while_busy);
     tcase_add_loop_test(tc, test_quiet_at_levels, 0, 4);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "damage", damage_why_not);
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, ST_RUN_SELF_HANG_S + 60);
     tcase_add_test(tc, test_finds_bad_link);
     tcase_add_test(tc, test_finds_bad_cookie);
     tcase_add_test(tc, test_finds_cycle);

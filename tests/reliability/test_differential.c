@@ -361,7 +361,7 @@ int main(int argc, char **argv)
         return dt_run(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     Suite *s = suite_create("differential");
     TCase *tc = tcase_create("differential");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, ST_RUN_SELF_HANG_S + 60);
     tcase_add_loop_test(tc, test_differential, 0, 4);
     suite_add_tcase(s, tc);
     return st_run_suite(s);

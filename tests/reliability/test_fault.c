@@ -470,7 +470,7 @@ int main(int argc, char **argv)
         return random_child(strtoull(argv[2], NULL, 0));
     Suite *s = suite_create("fault");
     TCase *tc = tcase_create("fault");
-    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(tc, ST_RUN_SELF_HANG_S + 60);
     tcase_add_loop_test(tc, test_decommit_failure_reads_zero, 0,
                         (int)(sizeof zero_plans / sizeof zero_plans[0]));
     tcase_add_loop_test(tc, test_random_failures, 0, 3);
