@@ -9,9 +9,9 @@
  * have all come back is returned to its segment, except the class's current
  * page (the head of its queue), kept so that a class used in bursts does not
  * retire and refill a page on every other call: its `used` count carries
- * SF_USED_BIAS (types.h), so the free that empties it notices nothing, and
- * a collect (sf_page_collect_heap) gives it back once another page of the
- * class can take over or the heap is trimmed. */
+ * SF_USED_BIAS (types.h), so the free that empties it notices nothing; the
+ * forced collects (sf_page_collect_heap: sefer_trim, thread exit) give it
+ * back. */
 #include "internal.h"
 
 sf_page_t sf_empty_page; /* free == NULL: every fast-path pop falls through */
