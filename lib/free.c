@@ -8,11 +8,30 @@
  * be user data, so it is only a reason to look). */
 #include "fastpath.h"
 
+#include <stdlib.h>
+
+/* Whether the header of a live segment still holds its magic.  A wild write
+ * that reached a segment's header (a 1 MiB underflow from a block of its
+ * first page: tests/reliability/misuse.c) leaves every descriptor of the
+ * segment untrustworthy: following its owner or page shift would crash far
+ * from the cause, so a free that finds the magic gone stops the process. */
+SF_INLINE bool segment_intact(const sf_segment_t *seg) {
+    return seg->magic == (SF_SEG_MAGIC ^ (uintptr_t)seg);
+}
+
+static SF_NOINLINE void segment_damaged(const void *p) {
+    sf_guard_report(SF_GUARD_INVALID, p);
+    sf_write_stderr("sefer: the header of the segment holding that pointer is overwritten: aborting"
+                    " (whatever guard.on_error says: nothing in that segment can be trusted)\n");
+    abort();
+}
+
 /* Validates p for free/realloc.  Returns its page (and *seg_out), or NULL
  * after reporting the misuse (free of NULL returns NULL silently). */
 sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header(p);
+    if (seg != NULL && SF_UNLIKELY(!segment_intact(seg))) segment_damaged(p);
     if (seg == NULL) {
         /* a span that went to the large cache (or waits in the span
          * quarantine, guard level >= 2) was freed before */
@@ -73,7 +92,9 @@ SF_INLINE bool free_remote_small(void *p) {
     if (!sf_segmap_is_small_chunk(chunk) ||
         ((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) == 0)
         return false; /* (page 0 of a small segment is its header) */
-    sf_heap_t *owner = SF_PEEK(((sf_segment_t *)(chunk << SF_SEG_SHIFT))->heap), *me = sf_tls_heap;
+    const sf_segment_t *seg = (const sf_segment_t *)(chunk << SF_SEG_SHIFT);
+    if (SF_UNLIKELY(!segment_intact(seg))) return false; /* (the checked path says so) */
+    sf_heap_t *owner = SF_PEEK(seg->heap), *me = sf_tls_heap;
     /* (guarded pages: level >= 2; callers have ruled valgrind's tracking
      * out; with profiling on the page may be sampled, which
      * free_checked_uncounted tells the profile about) */
