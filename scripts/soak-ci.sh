@@ -67,7 +67,18 @@ stop_load() {
     wait "${hogs[@]}" 2>/dev/null
     hogs=()
 }
-trap 'stop_load; exit 130' INT TERM
+# The run under way is its own process group (setsid), waited for with
+# `wait` so that a signal to this script is handled at once: stopping the
+# script stops the run and everything it started, not only the load (a run
+# in the foreground went on alone after the script was killed).
+run_pid=
+stop_run() {
+    [ -n "$run_pid" ] || return 0
+    kill -- -"$run_pid" 2>/dev/null
+    wait "$run_pid" 2>/dev/null
+    run_pid=
+}
+trap 'stop_run; stop_load; exit 130' INT TERM
 trap stop_load EXIT
 
 kinds=()
@@ -87,8 +98,11 @@ for kind in "${kinds[@]}"; do
     echo "soak-ci: run $n of ${#kinds[@]} ($kind) at $commit in $clone, log $log"
     [ "$kind" = busy ] && start_load
     t0=$(date +%s)
-    (cd "$clone" && CI=true bash .ci/run </dev/null >"$log" 2>&1)
+    setsid bash -c 'cd "$1" && CI=true exec bash .ci/run </dev/null >"$2" 2>&1' soak-ci-run "$clone" "$log" &
+    run_pid=$!
+    wait "$run_pid"
     rc=$?
+    run_pid=
     secs=$(($(date +%s) - t0))
     stop_load
     last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
