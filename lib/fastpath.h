@@ -78,15 +78,22 @@ SF_INLINE sf_page_t *sf_small_page_desc(uintptr_t chunk, uintptr_t u) {
                          ((u >> (SF_SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) & ((SF_SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
 }
 
+/* The test every owner's free push makes of block p at offset off (from
+ * the page's first block) before it trusts the page: owned by `owner` with
+ * no flags, a block start, not marked free already (a match is only a
+ * reason for the checked path to look). */
+SF_INLINE bool sf_page_takes_free(const sf_page_t *page, const sf_heap_t *owner, const void *p, uint64_t off) {
+    return SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
+           ((const sf_block_t *)p)->cookie != sf_page_cookie(page);
+}
+
 SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owner) {
     uintptr_t u = (uintptr_t)p;
     uintptr_t chunk = u >> SF_SEG_SHIFT;
     if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
         sf_page_t *page = sf_small_page_desc(chunk, u);
         uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
-        if (SF_LIKELY(SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
-                   ((const sf_block_t *)p)->cookie != sf_page_cookie(page)))
-            return page;
+        if (SF_LIKELY(sf_page_takes_free(page, owner, p, off))) return page;
     }
     return NULL;
 }

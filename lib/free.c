@@ -118,15 +118,13 @@ SF_INLINE bool free_medium_owned(void *p) {
         atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed) != SF_SEGMAP_OTHER_HEAD)
         return false;
     sf_segment_t *seg = (sf_segment_t *)(chunk << SF_SEG_SHIFT);
-    if (seg->kind != SF_SEG_MEDIUM || u - (uintptr_t)seg < SF_SEG_META_SIZE) return false;
+    if (seg->kind != SF_SEG_MEDIUM) return false;
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_page_of(seg, p);
-    if (SF_PEEK(page->fast_heap) != heap) return false;
-    uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start); /* (wraps below the first block) */
+    /* (below the first block, the header included, off wraps past the bound) */
+    uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
+    if (off >= sf_page_carved_bytes(page) || !sf_page_takes_free(page, heap, p, off)) return false;
     sf_block_t *b = p;
-    if (off >= sf_page_carved_bytes(page) || !sf_offset_is_block_start(page, off) ||
-        b->cookie == sf_page_cookie(page))
-        return false;
     b->next = page->local_free;
     sf_free_to_local(heap, page, b);
     return true;
