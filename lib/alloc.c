@@ -72,6 +72,8 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             /* (profiling: the list is charged, and cut at the next sample) */
             if (SF_UNLIKELY(sf_prof_is_armed())) return sf_prof_malloc_swap(n, heap, page);
             page->local_free = NULL;
+            /* a page of few blocks carved: maybe carve ahead (page.c) */
+            if (SF_UNLIKELY(page->capacity < SF_CARVE_MIN)) return sf_page_swap_short(heap, page, b);
             return sf_hand_out(heap, page, b, b->next);
         }
     }

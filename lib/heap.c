@@ -271,6 +271,7 @@ static bool heap_claim(sf_heap_t *heap) {
         __atomic_store_n(&heap->kind, SF_HEAP_REAL, __ATOMIC_RELEASE);
     }
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
+    heap->refills = 0; /* a new thread: no carving ahead until it shows it allocates often (page.c) */
     return true;
 }
 

@@ -241,6 +241,10 @@ SF_HIDDEN uint64_t sf_reuse_keep(sf_reuse_t *r, uint64_t now, uint64_t in_use);
 SF_HIDDEN void sf_page_init(sf_page_t *page, unsigned class_idx);
 SF_HIDDEN void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+/* The local_free swap of a page with fewer than SF_CARVE_MIN blocks carved:
+ * `list` (what local_free held) becomes the free list, the page carves
+ * ahead if its heap refills often, and the first block is handed out. */
+SF_HIDDEN void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t *list);
 /* Whether b sits on the page's owner-side free lists (owner context). */
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);

@@ -12,6 +12,7 @@
  * SF_USED_BIAS (types.h), so the free that empties it notices nothing; the
  * forced collects (sf_page_collect_heap: sefer_trim, thread exit) give it
  * back. */
+#include "fastpath.h"
 #include "internal.h"
 
 sf_page_t sf_empty_page; /* free == NULL: every fast-path pop falls through */
@@ -123,26 +124,40 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->next = page->prev = NULL;
 }
 
-/* Carves fresh blocks into the free list: a few KiB of them, and at least
- * SF_CARVE_MIN, touching only the memory about to be used (a block's first
- * line).  The blocks carved first are the ones that then circulate between
- * `free` and `local_free` while the class is used a block or two at a time,
- * and each time `free` runs dry malloc leaves its fast path for the swap:
- * with one or two blocks carved (sizes of 2 KiB and up) that was every
- * other malloc of the class, at random on random sizes.  Small pages only
- * (64 KiB: at most 16 blocks of 4 KiB), at levels 0-1: medium blocks go
+/* Carving ahead.  A page's fresh blocks are carved into its free list a
+ * few KiB at a time, touching only the memory about to be used (a block's
+ * first line): blocks of 2 KiB and up one or two at a time.  Those blocks
+ * then circulate between `free` and `local_free` while the class is used a
+ * block or two at a time, and each time `free` runs dry malloc leaves its
+ * fast path for the swap: on random sizes that was every other malloc of a
+ * class, at random (a mispredicted branch each time).  So a heap that keeps
+ * coming back for refills carves a small page's class up to SF_CARVE_MIN
+ * blocks at once.  Not from the start: a thread that allocates a few
+ * blocks and sleeps or exits would touch up to a whole 64 KiB page per
+ * class for a block or two (20 generations of 1000 threads keeping 4
+ * blocks each held 3x the memory: tests/reliability/test_many_threads.c),
+ * so the carving starts after SF_CARVE_WARM refills since the heap's
+ * thread claimed it.  Small pages only, at levels 0-1: medium blocks go
  * through the generic paths anyway, and a guarded page's fresh blocks are
  * junk-filled and checked, so carving ahead there costs more than it saves
  * (and changes what a stray write past a block meets). */
-#define SF_CARVE_MIN 16
-static void page_extend(sf_page_t *page) {
+#define SF_CARVE_WARM 64
+
+static bool carves_ahead(const sf_heap_t *heap, const sf_page_t *page) {
+    return heap->refills >= SF_CARVE_WARM && page->block_size <= SF_SMALL_MAX && sf_guard_level < 2 &&
+           page->capacity < SF_CARVE_MIN && page->capacity < page->reserved;
+}
+
+/* Carves fresh blocks in front of the free list: 4 KiB of them (at least
+ * one), or, carving ahead, as many as bring the page to SF_CARVE_MIN. */
+static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
     uint32_t avail = page->reserved - page->capacity;
     uint32_t want = 4096 / page->block_size;
-    if (want < SF_CARVE_MIN && page->block_size <= SF_SMALL_MAX && sf_guard_level < 2) want = SF_CARVE_MIN;
+    if (carves_ahead(heap, page) && want < SF_CARVE_MIN - page->capacity) want = SF_CARVE_MIN - page->capacity;
     if (want < 1) want = 1;
     if (want > avail) want = avail;
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
-    sf_block_t *prev = NULL;
+    sf_block_t *prev = page->free;
     uint16_t order[SF_OS_PAGE / SF_GUARD_MIN_BLOCK];
     bool shuffled = sf_guard_level >= 3 && want <= sizeof order / sizeof order[0];
     if (shuffled) sf_guarded_shuffle(order, want); /* level 3: no predictable order */
@@ -167,22 +182,33 @@ static void page_extend(sf_page_t *page) {
 }
 
 /* Makes `page` able to serve, if it can be: its own frees, then other
- * threads' (remote.c), then blocks not carved yet.  False: it is full.
- * While profiling, the new list is charged to the sampling countdown (and
- * cut at the next sample); pages of sampled blocks are not. */
+ * threads' (remote.c), then blocks not carved yet (and, carving ahead,
+ * blocks not carved yet beside the frees).  False: it is full.  While
+ * profiling, the new list is charged to the sampling countdown (and cut at
+ * the next sample); pages of sampled blocks are not. */
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
+    if (heap->refills < SF_CARVE_WARM) heap->refills++; /* (saturates: only the threshold matters) */
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (page->local_free) {
         page->free = page->local_free;
         page->local_free = NULL;
+        if (carves_ahead(heap, page)) page_extend(heap, page);
     } else if (page->capacity < page->reserved) {
-        page_extend(page);
+        page_extend(heap, page);
     } else {
         return false;
     }
     if (SF_UNLIKELY(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
     return true;
+}
+
+void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
+    page->free = list;
+    if (heap->refills < SF_CARVE_WARM) heap->refills++;
+    else if (carves_ahead(heap, page)) page_extend(heap, page);
+    sf_block_t *b = page->free;
+    return sf_hand_out(heap, page, b, b->next);
 }
 
 /* The queue a page of `heap` in use belongs to while it is not full. */
@@ -230,7 +256,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_SAMPLED));
         sf_page_set_fast_owner(page, heap);
     }
-    page_extend(page);
+    page_extend(heap, page);
     if (SF_UNLIKELY(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
     class_push_front(heap, q, page);
     sf_page_update_direct(heap, class_idx);

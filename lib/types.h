@@ -288,6 +288,10 @@ enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHA
 #endif
 #define SF_HEAP_FALLBACK_SLOT UINT32_MAX /* the fallback heap's "slot" */
 
+/* A small page's class is carved up to this many blocks at once once its
+ * heap refills often (page.c, "Carving ahead"). */
+#define SF_CARVE_MIN 16u
+
 typedef struct sf_heap_s {
     /* owner only: the fast paths read the tables and bump allocs */
     sf_page_t *direct[SF_DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
@@ -300,6 +304,8 @@ typedef struct sf_heap_s {
     sf_page_t *purge_class[SF_CLASS_COUNT]; /* the same pages by last class, newest first */
     sf_segment_t *free_segs[2];          /* small, medium segments with free pages */
     uint32_t pages_in_use;
+    uint32_t refills;         /* page refills (page.c) since its thread claimed it, up to
+                                 SF_CARVE_WARM: from there on small pages carve ahead */
     uint64_t remote_frees;    /* frees this thread sent to others */
     uint64_t remote_collected; /* blocks other threads freed, taken from page lists */
     uint64_t page_allocs;
