@@ -181,6 +181,20 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
     }
 }
 
+/* One refill more for the carving-ahead threshold (saturating: only the
+ * threshold matters). */
+static void count_refill(sf_heap_t *heap) {
+    if (heap->refills < SF_CARVE_WARM) heap->refills++;
+}
+
+/* `list`, the blocks the owner freed, becomes the page's free list, and a
+ * heap that refills often carves ahead beside them.  The one swap of both
+ * callers below, so the threshold is crossed at the same refill on both. */
+static void swap_in_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
+    page->free = list;
+    if (carves_ahead(heap, page)) page_extend(heap, page);
+}
+
 /* Makes `page` able to serve, if it can be: its own frees, then other
  * threads' (remote.c), then blocks not carved yet (and, carving ahead,
  * blocks not carved yet beside the frees).  False: it is full.  While
@@ -188,12 +202,12 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
  * the next sample); pages of sampled blocks are not. */
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
-    if (heap->refills < SF_CARVE_WARM) heap->refills++; /* (saturates: only the threshold matters) */
+    count_refill(heap);
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (page->local_free) {
-        page->free = page->local_free;
+        sf_block_t *list = page->local_free;
         page->local_free = NULL;
-        if (carves_ahead(heap, page)) page_extend(heap, page);
+        swap_in_local(heap, page, list);
     } else if (page->capacity < page->reserved) {
         page_extend(heap, page);
     } else {
@@ -203,10 +217,11 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     return true;
 }
 
+/* sf_malloc_generic's swap of a current page with few blocks carved: the
+ * same refill as page_refill's, then the first block handed out. */
 void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
-    page->free = list;
-    if (heap->refills < SF_CARVE_WARM) heap->refills++;
-    else if (carves_ahead(heap, page)) page_extend(heap, page);
+    count_refill(heap);
+    swap_in_local(heap, page, list);
     sf_block_t *b = page->free;
     return sf_hand_out(heap, page, b, b->next);
 }
