@@ -13,16 +13,24 @@
 #include "fastpath.h"
 
 static void *malloc_levels01(size_t n) { return sf_malloc(n); }
-static void free_levels01(void *p) { sf_free(p); }
+static void free_levels01(void *p) { sf_free_as(p, true); }
+static void free_levels01_profiled(void *p) { sf_free_as(p, false); }
 static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
 static void free_level2(void *p) { sf_free_l2(p); }
 
 void *(*sf_entry_malloc)(size_t) = malloc_levels01;
 void (*sf_entry_free)(void *) = free_levels01;
 
+/* At start-up, and again when the heap profile is armed at run time: from
+ * then on levels 0-1's free() pushes on local_free (fastpath.h, "The ends of
+ * the owner's free").  A thread that read the old pointer a moment before
+ * frees on top once more, which costs a sample point or two, nothing else:
+ * both pushes leave a valid page. */
 void sf_entry_choose(void) {
     if (sf_l2_fast) {
-        sf_entry_malloc = malloc_level2;
-        sf_entry_free = free_level2;
+        __atomic_store_n(&sf_entry_malloc, malloc_level2, __ATOMIC_RELAXED);
+        __atomic_store_n(&sf_entry_free, free_level2, __ATOMIC_RELAXED);
+    } else if (sf_prof_is_armed()) {
+        __atomic_store_n(&sf_entry_free, free_levels01_profiled, __ATOMIC_RELAXED);
     }
 }

@@ -9,7 +9,8 @@
  *   free:   segmap byte == 1 (a small segment) -> page (shifts of the
  *           pointer) -> the page's fast owner is this thread's heap ->
  *           block-start and double-free checks (guard level 1) -> push
- *           page->local_free, count down page->used
+ *           on top of page->free (local_free while the heap profile is
+ *           armed), count down page->used
  *
  * The table covers every small size (up to 8 KiB) and the free asks no
  * question whose answer is random on random sizes (a class's current page
@@ -100,11 +101,20 @@ SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owne
 
 SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_owned_by(p, sf_tls_heap); }
 
-/* The end of both free fast paths: b goes to its page's local free list
- * (link already stored by the caller); a page left empty goes back to its
+/* The ends of the owner's free: b goes to one of its page's lists (link
+ * already stored by the caller); a page left empty goes back to its
  * segment.  A class's current page never reaches zero here (SF_USED_BIAS,
  * types.h), so the test is taken only by pages behind it, whose emptying
- * is rare and not at random: no misprediction on random sizes. */
+ * is rare and not at random: no misprediction on random sizes.
+ *
+ * Levels 0-1 push on top of page->free, so the next malloc of the class
+ * takes the block freed last: a class in a steady state keeps reusing the
+ * few blocks (and cache lines) it just used, as the thread caches of
+ * jemalloc and tcmalloc do (docs/design.md, "Cache misses").  Level 2 and
+ * the heap profile push on local_free instead, which the fast path reaches
+ * only through a swap on a slow path: level 2 so that a freed block is not
+ * the next one handed out, the profile so that every list the fast path
+ * hands out is charged to its sampling count (profile.c). */
 SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     b->cookie = sf_page_cookie(page);
     page->local_free = b;
@@ -112,13 +122,54 @@ SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
     sf_page_on_empty(heap, page);
 }
 
+SF_INLINE void sf_free_to_top(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    b->cookie = sf_page_cookie(page);
+    page->free = b;
+    if (SF_LIKELY(SF_UNCOUNT(page->used) != 0)) return;
+    sf_page_on_empty(heap, page);
+}
+
+/* An owner's free of a block of an unguarded page at levels 0-1: on top
+ * (lifo) or on local_free (the profile armed). */
+SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lifo) {
+    sf_block_t *b = (sf_block_t *)p;
+    if (lifo) {
+        b->next = page->free;
+        sf_free_to_top(heap, page, b);
+    } else {
+        b->next = page->local_free;
+        sf_free_to_local(heap, page, b);
+    }
+}
+
+/* free() at levels 0-1: lifo is a constant, the entry chosen by whether the
+ * profile is armed (entry.c); realloc's move passes false. */
+SF_INLINE void sf_free_as(void *p, bool lifo) {
+    sf_heap_t *heap = sf_tls_heap;
+    sf_page_t *page = sf_small_page_owned_by(p, heap);
+    if (SF_LIKELY(page != NULL)) {
+        sf_free_owned(heap, page, p, lifo);
+        return;
+    }
+    sf_free_generic(p);
+}
+
+/* An owner's free at levels 0-1 by any entry point, asking the profile
+ * (the push to local_free out of line: else the compiler merges the two
+ * pushes' counts, two instructions more on the path taken). */
+SF_INLINE void sf_free_owned_any(sf_heap_t *heap, sf_page_t *page, void *p) {
+    if (SF_UNLIKELY(sf_prof_is_armed())) sf_free_owned_profiled(heap, page, p);
+    else sf_free_owned(heap, page, p, true);
+}
+
+/* Every other entry point's free (operator delete, cfree, free_sized,
+ * realloc to 0): the same as free(), asking the profile once it has
+ * the block (two instructions more than free()). */
 SF_INLINE void sf_free(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
     if (SF_LIKELY(page != NULL)) {
-        sf_block_t *b = (sf_block_t *)p;
-        b->next = page->local_free;
-        sf_free_to_local(heap, page, b);
+        sf_free_owned_any(heap, page, p);
         return;
     }
     sf_free_generic(p);

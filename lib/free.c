@@ -124,11 +124,11 @@ SF_INLINE bool free_medium_owned(void *p) {
     /* (below the first block, the header included, off wraps past the bound) */
     uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
     if (off >= sf_page_carved_bytes(page) || !sf_page_takes_free(page, heap, p, off)) return false;
-    sf_block_t *b = p;
-    b->next = page->local_free;
-    sf_free_to_local(heap, page, b);
+    sf_free_owned_any(heap, page, p);
     return true;
 }
+
+void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p) { sf_free_owned(heap, page, p, false); }
 
 static void free_checked_uncounted(void *p);
 
@@ -150,8 +150,7 @@ static SF_NOINLINE void free_special(void *p) {
         if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
             sf_offset_is_block_start(page, off) && b->cookie != sf_page_cookie(page)) {
             sf_phase_count(SF_PHASE_FREE, -(int64_t)page->block_size);
-            b->next = page->local_free;
-            sf_free_to_local(me, page, b);
+            sf_free_owned_any(me, page, b);
             return;
         }
     }

@@ -24,8 +24,8 @@ void sf_init_slow(void) {
         sf_track_init();
         sf_l2_fast = sf_guard_level == 2 && !sf_tracked;
         sf_mem_checked = sf_guard_level >= 3 && !sf_tracked;
-        sf_entry_choose();
         sf_prof_init();
+        sf_entry_choose(); /* (after: the profile decides levels 0-1's free) */
         sf_thread_key_ok = pthread_key_create(&sf_thread_key, sf_heap_thread_done) == 0;
         atomic_store_explicit(&sf_initialized, 1, memory_order_release);
     }

@@ -336,6 +336,8 @@ SF_HIDDEN void sf_free_generic(void *p);
 SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
 SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
 SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
+/* fastpath.h's owner free at levels 0-1 while the heap profile is armed */
+SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p);
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
 SF_HIDDEN extern void *(*sf_entry_malloc)(size_t);

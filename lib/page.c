@@ -161,8 +161,20 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
     uint16_t order[SF_OS_PAGE / SF_GUARD_MIN_BLOCK];
     bool shuffled = sf_guard_level >= 3 && want <= sizeof order / sizeof order[0];
     if (shuffled) sf_guarded_shuffle(order, want); /* level 3: no predictable order */
+    /* A fresh page hands out first the block nearest a line of its first
+     * 4 KiB that depends on the class.  With frees on top of the list a
+     * class in a steady state reuses its first few blocks; were they all at
+     * offset 0 of 64 KiB-aligned pages, every class's would map to the same
+     * set of the data cache (docs/design.md, "Cache misses"). */
+    uint32_t rot = 0;
+    if (page->capacity == 0) {
+        uint32_t line = ((page->class_idx * 23u) & 63u) * 64u;
+        rot = (line + page->block_size - 1) / page->block_size;
+        if (rot >= want) rot = 0;
+    }
     for (uint32_t i = want; i-- > 0;) {
-        sf_block_t *b = (sf_block_t *)(first + (size_t)(shuffled ? order[i] : i) * page->block_size);
+        uint32_t at = i + rot < want ? i + rot : i + rot - want;
+        sf_block_t *b = (sf_block_t *)(first + (size_t)(shuffled ? order[i] : at) * page->block_size);
         sf_link_set(page, b, prev);
         b->cookie = sf_page_cookie(page);
         if (sf_guard_level >= 3) sf_junk_fill(page, b); /* (up to the size word) */

@@ -492,7 +492,9 @@ void sf_prof_init(void) {
 }
 
 void sf_prof_knob_changed(void) {
-    if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0) __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
+    if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) == 0 || sf_prof_is_armed()) return;
+    __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
+    sf_entry_choose(); /* free() on local_free from now on */
 }
 
 void sf_prof_constructor(void) { sf_prof_stack_init(); }

@@ -16,9 +16,14 @@
  *   - no deadlock: fork from a process whose threads are sampling (the
  *     child samples and frees at once), thread churn;
  *   - the same at guard levels 0, 2 and 3 (each in a fresh process: the
- *     level is fixed at start-up). */
+ *     level is fixed at start-up);
+ *   - a class in a steady state is sampled at its rate (fresh processes at
+ *     64 KiB per sample, armed at start-up and at run time): at levels 0-1
+ *     frees go on top of the free list, where nothing would charge them
+ *     to the sampling count unless the profile turns that off. */
 #include "sefer_test.h"
 
+#include <math.h>
 #include <stdatomic.h>
 
 #define SLOTS 2048
@@ -182,13 +187,91 @@ START_TEST(test_levels_child_body) {
 }
 END_TEST
 
+/* ---- a class in a steady state, at 64 KiB per sample ---------------------------- */
+
+#define STEADY_RATE 65536.0
+#define STEADY_PAIRS 2000000
+
+/* K samples of n blocks of s bytes each: within 5 deviations of n p. */
+static void check_samples(const char *what, uint64_t k, double n, double s) {
+    double p = 1 - exp(-s / STEADY_RATE), want = n * p, sd = sqrt(n * p * (1 - p));
+    ck_assert_msg(fabs((double)k - want) <= 5 * sd, "%s: %llu samples, %.0f expected (+-%.0f)", what,
+                  (unsigned long long)k, want, 5 * sd);
+}
+
+static uint64_t samples(void) { return st_stats().profile_samples; }
+
+/* malloc(64) + free with one block kept, through free() (its own entry)
+ * and through realloc to 0 (the free every other entry point shares). */
+static void steady_pairs(void) {
+    void *keep = sefer_malloc(64);
+    uint64_t k0 = samples();
+    for (int i = 0; i < STEADY_PAIRS; i++) {
+        void *p = sefer_malloc(64);
+        __asm__ __volatile__("" : "+r"(p) : : "memory");
+        sefer_free(p);
+    }
+    uint64_t k1 = samples();
+    check_samples("malloc(64) + free", k1 - k0, STEADY_PAIRS, 64);
+    for (int i = 0; i < STEADY_PAIRS; i++) {
+        void *p = sefer_malloc(64);
+        __asm__ __volatile__("" : "+r"(p) : : "memory");
+        if (sefer_realloc(p, 0) != NULL) abort(); /* (not ck_assert: its mark of the line allocates) */
+    }
+    check_samples("malloc(64) + realloc(p, 0)", samples() - k1, STEADY_PAIRS, 64);
+    sefer_free(keep);
+}
+
+static void run_child(const char *mode, const char *rate) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("SEFER_PROFILE_SAMPLE_BYTES", rate, 1);
+        execl("/proc/self/exe", "test_profile", mode, (char *)NULL);
+        _exit(127);
+    }
+    ck_assert_int_ge(pid, 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status %#x", mode, status);
+}
+
+START_TEST(test_steady_class) {
+    run_child("steady-child", "64KiB"); /* armed at start-up */
+    run_child("armed-later-child", "0"); /* armed by a knob change */
+}
+END_TEST
+
+START_TEST(test_steady_child_body) {
+    ck_assert_uint_eq(st_knob_ull("profile.sample_bytes"), 65536);
+    steady_pairs();
+}
+END_TEST
+
+START_TEST(test_armed_later_child_body) {
+    ck_assert_uint_eq(st_knob_ull("profile.sample_bytes"), 0);
+    /* a steady state without the profile first: its lists are on top */
+    for (int i = 0; i < 100000; i++) {
+        void *p = sefer_malloc(64);
+        __asm__ __volatile__("" : "+r"(p) : : "memory");
+        sefer_free(p);
+    }
+    ck_assert_int_eq(sefer_config_set("profile.sample_bytes", "65536"), 0);
+    steady_pairs();
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("profile");
     TCase *tc = tcase_create("rate1");
     tcase_set_timeout(tc, 240);
     if (argc > 1 && strcmp(argv[1], "levels-child") == 0) {
         tcase_add_test(tc, test_levels_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "steady-child") == 0) {
+        tcase_add_test(tc, test_steady_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "armed-later-child") == 0) {
+        tcase_add_test(tc, test_armed_later_child_body);
     } else {
+        tcase_add_test(tc, test_steady_class);
         tcase_add_test(tc, test_threads_cross_frees);
         tcase_add_test(tc, test_thread_churn);
         tcase_add_test(tc, test_fork_busy);
