@@ -115,31 +115,23 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
  * only through a swap on a slow path: level 2 so that a freed block is not
  * the next one handed out, the profile so that every list the fast path
  * hands out is charged to its sampling count (profile.c). */
-SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+SF_INLINE void sf_free_onto(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t **list) {
     b->cookie = sf_page_cookie(page);
-    page->local_free = b;
+    *list = b;
     if (SF_LIKELY(SF_UNCOUNT(page->used) != 0)) return;
     sf_page_on_empty(heap, page);
 }
 
-SF_INLINE void sf_free_to_top(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
-    b->cookie = sf_page_cookie(page);
-    page->free = b;
-    if (SF_LIKELY(SF_UNCOUNT(page->used) != 0)) return;
-    sf_page_on_empty(heap, page);
+SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    sf_free_onto(heap, page, b, &page->local_free);
 }
 
 /* An owner's free of a block of an unguarded page at levels 0-1: on top
  * (lifo) or on local_free (the profile armed). */
 SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lifo) {
-    sf_block_t *b = (sf_block_t *)p;
-    if (lifo) {
-        b->next = page->free;
-        sf_free_to_top(heap, page, b);
-    } else {
-        b->next = page->local_free;
-        sf_free_to_local(heap, page, b);
-    }
+    sf_block_t *b = (sf_block_t *)p, **list = lifo ? &page->free : &page->local_free;
+    b->next = *list;
+    sf_free_onto(heap, page, b, list);
 }
 
 /* free() at levels 0-1: lifo is a constant, the entry chosen by whether the

@@ -159,22 +159,26 @@ START_TEST(test_fork_busy) {
 }
 END_TEST
 
+/* This program again in a fresh process, with `name`=`value` in its
+ * environment, running only the case named `mode`. */
+static void run_child(const char *mode, const char *name, const char *value) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv(name, value, 1);
+        execl("/proc/self/exe", "test_profile", mode, (char *)NULL);
+        _exit(127);
+    }
+    ck_assert_int_ge(pid, 0);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s with %s=%s: status %#x", mode, name, value,
+                  status);
+}
+
 /* Guard levels 0, 2, 3: this program again, in a child process. */
 START_TEST(test_guard_levels) {
     static const char *const levels[] = {"0", "2", "3"};
-    for (unsigned i = 0; i < 3; i++) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            setenv("SEFER_GUARD_LEVEL", levels[i], 1);
-            execl("/proc/self/exe", "test_profile", "levels-child", (char *)NULL);
-            _exit(127);
-        }
-        ck_assert_int_ge(pid, 0);
-        int status = 0;
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "guard level %s: status %#x", levels[i],
-                      status);
-    }
+    for (unsigned i = 0; i < 3; i++) run_child("levels-child", "SEFER_GUARD_LEVEL", levels[i]);
 }
 END_TEST
 
@@ -201,16 +205,20 @@ static void check_samples(const char *what, uint64_t k, double n, double s) {
 
 static uint64_t samples(void) { return st_stats().profile_samples; }
 
+static void malloc_free_pairs(int n) {
+    for (int i = 0; i < n; i++) {
+        void *p = sefer_malloc(64);
+        __asm__ __volatile__("" : "+r"(p) : : "memory");
+        sefer_free(p);
+    }
+}
+
 /* malloc(64) + free with one block kept, through free() (its own entry)
  * and through realloc to 0 (the free every other entry point shares). */
 static void steady_pairs(void) {
     void *keep = sefer_malloc(64);
     uint64_t k0 = samples();
-    for (int i = 0; i < STEADY_PAIRS; i++) {
-        void *p = sefer_malloc(64);
-        __asm__ __volatile__("" : "+r"(p) : : "memory");
-        sefer_free(p);
-    }
+    malloc_free_pairs(STEADY_PAIRS);
     uint64_t k1 = samples();
     check_samples("malloc(64) + free", k1 - k0, STEADY_PAIRS, 64);
     for (int i = 0; i < STEADY_PAIRS; i++) {
@@ -222,22 +230,9 @@ static void steady_pairs(void) {
     sefer_free(keep);
 }
 
-static void run_child(const char *mode, const char *rate) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        setenv("SEFER_PROFILE_SAMPLE_BYTES", rate, 1);
-        execl("/proc/self/exe", "test_profile", mode, (char *)NULL);
-        _exit(127);
-    }
-    ck_assert_int_ge(pid, 0);
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status %#x", mode, status);
-}
-
 START_TEST(test_steady_class) {
-    run_child("steady-child", "64KiB"); /* armed at start-up */
-    run_child("armed-later-child", "0"); /* armed by a knob change */
+    run_child("steady-child", "SEFER_PROFILE_SAMPLE_BYTES", "64KiB"); /* armed at start-up */
+    run_child("armed-later-child", "SEFER_PROFILE_SAMPLE_BYTES", "0"); /* armed by a knob change */
 }
 END_TEST
 
@@ -249,12 +244,7 @@ END_TEST
 
 START_TEST(test_armed_later_child_body) {
     ck_assert_uint_eq(st_knob_ull("profile.sample_bytes"), 0);
-    /* a steady state without the profile first: its lists are on top */
-    for (int i = 0; i < 100000; i++) {
-        void *p = sefer_malloc(64);
-        __asm__ __volatile__("" : "+r"(p) : : "memory");
-        sefer_free(p);
-    }
+    malloc_free_pairs(100000); /* a steady state without the profile first: its lists are on top */
     ck_assert_int_eq(sefer_config_set("profile.sample_bytes", "65536"), 0);
     steady_pairs();
 }
