@@ -27,7 +27,7 @@ extern "C" {
  * SEFER_MEDIUM_MAX from 512 KiB pages, larger ones from whole segments. */
 #define SEFER_SEGMENT_SIZE ((size_t)4 << 20)
 #define SEFER_SMALL_MAX ((size_t)8 << 10)
-#define SEFER_MEDIUM_MAX ((size_t)128 << 10)
+#define SEFER_MEDIUM_MAX ((size_t)256 << 10)
 
 SEFER_EXPORT const char *sefer_version(void);
 

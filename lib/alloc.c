@@ -16,7 +16,7 @@ void *sf_alloc_class(unsigned c) {
     if (SF_LIKELY(heap != &sf_heap_fallback)) {
         /* a phase ended and left this class's fast path off (phase.c): back
          * on (here, where a thread comes once its current page looks dry) */
-        if (SF_UNLIKELY(sf_class_size[c] <= SF_DIRECT_MAX && SF_GET(heap->direct[sf_class_size[c] >> 4]) == &sf_empty_page) &&
+        if (SF_UNLIKELY(SF_GET(*sf_class_direct(heap, c)) == &sf_empty_page) &&
             heap->queues[c].first != NULL && !sf_pages_checked() && !sf_phase_on())
             sf_page_update_direct(heap, c);
         p = sf_page_malloc_class(heap, c);
@@ -76,6 +76,13 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             if (SF_UNLIKELY(page->capacity < SF_CARVE_MIN)) return sf_page_swap_short(heap, page, b);
             return sf_hand_out(heap, page, b, b->next);
         }
+    } else if (SF_LIKELY(n <= SF_MEDIUM_MAX)) {
+        /* a medium size: its class's current page, as the fast path pops a
+         * small one (mdirect[] holds only the empty page where direct[]
+         * does: guarded pages, valgrind's tracking, phases, the markers) */
+        sf_page_t *page = SF_PEEK(heap->mdirect[sf_class_of(n) - SF_MEDIUM_CLASS_MIN]);
+        sf_block_t *b = page->free;
+        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }
     if (SF_UNLIKELY(sf_mode())) return malloc_special(n, heap);
     return sf_malloc_slow(n, heap);

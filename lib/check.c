@@ -506,6 +506,11 @@ static void check_direct(const sf_heap_t *heap) {
         if (d != &sf_empty_page && d != heap->queues[c].first)
             report("direct[] names a page that does not head its class queue", &heap->direct[i]);
     }
+    for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) {
+        const sf_page_t *d = heap->mdirect[i];
+        if (d != &sf_empty_page && d != heap->queues[SF_MEDIUM_CLASS_MIN + i].first)
+            report("mdirect[] names a page that does not head its class queue", &heap->mdirect[i]);
+    }
 }
 
 static void check_free_segs(const sf_heap_t *heap, const struct heap_tally *t) {

@@ -104,7 +104,7 @@ SF_INLINE bool free_remote_small(void *p) {
     return true;
 }
 
-/* A medium block (8-128 KiB) of the calling thread's heap, on a page with
+/* A medium block (8-256 KiB) of the calling thread's heap, on a page with
  * nothing unusual (its fast owner is this heap: not guarded, sampled, full,
  * nor in a phase): pushed as the small fast path pushes.  Medium blocks have
  * no inline fast path (their segments are not in the segment map's "small"
@@ -120,7 +120,8 @@ SF_INLINE bool free_medium_owned(void *p) {
     sf_segment_t *seg = (sf_segment_t *)(chunk << SF_SEG_SHIFT);
     if (seg->kind != SF_SEG_MEDIUM) return false;
     sf_heap_t *heap = sf_tls_heap;
-    sf_page_t *page = sf_page_of(seg, p);
+    /* (sf_page_of with a medium segment's constants: pages[0] is page 0) */
+    sf_page_t *page = &seg->pages[(u >> SF_MEDIUM_PAGE_SHIFT) & (SF_MEDIUM_PAGES - 1)];
     /* (below the first block, the header included, off wraps past the bound) */
     uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
     if (off >= sf_page_carved_bytes(page) || !sf_page_takes_free(page, heap, p, off)) return false;

@@ -49,6 +49,7 @@
 #define SF_HEAP_STATIC_INIT(k)                                                                     \
     {.direct = {[0 ... SF_DIRECT_COUNT - 1] = &sf_empty_page},                                         \
      .gdirect = {[0 ... SF_GDIRECT_COUNT - 1] = &sf_empty_page},                                       \
+     .mdirect = {[0 ... SF_MDIRECT_COUNT - 1] = &sf_empty_page},                                       \
      .kind = (k),                                                                                   \
      .slot = SF_HEAP_FALLBACK_SLOT}
 
@@ -156,6 +157,7 @@ static sf_heap_t *ownerless_pop(void) {
 static void heap_init_direct(sf_heap_t *heap) {
     for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) heap->direct[i] = &sf_empty_page;
     for (unsigned i = 0; i < SF_GDIRECT_COUNT; i++) heap->gdirect[i] = &sf_empty_page;
+    for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) heap->mdirect[i] = &sf_empty_page;
 }
 
 /* A block returns to its owner (owner or collector context). */
@@ -219,6 +221,24 @@ void sf_heaps_purge_abandoned(void) {
         heap_set_ownerless(heap);
     }
     if (pending) atomic_store_explicit(&abandoned_purges, true, memory_order_relaxed);
+}
+
+/* segments.max is reached: the calling thread's heap and every abandoned
+ * one decommit their waiting pages now, so the segments kept only for them
+ * (segment.c, segment_waits) go back.  Other live threads' heaps are theirs
+ * alone to change: theirs go when their deadlines pass. */
+void sf_heaps_release_waiting(void) {
+    sf_heap_t *me = sf_tls_heap;
+    if (me->kind == SF_HEAP_REAL && me != &sf_heap_fallback) sf_segment_collect_purges(me, true);
+    uint32_t n = sf_heap_slots();
+    for (uint32_t i = 0; i < n; i++) {
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap == NULL || atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED ||
+            !heap_claim_to_collect(heap))
+            continue;
+        sf_segment_collect_purges(heap, true);
+        heap_set_ownerless(heap);
+    }
 }
 
 /* Collects an abandoned heap on behalf of its absent owner: every empty

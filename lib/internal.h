@@ -190,6 +190,11 @@ SF_INLINE unsigned sf_class_of(size_t n) {
     return 5 + (b - 7) * 4 + (unsigned)((n - 1) >> (b - 2));
 }
 SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
+/* Class c's entry in the tables of levels 0-1's fast paths: direct[] by
+ * size for a small class, mdirect[] by class for a medium one. */
+SF_INLINE sf_page_t **sf_class_direct(sf_heap_t *heap, unsigned c) {
+    return c < SF_MEDIUM_CLASS_MIN ? &heap->direct[sf_class_size[c] >> 4] : &heap->mdirect[c - SF_MEDIUM_CLASS_MIN];
+}
 
 /* ---- segmap.c: the segment map ("is this pointer ours?") ----------------- */
 SF_HIDDEN extern _Atomic uint8_t sf_segmap[SF_SEGMAP_CHUNKS];
@@ -278,6 +283,7 @@ SF_HIDDEN void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *
 SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(bool purge_now);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
+SF_HIDDEN void sf_heaps_release_waiting(void);
 SF_HIDDEN bool sf_heap_try_collect_abandoned(sf_heap_t *heap);
 SF_HIDDEN uint32_t sf_heap_slots(void);           /* slots made so far: 0 .. n-1 */
 SF_HIDDEN sf_heap_t *sf_heap_at(uint32_t slot);   /* NULL if slot is not made (yet) */

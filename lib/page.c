@@ -75,21 +75,28 @@ static void class_push_back(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page
 }
 
 /* Points the direct-table entries of a class at its first page.  Invariant:
- * direct[] names the first page of its class queue or the empty page, never
- * a page that is full, released, or serving another class. */
+ * direct[] (mdirect[] for a medium class) names the first page of its class
+ * queue or the empty page, never a page that is full, released, or serving
+ * another class. */
 void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
-    /* guard level >= 2: levels 0-1's table stays empty, so their fast path
-     * never sees a guarded page; level 2's fast path reads gdirect (level 3
+    /* guard level >= 2: levels 0-1's tables stay empty, so their fast paths
+     * never see a guarded page; level 2's fast path reads gdirect (level 3
      * has no fast path) */
     sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
-    if (sf_class_size[class_idx] > (table == heap->gdirect ? SF_GDIRECT_MAX : SF_DIRECT_MAX)) return;
+    unsigned lo, hi;
+    if (table == heap->direct && class_idx >= SF_MEDIUM_CLASS_MIN) {
+        table = heap->mdirect;
+        lo = hi = class_idx - SF_MEDIUM_CLASS_MIN;
+    } else {
+        if (sf_class_size[class_idx] > (table == heap->gdirect ? SF_GDIRECT_MAX : SF_DIRECT_MAX)) return;
+        lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
+        /* level >= 2: blocks are at least SF_GUARD_MIN_BLOCK (guarded.c) */
+        if (table == heap->gdirect && sf_class_size[class_idx] < SF_GUARD_MIN_BLOCK) return;
+        if (table == heap->gdirect && sf_class_size[class_idx] == SF_GUARD_MIN_BLOCK) lo = 0;
+        hi = sf_class_size[class_idx] / 16;
+    }
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL) page = &sf_empty_page;
-    unsigned lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
-    /* level >= 2: blocks are at least SF_GUARD_MIN_BLOCK (guarded.c) */
-    if (table == heap->gdirect && sf_class_size[class_idx] < SF_GUARD_MIN_BLOCK) return;
-    if (table == heap->gdirect && sf_class_size[class_idx] == SF_GUARD_MIN_BLOCK) lo = 0;
-    unsigned hi = sf_class_size[class_idx] / 16;
     for (unsigned i = lo; i <= hi; i++) SF_SET(table[i], page);
     /* a phase that began meanwhile must find no fast page (phase.c) */
     if (page != &sf_empty_page) {

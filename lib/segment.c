@@ -38,8 +38,11 @@ bool sf_reserve_segments(size_t count) {
                 return true;
             }
         }
-        if (attempt == 0 && atomic_load(&sf_gstats.cache_spans) > 0) sf_cache_purge(true);
-        else break;
+        if (attempt != 0) break;
+        /* at the cap: the empty segments heaps keep for their waiting pages
+         * (segment_waits) go to the cache, and the cache gives back */
+        sf_heaps_release_waiting();
+        if (atomic_load(&sf_gstats.cache_spans) > 0) sf_cache_purge(true);
     }
     /* a single request larger than the whole cap is just too big to serve */
     if (count <= sf_knob(SF_KNOB_SEGMENTS_MAX)) report_cap_once();
@@ -252,6 +255,20 @@ static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
     heap->purge_count--;
 }
 
+/* Whether a page of seg waits on its heap's purge queue.  A segment whose
+ * last page in use empties stays with its heap while one does: its pages
+ * are resident and may be wanted again within the delay, and a heap whose
+ * pages of a size come and go (random medium sizes: a class's second page)
+ * gave its segment to the large cache and took one back, under the cache's
+ * lock, every few bursts.  It goes when its last waiting page is
+ * decommitted (sf_segment_collect_purges), at once with eager or no
+ * decommit, and when segments.max is reached (sf_reserve_segments). */
+static bool segment_waits(const sf_segment_t *seg) {
+    for (unsigned i = 0; i < seg->page_count; i++)
+        if (seg->pages[i].purge_at) return true;
+    return false;
+}
+
 /* Decommits pages whose delayed-decommit deadline has passed, oldest
  * first, but keeps as many as the heap took for use lately
  * (decommit.c: 0 unless decommit.policy = adaptive); all of them with
@@ -264,7 +281,9 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
     while ((page = heap->purge.first) != NULL && (force || page->purge_at <= now) && heap->purge_count > keep) {
         purge_queue_remove(heap, page);
         freed += page->committed ? page->page_bytes : 0;
-        page_decommit(sf_segment_of(page), page);
+        sf_segment_t *seg = sf_segment_of(page);
+        page_decommit(seg, page);
+        if (seg->used_pages == 0 && !segment_waits(seg)) segment_release(heap, seg);
     }
     return freed;
 }
@@ -285,16 +304,22 @@ static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
 #define PURGE_OTHER_LOOKAHEAD 16
 
 /* No page of the class waits: the oldest waiting page of the same page
- * size, if one is near the front of the queue.  It is resident, and the
- * purge queue holds it only because a recent peak of this heap's use may
- * come back (decommit.c), so it serves the new class rather than a fresh
- * page being faulted in beside it; its old class's prefix past what the new
- * class first carves goes back to the OS, so pages reused this way do not
- * creep up to their longest prefix. */
-static sf_page_t *purge_queue_other(sf_heap_t *heap, unsigned class_idx) {
+ * size past its delay, if one is near the front of the queue.  It is
+ * resident, and the purge queue holds it only because a recent peak of
+ * this heap's use may come back (decommit.c), so it serves the new class
+ * rather than a fresh page being faulted in beside it; its old class's
+ * prefix past what the new class first carves goes back to the OS, so
+ * pages reused this way do not creep up to their longest prefix.
+ *
+ * A page still within its delay stays its class's: with random sizes a
+ * class needs a second page now and then and lets it go again, and when
+ * the others took such a page in turn (trimming each) every refill paid a
+ * madvise and faulted the prefix in again; 256 KiB blocks ran at 2 M
+ * allocations a second (docs/design.md, "Medium blocks"). */
+static sf_page_t *purge_queue_other(sf_heap_t *heap, unsigned class_idx, uint64_t now) {
     bool small = class_idx <= SF_SMALL_CLASS_MAX;
     sf_page_t *page = heap->purge.first;
-    for (unsigned n = 0; page != NULL && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
+    for (unsigned n = 0; page != NULL && page->purge_at <= now && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
         if ((page->class_idx <= SF_SMALL_CLASS_MAX) == small) return page;
     return NULL;
 }
@@ -336,7 +361,8 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t *page = purge_queue_find(heap, class_idx);
     sf_segment_t *seg;
     unsigned idx;
-    if (page == NULL && (page = purge_queue_other(heap, class_idx)) != NULL)
+    uint64_t now = sf_now_ms();
+    if (page == NULL && (page = purge_queue_other(heap, class_idx, now)) != NULL)
         page_trim_for(sf_segment_of(page), page, class_idx);
     if (page != NULL) {
         seg = sf_segment_of(page);
@@ -357,7 +383,7 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
         page->committed = 1;
         commit_add(seg, page->page_bytes);
     }
-    sf_reuse_level(&heap->page_reuse, sf_now_ms(), heap->pages_in_use + 1); /* (counted by the caller) */
+    sf_reuse_level(&heap->page_reuse, now, heap->pages_in_use + 1); /* (counted by the caller) */
     sf_page_init(page, class_idx);
     return page;
 }
@@ -372,15 +398,9 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     if (seg->free_mask == 0) heap_seglist_push(heap, seg);
     seg->free_mask |= (uint64_t)1 << idx;
     seg->used_pages--;
-    if (seg->used_pages == 0) {
-        for (unsigned i = 0; i < seg->page_count; i++)
-            if (seg->pages[i].purge_at) purge_queue_remove(heap, &seg->pages[i]);
-        segment_release(heap, seg);
-        return;
-    }
     switch (sf_knob(SF_KNOB_DECOMMIT_POLICY)) {
     case SF_DECOMMIT_EAGER:
-        page_decommit(seg, page);
+        if (seg->used_pages != 0) page_decommit(seg, page); /* (else all of it goes below) */
         break;
     case SF_DECOMMIT_DELAYED:
     case SF_DECOMMIT_ADAPTIVE:
@@ -389,6 +409,7 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     default:
         break;
     }
+    if (seg->used_pages == 0 && !segment_waits(seg)) segment_release(heap, seg);
 }
 
 /* ---- spans: large and huge blocks ----------------------------------------- */

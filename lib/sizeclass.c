@@ -14,7 +14,7 @@ const uint32_t sf_class_size[SF_CLASS_COUNT] = {
     2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168,
     8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672,
     32768, 40960, 49152, 57344, 65536, 81920, 98304, 114688,
-    131072,
+    131072, 163840, 196608, 229376, 262144,
 };
 
 /* Smallest class that holds n bytes and whose size is a multiple of align

@@ -7,7 +7,7 @@
  *   +-----------+---------+---------+-----+---------+
  *   | metadata  | page 1  | page 2  | ... | page 63 |   small:  64 KiB pages
  *   +-----------+---------+---------+-----+---------+
- *   | meta | page 0 (448K)| page 1 (512 KiB) | ...   |   medium: 512 KiB pages
+ *   | meta | page 0 (960K)| page 1 (1 MiB)   | ...   |   medium: 1 MiB pages
  *   +------+------------------------------------------+
  *   | meta | one block (large: 1..32 segments, huge: more)  |
  *
@@ -65,10 +65,10 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 #define SF_SEG_SIZE ((size_t)1 << SF_SEG_SHIFT)
 #define SF_SEG_MASK (SF_SEG_SIZE - 1)
 #define SF_SMALL_PAGE_SHIFT 16 /* 64 KiB */
-#define SF_MEDIUM_PAGE_SHIFT 19 /* 512 KiB */
+#define SF_MEDIUM_PAGE_SHIFT 20 /* 1 MiB */
 #define SF_SPAN_PAGE_SHIFT 40   /* large/huge: one page covers the whole span */
 #define SF_SMALL_PAGES (SF_SEG_SIZE >> SF_SMALL_PAGE_SHIFT)   /* 64, page 0 is metadata */
-#define SF_MEDIUM_PAGES (SF_SEG_SIZE >> SF_MEDIUM_PAGE_SHIFT) /* 8, page 0 starts after metadata */
+#define SF_MEDIUM_PAGES (SF_SEG_SIZE >> SF_MEDIUM_PAGE_SHIFT) /* 4, page 0 starts after metadata */
 #define SF_SEG_META_SIZE ((size_t)64 << 10) /* header + page table; rest unused address */
 #define SF_SMALL_MAX SEFER_SMALL_MAX
 #define SF_MEDIUM_MAX SEFER_MEDIUM_MAX
@@ -79,8 +79,8 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 #define SF_SEGMAP_CHUNKS ((size_t)1 << (47 - SF_SEG_SHIFT))
 
 /* ---- size classes (the table: sizeclass.c) ------------------------------- */
-/* 16-byte steps to 128 B, then four classes per power of two up to 128 KiB. */
-#define SF_CLASS_COUNT 49 /* class 0 unused; 1..48 */
+/* 16-byte steps to 128 B, then four classes per power of two up to 256 KiB. */
+#define SF_CLASS_COUNT 53 /* class 0 unused; 1..52 */
 /* The fast path's table covers every small size, so that no size below
  * SF_SMALL_MAX takes another route at random (docs/design.md, "Random
  * sizes"); guard level 2's table only the sizes up to 1 KiB, where its cost
@@ -90,6 +90,10 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 #define SF_GDIRECT_MAX 1024
 #define SF_GDIRECT_COUNT (SF_GDIRECT_MAX / 16 + 1)
 #define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
+/* Medium classes (above SF_SMALL_MAX) have a table of their own, by class:
+ * by size in 16-byte steps it would be 16 K entries. */
+#define SF_MEDIUM_CLASS_MIN (SF_SMALL_CLASS_MAX + 1)
+#define SF_MDIRECT_COUNT (SF_CLASS_COUNT - SF_MEDIUM_CLASS_MIN)
 
 /* ---- the process-wide counters (globals.c) ------------------------------- */
 #define SF_GUARD_KINDS_COUNTED 7 /* enum sf_guard_kind (guard_report.c) */
@@ -297,6 +301,8 @@ typedef struct sf_heap_s {
     sf_page_t *direct[SF_DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
     sf_page_t *gdirect[SF_GDIRECT_COUNT]; /* guard level 2's fast path: the same, by
                                          (size+8+15)/16; all empty page otherwise */
+    sf_page_t *mdirect[SF_MDIRECT_COUNT]; /* medium classes' pages, by class - SF_MEDIUM_CLASS_MIN:
+                                             as direct[] (levels 0-1 only) */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
     sf_page_queue_t queues[SF_CLASS_COUNT];
     sf_page_queue_t full;

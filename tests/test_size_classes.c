@@ -5,8 +5,8 @@
  * one alone):
  *
  *   level          the guard level asked for is the one running
- *   every-size     every size of every class (1 B to 128 KiB) once, and a
- *                  sample of the span sizes up to 256 KiB, in a shuffled
+ *   every-size     every size of every class (1 B to 256 KiB) once, and a
+ *                  sample of the span sizes up to 512 KiB, in a shuffled
  *                  order (Fisher-Yates, fixed seed), kept live in windows
  *                  and freed half a window at a time in another random
  *                  order; each block 16-byte aligned, malloc_usable_size
@@ -29,7 +29,7 @@
  *                  sefer_check every 64 bursts
  *
  * The size classes are docs/design.md's ("Size classes"): 16-byte steps to
- * 128 B, then 5, 6, 7, 8 x 2^k up to 128 KiB; above that, spans.  The test
+ * 128 B, then 5, 6, 7, 8 x 2^k up to 256 KiB; above that, spans.  The test
  * only uses them to pick the sizes next to each boundary; the verdicts need
  * nothing but the malloc family's own promises.
  *
@@ -64,7 +64,9 @@
  * minute there. */
 #define SC_SCALE (SC_UNDER_SANITIZER ? 8 : 1)
 
-#define SC_MAX ((size_t)256 << 10) /* the largest size of the issue */
+/* The largest size tried: the issue's 256 KiB is the last class's, so twice
+ * that, for the spans next to it. */
+#define SC_MAX (2 * SEFER_MEDIUM_MAX)
 /* Seconds a case may run before check stops it: a hang guard, not a
  * verdict (a case takes well under a minute at level 3 in the UBSan build). */
 #define SC_HANG_GUARD 300
@@ -101,8 +103,8 @@ static void sc_boundaries_init(void)
         for (size_t m = 5; m <= 8; m++)
             sc_boundary[sc_nboundaries++] = p / 4 * m;
     sc_boundary[sc_nboundaries++] = SC_MAX;
-    ck_assert_int_eq(sc_nboundaries, 49); /* 48 classes and the end */
-    ck_assert_uint_eq(sc_boundary[47], SEFER_MEDIUM_MAX);
+    ck_assert_int_eq(sc_nboundaries, 53); /* 52 classes and the end */
+    ck_assert_uint_eq(sc_boundary[51], SEFER_MEDIUM_MAX);
 }
 
 /* Whether n is within `d` bytes of a boundary. */
@@ -115,7 +117,7 @@ static bool sc_near_boundary(size_t n, size_t d)
 }
 
 /* A size 1..SC_MAX: three in four drawn from a class picked at random (every
- * class as likely, the spans from 128 to 256 KiB counted as one more), the
+ * class as likely, the spans from 256 to 512 KiB counted as one more), the
  * rest within 32 bytes of a boundary picked at random. */
 static size_t sc_rand_size(uint64_t *r)
 {
@@ -341,10 +343,10 @@ static void sc_shuffle_live(struct sc_live *a, size_t n, uint64_t *r)
 #define FULL_SAMPLE 256
 
 /* Which sizes every_size allocates: every size of every class (up to
- * 128 KiB).  Above, each request is a span of its own, mapped and given
+ * 256 KiB).  Above, each request is a span of its own, mapped and given
  * back, tens of times the cost of a class's block: there the sizes
  * within 16 bytes of a multiple of 4 KiB (where a span's rounding changes),
- * within 32 bytes of 128 and 256 KiB, and one in SPAN_SAMPLE of the rest.
+ * within 32 bytes of 256 and 512 KiB, and one in SPAN_SAMPLE of the rest.
  * Under a sanitizer, of the class sizes too: those up to 16 KiB, those
  * within 32 bytes of a boundary and one in SC_SCALE of the rest. */
 #define SPAN_SAMPLE 32
@@ -513,7 +515,7 @@ START_TEST(test_realloc_boundaries)
         uint64_t x = st_rand(&r);
         struct sc_rblock *b = &slot[x % REALLOC_SLOTS];
         size_t nn = (x >> 8) & 1 ? sc_rand_size(&r)
-                                 : sc_clamp((long long)sc_boundary[(x >> 9) % 49] - 2 +
+                                 : sc_clamp((long long)sc_boundary[(x >> 9) % (uint64_t)sc_nboundaries] - 2 +
                                             (long long)((x >> 20) % 5));
         if (b->p == NULL) {
             b->seed = st_mix64(next_seed++);
@@ -865,7 +867,7 @@ START_TEST(test_empty_page_bursts)
     for (long round = 0; round < BURST_ROUNDS; round++) {
         uint64_t x = st_rand(&r);
         if (run == 0) { /* a new run: another class, for 1..16 rounds */
-            c = (int)(x % 49);
+            c = (int)(x % (uint64_t)sc_nboundaries);
             run = 1 + (int)((x >> 8) % 16);
         }
         run--;

@@ -452,7 +452,7 @@ async function setKnob(page, name, value, expect) {
 // ---- 2. 10,000 segments ------------------------------------------------------------
 
 async function manySegmentsChecks(browser) {
-  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '200000', '--misuse', '--threads', '3000'],
+  const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '300000', '--misuse', '--threads', '3000'],
     {SEFER_GUARD_ON_ERROR: 'report'});
   const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, WAIT_MS))[1];
   await host.waitFor(/ready/, WAIT_MS, 'out');
