@@ -284,7 +284,7 @@ static void *churn_thread(void *argp)
         tmp[k] = malloc(1 + st_rand(&r) % 4000);
     for (int k = 0; k < CHURN_KEEP; k++) {
         uint64_t x = st_rand(&r);
-        size_t n = k == 0 ? 10000 + x % 90000 : (k == 1 && x % 10 == 0) ? 200000 : 16 + x % 4000;
+        size_t n = k == 0 ? 10000 + x % 90000 : (k == 1 && x % 10 == 0) ? 300000 : 16 + x % 4000;
         unsigned char *p = malloc(n);
         if (p == NULL)
             rel_fail("churn thread %zu: malloc(%zu) failed", id, n);
