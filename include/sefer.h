@@ -24,7 +24,7 @@ extern "C" {
 
 /* Geometry, for information: segments are SEFER_SEGMENT_SIZE bytes and
  * aligned to it; requests up to SEFER_SMALL_MAX come from 64 KiB pages, up to
- * SEFER_MEDIUM_MAX from 512 KiB pages, larger ones from whole segments. */
+ * SEFER_MEDIUM_MAX from 1 MiB pages, larger ones from whole segments. */
 #define SEFER_SEGMENT_SIZE ((size_t)4 << 20)
 #define SEFER_SMALL_MAX ((size_t)8 << 10)
 #define SEFER_MEDIUM_MAX ((size_t)256 << 10)

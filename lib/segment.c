@@ -1,7 +1,7 @@
 /* segment.c - segments and spans: where pages and large blocks come from.
  *
  * A small or medium segment belongs to one heap and is cut into pages of one
- * size (64 KiB or 512 KiB); the heap keeps a list of its segments that still
+ * size (64 KiB or 1 MiB); the heap keeps a list of its segments that still
  * have free pages.  A span (large or huge) is one block in one or more whole
  * segments, owned by no heap: any thread frees it directly.
  *
