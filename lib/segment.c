@@ -311,7 +311,7 @@ static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
  * prefix past what the new class first carves goes back to the OS, so
  * pages reused this way do not creep up to their longest prefix.
  *
- * A page still within its delay stays its class's: with random sizes a
+ * A medium page still within its delay stays its class's: with random sizes a
  * class needs a second page now and then and lets it go again, and when
  * the others took such a page in turn (trimming each) every refill paid a
  * madvise and faulted the prefix in again; 256 KiB blocks ran at 2 M
@@ -319,8 +319,8 @@ static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
 static sf_page_t *purge_queue_other(sf_heap_t *heap, unsigned class_idx, uint64_t now) {
     bool small = class_idx <= SF_SMALL_CLASS_MAX;
     sf_page_t *page = heap->purge.first;
-    for (unsigned n = 0; page != NULL && page->purge_at <= now && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
-        if ((page->class_idx <= SF_SMALL_CLASS_MAX) == small) return page;
+    for (unsigned n = 0; page != NULL && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
+        if ((page->class_idx <= SF_SMALL_CLASS_MAX) == small && (small || page->purge_at <= now)) return page;
     return NULL;
 }
 
