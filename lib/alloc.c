@@ -127,7 +127,7 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
 
 SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
     if (SF_UNLIKELY(sf_guard_level >= 2)) return malloc_slow_guarded(n, heap);
-    if (n > SF_MEDIUM_MAX) return sf_alloc_span(n, 0);
+    if (sf_request_is_span(n)) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);
     if (n <= SF_DIRECT_MAX) {
         /* the fast path's page has nothing of its own left: what other

@@ -190,6 +190,16 @@ SF_INLINE unsigned sf_class_of(size_t n) {
     return 5 + (b - 7) * 4 + (unsigned)((n - 1) >> (b - 2));
 }
 SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
+/* Whether a request of n bytes (no alignment) is served by a span.  With
+ * decommit.policy = eager, requests above 128 KiB stay spans, as they were
+ * before the classes went up to 256 KiB: a span's memory goes back the
+ * moment it is freed, where a freed block of a class stays resident with
+ * its page (the soak's RSS crept 30 % higher: docs/design.md, "Medium
+ * blocks"). */
+#define SF_EAGER_MEDIUM_MAX ((size_t)128 << 10)
+SF_INLINE bool sf_request_is_span(size_t n) {
+    return n > SF_MEDIUM_MAX || (n > SF_EAGER_MEDIUM_MAX && sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_EAGER);
+}
 /* Class c's entry in the tables of levels 0-1's fast paths: direct[] by
  * size for a small class, mdirect[] by class for a medium one. */
 SF_INLINE sf_page_t **sf_class_direct(sf_heap_t *heap, unsigned c) {

@@ -84,9 +84,13 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
      * has no fast path) */
     sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
     unsigned lo, hi;
+    /* eager decommit: malloc does not use the classes above 128 KiB (their
+     * entries stay empty; a class page still in use takes its frees) */
+    bool unused = false;
     if (table == heap->direct && class_idx >= SF_MEDIUM_CLASS_MIN) {
         table = heap->mdirect;
         lo = hi = class_idx - SF_MEDIUM_CLASS_MIN;
+        unused = sf_request_is_span(sf_class_size[class_idx]);
     } else {
         if (sf_class_size[class_idx] > (table == heap->gdirect ? SF_GDIRECT_MAX : SF_DIRECT_MAX)) return;
         lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;
@@ -96,7 +100,7 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
         hi = sf_class_size[class_idx] / 16;
     }
     sf_page_t *page = heap->queues[class_idx].first;
-    if (page == NULL) page = &sf_empty_page;
+    if (page == NULL || unused) page = &sf_empty_page;
     for (unsigned i = lo; i <= hi; i++) SF_SET(table[i], page);
     /* a phase that began meanwhile must find no fast page (phase.c) */
     if (page != &sf_empty_page) {
