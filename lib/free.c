@@ -16,7 +16,8 @@
  * segment untrustworthy: following its owner or page shift would crash far
  * from the cause, so a free that finds the magic gone stops the process. */
 SF_INLINE bool segment_intact(const sf_segment_t *seg) {
-    return seg->magic == (SF_SEG_MAGIC ^ (uintptr_t)seg);
+    return seg->magic == (SF_SEG_MAGIC ^ (uintptr_t)seg) &&
+           (seg->kind != SF_SEG_MEDIUM || sf_guard_level >= 2 || *sf_segment_end_mark(seg) == sf_segment_end_mark_value(seg));
 }
 
 static SF_NOINLINE void segment_damaged(const void *p) {
@@ -125,6 +126,8 @@ SF_INLINE bool free_medium_owned(void *p) {
     /* (below the first block, the header included, off wraps past the bound) */
     uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
     if (off >= sf_page_carved_bytes(page) || !sf_page_takes_free(page, heap, p, off)) return false;
+    /* (a fast owner means level 0-1: the mark is there) */
+    if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
     sf_free_owned_any(heap, page, p);
     return true;
 }

@@ -193,6 +193,10 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     seg->page_count = (uint16_t)count;
     seg->span_size = size;
     seg->committed_bytes = 0;
+    if (kind == SF_SEG_MEDIUM && !guard_pages()) { /* (its page counted as the header's) */
+        *(uint64_t *)sf_segment_end_mark(seg) = sf_segment_end_mark_value(seg);
+        hdr += hdr < SF_SEG_META_SIZE ? SF_OS_PAGE : 0;
+    }
     commit_add(seg, hdr);
     for (unsigned i = 0; i < count; i++) {
         sf_page_t *pg = &seg->pages[i];

@@ -204,6 +204,18 @@ typedef struct sf_segment_s {
 SF_INLINE uint32_t sf_page_used(const sf_page_t *page) { return SF_GET(page->used) & ~SF_USED_BIAS; }
 
 #define SF_SEG_MAGIC 0x5365666572536567ull /* "SeferSeg" */
+/* A medium segment's last word of metadata, at guard levels 0-1 (level 2
+ * has a guard page there).  A write of 1 MiB downwards from a block on page
+ * 1 runs through page 0 and the unused end of the header, never reaching
+ * the header's fields or magic; it does overwrite this, which every free of
+ * a medium block checks (docs/security.md, "The misuse suite"). */
+#define SF_SEG_END_MARK_OFF (SF_SEG_META_SIZE - sizeof(uint64_t))
+SF_INLINE const uint64_t *sf_segment_end_mark(const void *seg) {
+    return (const uint64_t *)((uintptr_t)seg + SF_SEG_END_MARK_OFF);
+}
+/* (the segment's own address: a compare with a register, where a value
+ * mixed with a constant took five instructions on every medium free) */
+SF_INLINE uint64_t sf_segment_end_mark_value(const void *seg) { return (uintptr_t)seg; }
 #define SF_PAGE_DESC_SHIFT 7
 _Static_assert(sizeof(sf_page_t) == (1u << SF_PAGE_DESC_SHIFT), "page descriptor size");
 _Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast paths' cache line");
