@@ -154,10 +154,12 @@ static sf_heap_t *ownerless_pop(void) {
 
 /* ---- a heap's states --------------------------------------------------------- */
 
-static void heap_init_direct(sf_heap_t *heap) {
-    for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) heap->direct[i] = &sf_empty_page;
-    for (unsigned i = 0; i < SF_GDIRECT_COUNT; i++) heap->gdirect[i] = &sf_empty_page;
-    for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) heap->mdirect[i] = &sf_empty_page;
+/* Every fast-path table of heap to the empty page: a new heap, and every
+ * heap when a phase begins (phase.c), whose owner may be reading them. */
+void sf_heap_tables_empty(sf_heap_t *heap) {
+    for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) SF_SET(heap->direct[i], &sf_empty_page);
+    for (unsigned i = 0; i < SF_GDIRECT_COUNT; i++) SF_SET(heap->gdirect[i], &sf_empty_page);
+    for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) SF_SET(heap->mdirect[i], &sf_empty_page);
 }
 
 /* A block returns to its owner (owner or collector context). */
@@ -286,7 +288,7 @@ static bool heap_claim(sf_heap_t *heap) {
             atomic_store(&heap->state, SF_HEAP_FREE);
             return false;
         }
-        heap_init_direct(heap);
+        sf_heap_tables_empty(heap);
         /* publishes the ring to statistics readers */
         __atomic_store_n(&heap->kind, SF_HEAP_REAL, __ATOMIC_RELEASE);
     }

@@ -294,6 +294,7 @@ SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(bool purge_now);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
 SF_HIDDEN void sf_heaps_release_waiting(void);
+SF_HIDDEN void sf_heap_tables_empty(sf_heap_t *heap);
 SF_HIDDEN bool sf_heap_try_collect_abandoned(sf_heap_t *heap);
 SF_HIDDEN uint32_t sf_heap_slots(void);           /* slots made so far: 0 .. n-1 */
 SF_HIDDEN sf_heap_t *sf_heap_at(uint32_t slot);   /* NULL if slot is not made (yet) */

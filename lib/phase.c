@@ -63,14 +63,10 @@ static void fast_paths_off(void) {
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
-        for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) SF_SET(heap->direct[d], &sf_empty_page);
-        for (unsigned d = 0; d < SF_GDIRECT_COUNT; d++) SF_SET(heap->gdirect[d], &sf_empty_page);
-        for (unsigned d = 0; d < SF_MDIRECT_COUNT; d++) SF_SET(heap->mdirect[d], &sf_empty_page);
+        sf_heap_tables_empty(heap);
     }
     sf_lock(&sf_fallback_lock);
-    for (unsigned d = 0; d < SF_DIRECT_COUNT; d++) SF_SET(sf_heap_fallback.direct[d], &sf_empty_page);
-    for (unsigned d = 0; d < SF_GDIRECT_COUNT; d++) SF_SET(sf_heap_fallback.gdirect[d], &sf_empty_page);
-    for (unsigned d = 0; d < SF_MDIRECT_COUNT; d++) SF_SET(sf_heap_fallback.mdirect[d], &sf_empty_page);
+    sf_heap_tables_empty(&sf_heap_fallback);
     sf_unlock(&sf_fallback_lock);
     sf_lock(&sf_seg_lock);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)
