@@ -225,7 +225,17 @@ def names(path):
         return None
 
 
+def failure_lines(out):
+    """What a failed test said, for the summary (the part of a long CI log
+    that is shown first): libcheck's failure lines (":F:", ":E:"), else the
+    last lines of its output."""
+    lines = [l for l in out.splitlines() if l.strip()]
+    picked = [l for l in lines if ":F:" in l or ":E:" in l] or lines[-12:]
+    return [l[:400] for l in picked[:12]]
+
+
 infra = int(sys.argv[1])
+why = {}
 total = {"passed": 0, "failed": infra, "skipped": 0}
 bad, skipped, notes = [], [], []
 for item in sys.argv[2:]:
@@ -249,6 +259,7 @@ for item in sys.argv[2:]:
             else:  # FAILED, and anything unknown counts as a failure too
                 counts["failed"] += 1
                 bad.append("%s: %s %s" % (label, name, res))
+                why[bad[-1]] = failure_lines(rec.get("stdout") or "")
     registered = names(registered_path) or []
     expected = names(expected_path)
     if expected is None:
@@ -275,6 +286,8 @@ for n in notes:
     print("  unexpected   %s" % n)
 for b in bad:
     print("  failed test  %s" % b)
+    for l in why.get(b, []):
+        print("               | %s" % l)
 line = "%d passed, %d failed" % (total["passed"], total["failed"])
 if total["skipped"]:
     line += ", %d skipped (%s)" % (total["skipped"], " ".join(skipped))
