@@ -77,12 +77,8 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             return sf_hand_out(heap, page, b, b->next);
         }
     } else if (SF_LIKELY(n <= SF_MEDIUM_MAX)) {
-        /* a medium size: its class's current page, as the fast path pops a
-         * small one (mdirect[] holds only the empty page where direct[]
-         * does: guarded pages, valgrind's tracking, phases, the markers) */
-        sf_page_t *page = SF_PEEK(heap->mdirect[sf_class_of(n) - SF_MEDIUM_CLASS_MIN]);
-        sf_block_t *b = page->free;
-        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+        void *b = sf_medium_pop(heap, n); /* (callers other than malloc) */
+        if (SF_LIKELY(b != NULL)) return b;
     }
     if (SF_UNLIKELY(sf_mode())) return malloc_special(n, heap);
     return sf_malloc_slow(n, heap);

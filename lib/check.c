@@ -345,7 +345,7 @@ static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
         report("segment's owner is not a heap", seg);
         return;
     }
-    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD, heap_checked(hi), seg);
+    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD, heap_checked(hi), seg);
     ck.listed_units++;
     if (heap_checked(hi)) check_segment_pages(seg, hi);
 }
@@ -368,7 +368,7 @@ static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
         report("span's block does not fit its mapping", seg);
     for (size_t i = 0; i < units; i++)
         check_map_byte(chunk + i,
-                       i == 0 ? SF_SEGMAP_OTHER_HEAD : (uint8_t)(i + 2 > 255 ? 255 : i + 2), false,
+                       i == 0 ? SF_SEGMAP_OTHER_HEAD : sf_segmap_back_value(i), false,
                        seg);
 }
 
@@ -419,11 +419,11 @@ static void check_segments(void) {
 static void check_map_entry(uintptr_t chunk, uint8_t v) {
     uintptr_t head = chunk;
     for (unsigned steps = 0; v >= SF_SEGMAP_BACK0; steps++) {
-        if (head < (uintptr_t)(v - 2) || steps > 64) {
+        if (head < (uintptr_t)(v - SF_SEGMAP_BACK_BIAS) || steps > 64) {
             report("segment map's back-distance leads nowhere", (void *)(chunk << SF_SEG_SHIFT));
             return;
         }
-        head -= (uintptr_t)(v - 2);
+        head -= (uintptr_t)(v - SF_SEGMAP_BACK_BIAS);
         v = atomic_load_explicit(&sf_segmap[head], memory_order_acquire);
     }
     void *at = (void *)(chunk << SF_SEG_SHIFT);
@@ -437,7 +437,7 @@ static void check_map_entry(uintptr_t chunk, uint8_t v) {
     }
     const sf_segment_t *seg = (const sf_segment_t *)(head << SF_SEG_SHIFT);
     bool small = seg->kind == SF_SEG_SMALL, span = seg->kind >= SF_SEG_LARGE;
-    if ((v == SF_SEGMAP_SMALL_HEAD) != small ||
+    if ((v == SF_SEGMAP_SMALL_HEAD) != small || (v == SF_SEGMAP_MEDIUM_HEAD) != (seg->kind == SF_SEG_MEDIUM) ||
         (head != chunk && (!span || chunk - head >= (seg->span_size >> SF_SEG_SHIFT))))
         report("segment map disagrees with the segment", at);
 }

@@ -32,6 +32,17 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
     return b;
 }
 
+/* A medium size (SF_DIRECT_MAX < n <= SF_MEDIUM_MAX): a block of its
+ * class's current page, as the fast path pops a small one, or NULL.
+ * (mdirect[] holds only the empty page where direct[] does: guarded pages,
+ * valgrind's tracking, phases, the markers; and for the classes above
+ * SF_EAGER_MEDIUM_MAX under eager decommit, whose requests are spans.) */
+SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
+    sf_page_t *page = SF_PEEK(heap->mdirect[sf_class_of(n) - SF_MEDIUM_CLASS_MIN]);
+    sf_block_t *b = page->free;
+    return SF_LIKELY(b != NULL) ? sf_hand_out(heap, page, b, b->next) : NULL;
+}
+
 SF_INLINE void *sf_malloc(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
     if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
@@ -39,6 +50,11 @@ SF_INLINE void *sf_malloc(size_t n) {
         sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+    } else if (n <= SF_MEDIUM_MAX) {
+        /* (here rather than in sf_malloc_generic: its own questions first
+         * cost a medium malloc 6 instructions) */
+        void *b = sf_medium_pop(heap, n);
+        if (SF_LIKELY(b != NULL)) return b;
     }
     return sf_malloc_generic(n, heap);
 }
@@ -138,10 +154,23 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * profile is armed (entry.c); realloc's move passes false. */
 SF_INLINE void sf_free_as(void *p, bool lifo) {
     sf_heap_t *heap = sf_tls_heap;
-    sf_page_t *page = sf_small_page_owned_by(p, heap);
-    if (SF_LIKELY(page != NULL)) {
-        sf_free_owned(heap, page, p, lifo);
-        return;
+    uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
+    if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
+        sf_page_t *page = sf_small_page_desc(chunk, (uintptr_t)p);
+        uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
+        if (SF_LIKELY(sf_page_takes_free(page, heap, p, off))) {
+            sf_free_owned(heap, page, p, lifo);
+            return;
+        }
+    } else {
+        /* (the empty asm: else the compiler keeps the map entry's address
+         * in a register for this second look, one instruction more on the
+         * small path above) */
+        __asm__("" : "+r"(chunk));
+        if (sf_segmap_is_medium_chunk(chunk)) {
+            sf_free_medium(p, heap); /* (the rest of its checks, out of line) */
+            return;
+        }
     }
     sf_free_generic(p);
 }

@@ -107,22 +107,24 @@ SF_INLINE bool free_remote_small(void *p) {
 
 /* A medium block (8-256 KiB) of the calling thread's heap, on a page with
  * nothing unusual (its fast owner is this heap: not guarded, sampled, full,
- * nor in a phase): pushed as the small fast path pushes.  Medium blocks have
- * no inline fast path (their segments are not in the segment map's "small"
- * byte); without this their every free took the checked path, most of the
- * instructions of random sizes from 8 to 64 KiB.  Anything doubtful (not a
- * carved block start, a free mark already set) goes on to the checked path.
- * False: not such a block. */
-SF_INLINE bool free_medium_owned(void *p) {
-    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
-    if (chunk >= SF_SEGMAP_CHUNKS ||
-        atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed) != SF_SEGMAP_OTHER_HEAD)
-        return false;
-    sf_segment_t *seg = (sf_segment_t *)(chunk << SF_SEG_SHIFT);
-    if (seg->kind != SF_SEG_MEDIUM) return false;
-    sf_heap_t *heap = sf_tls_heap;
-    /* (sf_page_of with a medium segment's constants: pages[0] is page 0) */
-    sf_page_t *page = &seg->pages[(u >> SF_MEDIUM_PAGE_SHIFT) & (SF_MEDIUM_PAGES - 1)];
+ * nor in a phase): pushed as the small fast path pushes.  Without this
+ * their every free took the checked path, most of the instructions of
+ * random sizes from 8 to 64 KiB.  Anything doubtful (not a carved block
+ * start, a free mark already set) goes on to the checked path.  seg: the
+ * medium segment the segment map names for p.  False: not such a block. */
+SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p) {
+    uintptr_t u = (uintptr_t)p;
+    /* (sf_page_of with a medium segment's constants: pages[0] is page 0,
+     * one shift and mask to the descriptor's offset; the empty asm keeps
+     * the compiler from building the address twice, from pages[] and from
+     * the segment) */
+    uintptr_t at = (uintptr_t)seg->pages;
+    __asm__("" : "+r"(at));
+    sf_page_t *page = (sf_page_t *)(at + ((u >> (SF_MEDIUM_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
+                                          ((SF_MEDIUM_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+    /* the fast owner first: under valgrind's tracking no page has one, and
+     * block_start is no-access to memcheck (track.c) */
+    if (SF_PEEK(page->fast_heap) != heap) return false;
     /* (below the first block, the header included, off wraps past the bound) */
     uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
     if (off >= sf_page_carved_bytes(page) || !sf_page_takes_free(page, heap, p, off)) return false;
@@ -130,6 +132,20 @@ SF_INLINE bool free_medium_owned(void *p) {
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
     sf_free_owned_any(heap, page, p);
     return true;
+}
+
+SF_INLINE bool free_medium_owned(void *p) {
+    uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
+    return sf_segmap_is_medium_chunk(chunk) &&
+           medium_push_owned(sf_tls_heap, (sf_segment_t *)(chunk << SF_SEG_SHIFT), p);
+}
+
+/* free() of a pointer the segment map puts in a medium segment (its second
+ * question, fastpath.h): the push above, without the generic path's
+ * questions first (level 2's pages, phases and tracking leave no page with
+ * this heap as its fast owner, so the push never takes their blocks). */
+void sf_free_medium(void *p, sf_heap_t *heap) {
+    if (!medium_push_owned(heap, sf_segment_of(p), p)) sf_free_generic(p);
 }
 
 void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p) { sf_free_owned(heap, page, p, false); }

@@ -208,7 +208,13 @@ SF_INLINE sf_page_t **sf_class_direct(sf_heap_t *heap, unsigned c) {
 
 /* ---- segmap.c: the segment map ("is this pointer ours?") ----------------- */
 SF_HIDDEN extern _Atomic uint8_t sf_segmap[SF_SEGMAP_CHUNKS];
-enum { SF_SEGMAP_NONE, SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, SF_SEGMAP_BACK0 };
+enum { SF_SEGMAP_NONE, SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, SF_SEGMAP_MEDIUM_HEAD, SF_SEGMAP_BACK0 };
+/* A span's chunk i > 0 holds SF_SEGMAP_BACK0 - 1 + i (at most 255): its
+ * header is that value minus SF_SEGMAP_BACK_BIAS chunks earlier. */
+#define SF_SEGMAP_BACK_BIAS (SF_SEGMAP_BACK0 - 1)
+SF_INLINE uint8_t sf_segmap_back_value(size_t i) {
+    return (uint8_t)(i + SF_SEGMAP_BACK_BIAS > 255 ? 255 : i + SF_SEGMAP_BACK_BIAS);
+}
 /* True iff a small segment's header starts at 4 MiB chunk `chunk` (a
  * pointer shifted right by SF_SEG_SHIFT; NULL's chunk 0 never does).  The free
  * fast path's only question; a plain load outside ThreadSanitizer so the
@@ -221,7 +227,16 @@ SF_INLINE bool sf_segmap_is_small_chunk(uintptr_t chunk) {
 #endif
     return chunk < SF_SEGMAP_CHUNKS && v == SF_SEGMAP_SMALL_HEAD;
 }
-/* head: SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_OTHER_HEAD, or SF_SEGMAP_NONE to clear. */
+/* The same for a medium segment (free's second question, asked only when
+ * the first said no).  An atomic load: the compiler does not merge it with
+ * the first question's plain one, which then stays a compare with memory
+ * (a shared load would cost the small path a register load). */
+SF_INLINE bool sf_segmap_is_medium_chunk(uintptr_t chunk) {
+    return chunk < SF_SEGMAP_CHUNKS &&
+           atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed) == SF_SEGMAP_MEDIUM_HEAD;
+}
+/* head: SF_SEGMAP_SMALL_HEAD, SF_SEGMAP_MEDIUM_HEAD, SF_SEGMAP_OTHER_HEAD
+ * (a span), or SF_SEGMAP_NONE to clear. */
 SF_HIDDEN void sf_segmap_mark(void *seg, size_t chunks, uint8_t head);
 SF_HIDDEN sf_segment_t *sf_segmap_header(const void *p);
 
@@ -350,6 +365,7 @@ SF_HIDDEN size_t sf_block_bytes(const void *p);
 
 /* ---- free.c: the generic free path --------------------------------------- */
 SF_HIDDEN void sf_free_generic(void *p);
+SF_HIDDEN void sf_free_medium(void *p, sf_heap_t *heap);
 SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
 SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
 SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);

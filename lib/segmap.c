@@ -6,12 +6,14 @@
  *
  *   0      the chunk holds no live sefer segment: a pointer into it is foreign
  *   1      a small segment's header starts at this chunk
- *   2      a medium segment's or a span's header starts at this chunk
- *   k > 2  the chunk is inside a span whose header is k-2 chunks earlier
- *          (255 means "at least 253 earlier: step back and look again")
+ *   2      a span's header starts at this chunk
+ *   3      a medium segment's header starts at this chunk
+ *   k > 3  the chunk is inside a span whose header is k-3 chunks earlier
+ *          (255 means "at least 252 earlier: step back and look again")
  *
  * The free fast path only asks "is the byte 1?" (small blocks are the hot
- * ones, and knowing the kind saves loading the page size from the header);
+ * ones, and knowing the kind saves loading the page size from the header),
+ * and when it is not, "is it 3?" (the medium blocks' push, free.c);
  * the generic path follows the back-distance to find the header of a
  * pointer deep inside a huge span.
  * Entries are set before a segment is handed out and cleared before it is
@@ -25,7 +27,7 @@ void sf_segmap_mark(void *seg, size_t chunks, uint8_t head) {
     if (first + chunks > SF_SEGMAP_CHUNKS) return;
     for (size_t i = 0; i < chunks; i++) {
         uint8_t v = head;
-        if (head != SF_SEGMAP_NONE && i > 0) v = (uint8_t)(i + 2 > 255 ? 255 : i + 2);
+        if (head != SF_SEGMAP_NONE && i > 0) v = sf_segmap_back_value(i);
         SF_LS_RMW(SEGMAP_STORE);
         atomic_store_explicit(&sf_segmap[first + i], v, memory_order_release);
     }
@@ -38,7 +40,7 @@ sf_segment_t *sf_segmap_header(const void *p) {
         uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_acquire);
         if (v == SF_SEGMAP_NONE) return NULL;
         if (v < SF_SEGMAP_BACK0) return (sf_segment_t *)(chunk << SF_SEG_SHIFT);
-        if (chunk < (uintptr_t)(v - 2)) return NULL;
-        chunk -= (uintptr_t)(v - 2);
+        if (chunk < (uintptr_t)(v - SF_SEGMAP_BACK_BIAS)) return NULL;
+        chunk -= (uintptr_t)(v - SF_SEGMAP_BACK_BIAS);
     }
 }

@@ -212,7 +212,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     if (guard_pages()) seg->pages[count - 1].page_bytes -= SF_OS_PAGE;
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
-    sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_OTHER_HEAD);
+    sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
     return seg;
 }
 

@@ -50,7 +50,7 @@ static void unlock_timed(sf_snapshot_t *s, uint64_t t0) {
 static bool still_live(const struct seg_ref *ref) {
     uintptr_t chunk = (uintptr_t)ref->seg >> SF_SEG_SHIFT;
     uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed);
-    if (v != SF_SEGMAP_SMALL_HEAD && v != SF_SEGMAP_OTHER_HEAD) return false;
+    if (v != SF_SEGMAP_SMALL_HEAD && v != SF_SEGMAP_MEDIUM_HEAD && v != SF_SEGMAP_OTHER_HEAD) return false;
     return ref->seg->magic == (SF_SEG_MAGIC ^ (uintptr_t)ref->seg) && ref->seg->id == ref->id;
 }
 
