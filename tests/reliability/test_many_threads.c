@@ -268,6 +268,7 @@ END_TEST
 #define CHURN_KEEP 20 /* blocks each thread leaves behind */
 #define CHURN_RSS_FACTOR 1.15
 #define CHURN_RSS_SLACK (8 * ST_MIB)
+#define CHURN_EARLY 3 /* batches whose highest RSS is the baseline */
 
 struct churn_slot {
     unsigned char *p[CHURN_KEEP];
@@ -330,7 +331,10 @@ START_TEST(test_thread_churn_rss)
             churn_release(b - 1); /* they outlived their threads by a batch */
         sefer_trim();
         rss[b] = rss_or_fail();
-        segs[b] = st_stats().segments;
+        struct sefer_stats now = st_stats();
+        segs[b] = now.segments;
+        printf("thread churn: batch %zu: RSS %.1f MiB, in blocks %.1f MiB, %" PRIu64 " segments\n", b + 1,
+               (double)rss[b] / ST_MIB, (double)now.bytes_in_blocks / ST_MIB, segs[b]);
     }
     churn_release(CHURN_BATCHES - 1);
     struct sefer_stats s = st_stats();
@@ -339,12 +343,22 @@ START_TEST(test_thread_churn_rss)
            " -> %" PRIu64 "; abandoned heaps at the end %" PRIu64 "\n",
            (double)rss[1] / ST_MIB, CHURN_BATCHES, (double)rss[CHURN_BATCHES - 1] / ST_MIB,
            segs[1], segs[CHURN_BATCHES - 1], s.heaps_abandoned);
-    size_t early = rss[0] > rss[1] ? rss[0] : rss[1];
+    /* The baseline is the highest of the first CHURN_EARLY batches: one
+     * batch's RSS depends on how the waves of threads interleaved (the
+     * blocks in use are the same every run, the memory around them is
+     * not).  Batch 2 went from 139 MiB (a loaded CI machine, where the
+     * bound on batches 1-2 alone failed at 170 MiB after batch 5) to
+     * 159 MiB over runs of the same library; batches 1-3 together vary
+     * less.  A leak of the exited threads' heaps still shows: it grows
+     * every batch, by two batches' worth past the baseline. */
+    size_t early = 0;
+    for (int b = 0; b < CHURN_EARLY; b++)
+        early = rss[b] > early ? rss[b] : early;
     double bound = (double)early * CHURN_RSS_FACTOR + (double)CHURN_RSS_SLACK;
     ck_assert_msg((double)rss[CHURN_BATCHES - 1] <= bound,
-                  "RSS grew with thread churn: %zu bytes after batches 1-2, %zu after batch %d "
+                  "RSS grew with thread churn: %zu bytes after batches 1-%d, %zu after batch %d "
                   "(bound %.0f)",
-                  early, rss[CHURN_BATCHES - 1], CHURN_BATCHES, bound);
+                  early, CHURN_EARLY, rss[CHURN_BATCHES - 1], CHURN_BATCHES, bound);
     ck_assert_msg(segs[CHURN_BATCHES - 1] <= segs[1] + segs[1] / 10 + 2,
                   "segments grew with thread churn: %" PRIu64 " after batch 2, %" PRIu64
                   " at the end",
