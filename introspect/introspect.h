@@ -113,6 +113,10 @@ SF_HIDDEN int sf_loop_start(const sf_mhd_t *mhd, int fd, bool per_peer, _Atomic 
 SF_HIDDEN void sf_loop_stop(void);
 /* The thread ended because its descriptors were closed or replaced. */
 SF_HIDDEN bool sf_loop_lost(void);
+/* fork(): late_lock across it (prepare, then parent or after_fork_child,
+ * which also closes the child's copies of every server's descriptors). */
+SF_HIDDEN void sf_loop_fork_prepare(void);
+SF_HIDDEN void sf_loop_fork_parent(void);
 SF_HIDDEN void sf_loop_after_fork_child(void);
 SF_HIDDEN void sf_loop_on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
                                      enum MHD_ConnectionNotificationCode toe);

@@ -32,7 +32,9 @@
  *     still the one we opened, and libmicrohttpd's MHD_stop_daemon (which
  *     closes the connections) is called only if every one of them is intact
  *     and the thread has ended; otherwise the daemon is forgotten as it is.
- *     The wait for the thread is bounded (SF_LOOP_JOIN_MS): exit never hangs;
+ *     The wait for the thread is bounded (introspect.stop_wait): exit never
+ *     hangs.  A thread still running then releases the server (descriptors
+ *     included) itself when it ends, which the stop told it to do;
  *   - a client that shuts its side down right after a partial request
  *     (its data and its FIN queued before libmicrohttpd's first read) would
  *     wait for the idle timeout: libmicrohttpd's epoll is edge-triggered,
@@ -67,7 +69,6 @@
 
 #define SF_FD_BASE 512          /* the server's descriptors go here or above */
 #define SF_LOOP_BACKOFF_MS 100  /* after accept failed for want of descriptors */
-#define SF_LOOP_JOIN_MS 2000    /* stop waits this long for the thread */
 #define SF_LOOP_ACCEPT_BURST 16 /* connections accepted per wake-up */
 
 /* A descriptor and what it was when we opened it. */
@@ -85,8 +86,10 @@ struct sf_conn {
     bool eof_kicked; /* the peer's EOF was seen and passed on (loop_once) */
 };
 
-/* One server.  Allocated per start and never reused: a thread that could
- * not be joined in time keeps its own state (and is leaked with it). */
+/* One server.  Allocated per start and never reused.  Two hold it: the
+ * starter (until stop) and the thread; the last to let go releases it, so
+ * a thread that a stop could not join in time releases its own state and
+ * descriptors when it ends (it has been told to stop). */
 struct sf_loop {
     const sf_mhd_t *mhd;
     struct MHD_Daemon *daemon;
@@ -97,6 +100,8 @@ struct sf_loop {
     int port_value;
     pthread_t thread;
     _Atomic bool stopping, lost;
+    _Atomic int holders;       /* 2 from start: the starter's and the thread's */
+    struct sf_loop *next_late; /* on the late list (below) */
     uint64_t backoff_until; /* ms, CLOCK_MONOTONIC */
     unsigned open;          /* slots in use */
     struct sf_conn *adding; /* the slot MHD_add_connection is adding */
@@ -104,6 +109,13 @@ struct sf_loop {
 };
 
 static struct sf_loop *current; /* changed under server.c's srv_lock */
+
+/* Stopped servers whose threads outlived the stop's wait and have not
+ * ended yet: a fork() child closes its copies of their descriptors too
+ * (else a child of a process whose server was stopped could hold them).
+ * late_lock is held across fork() (sf_loop_fork_prepare). */
+static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sf_loop *late;
 
 /* ---- descriptors ------------------------------------------------------------ */
 
@@ -357,10 +369,23 @@ static bool loop_once(struct sf_loop *lp) {
     return true;
 }
 
+static void loop_release(struct sf_loop *lp);
+
 static void *loop_main(void *arg) {
     struct sf_loop *lp = arg;
     pthread_setname_np(pthread_self(), "sefer-http");
     while (loop_once(lp)) {
+    }
+    /* a stop that gave up waiting for this thread left the rest to it */
+    if (atomic_fetch_sub(&lp->holders, 1) == 1) {
+        sf_lock(&late_lock);
+        for (struct sf_loop **at = &late; *at != NULL; at = &(*at)->next_late)
+            if (*at == lp) {
+                *at = lp->next_late;
+                break;
+            }
+        loop_release(lp);
+        sf_unlock(&late_lock);
     }
     return NULL;
 }
@@ -408,6 +433,7 @@ int sf_loop_start(const sf_mhd_t *mhd, int fd, bool per_peer, _Atomic int *port,
     }
     for (unsigned i = 0; i < SF_CONN_MAX; i++)
         atomic_init(&lp->conn[i].fd, -1);
+    atomic_init(&lp->holders, 2);
     lp->mhd = mhd;
     lp->per_peer = per_peer;
     lp->port = port;
@@ -482,11 +508,30 @@ void sf_loop_stop(void) {
     }
     /* exit() called from a request handler: the thread cannot wait for itself */
     bool joined =
-        !pthread_equal(pthread_self(), lp->thread) && join_within(lp->thread, SF_LOOP_JOIN_MS);
-    if (!joined) { /* still running, or it is us: leave all of it alone */
-        if (!pthread_equal(pthread_self(), lp->thread)) pthread_detach(lp->thread);
+        !pthread_equal(pthread_self(), lp->thread) &&
+        join_within(lp->thread, (unsigned)sf_knob(SF_KNOB_INTROSPECT_STOP_WAIT));
+    if (!joined) {
+        /* it is us: leave all of it alone (the process is exiting) */
+        if (pthread_equal(pthread_self(), lp->thread)) return;
+        /* still running (a loaded machine can keep it off a CPU past the
+         * wait): it releases everything itself when it ends, which it does
+         * at its next wake-up (stopping is set) */
+        pthread_detach(lp->thread);
+        sf_lock(&late_lock);
+        if (atomic_fetch_sub(&lp->holders, 1) == 1) {
+            loop_release(lp); /* it ended meanwhile */
+        } else {
+            lp->next_late = late;
+            late = lp;
+        }
+        sf_unlock(&late_lock);
         return;
     }
+    loop_release(lp);
+}
+
+/* Everything of a server whose thread has ended. */
+static void loop_release(struct sf_loop *lp) {
     if (atomic_load(&lp->lost) || !all_ours(lp)) forget_daemon(lp);
     loop_free(lp); /* MHD_stop_daemon closes the connections and the epoll fd */
 }
@@ -497,12 +542,21 @@ bool sf_loop_lost(void) {
 
 /* In a fork() child: no thread, the parent's state.  Close our copies of
  * the descriptors (those that are still ours) and forget the rest. */
-void sf_loop_after_fork_child(void) {
-    struct sf_loop *lp = current;
-    if (lp == NULL) return;
-    current = NULL;
+static void close_copies(struct sf_loop *lp) {
     forget_daemon(lp);
     close_if_ours(&lp->listen);
     close_if_ours(&lp->wake_r);
     close_if_ours(&lp->wake_w);
 }
+
+void sf_loop_after_fork_child(void) {
+    if (current != NULL) close_copies(current);
+    current = NULL;
+    for (struct sf_loop *lp = late; lp != NULL; lp = lp->next_late)
+        close_copies(lp);
+    late = NULL; /* (their memory stays: the threads that owned it are not here) */
+    sf_unlock(&late_lock);
+}
+
+void sf_loop_fork_prepare(void) { sf_lock(&late_lock); }
+void sf_loop_fork_parent(void) { sf_unlock(&late_lock); }

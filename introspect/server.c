@@ -434,23 +434,30 @@ static struct MHD_Daemon *create_daemon(void *loop) {
  * running or not.  These handlers are installed at the first start, after
  * sefer's own (lib/init.c), so they run before sefer's prepare handler
  * takes the allocator's locks: a start in progress can still allocate. */
-static void fork_prepare(void) { sf_lock(&srv_lock); }
+static void fork_prepare(void) {
+    sf_lock(&srv_lock);
+    sf_loop_fork_prepare();
+}
 
-static void fork_parent(void) { sf_unlock(&srv_lock); }
+static void fork_parent(void) {
+    sf_loop_fork_parent();
+    sf_unlock(&srv_lock);
+}
 
 /* In the child: only the forking thread exists, so the server's thread is
  * gone and libmicrohttpd's state may be mid-change.  Forget the daemon
  * without touching it; close our copies of the listening socket (the parent
  * alone owns the port) and of the open connections (so that they end when
- * the parent closes them). */
+ * the parent closes them); the same for stopped servers whose threads had
+ * not ended yet (loop.c). */
 static void fork_child(void) {
     if (serving) {
         forked_with_server = true;
         serving = false;
-        sf_loop_after_fork_child();
         atomic_store(&bound_port, 0);
         atomic_store(&sf_introspect_counters.connections_open, 0);
     }
+    sf_loop_after_fork_child();
     sf_unlock(&srv_lock);
 }
 

@@ -64,7 +64,9 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(INTROSPECT_HISTORY_INTERVAL, "introspect.history_interval", SF_KNOB_MS, 1000, 100, 600000, 0,  \
       NULL, "how often the server samples the figures for /history (the last hour at this resolution)") \
     X(INTROSPECT_IDLE_TIMEOUT, "introspect.idle_timeout", SF_KNOB_MS, 5000, 1000, 3600000, 0, NULL,  \
-      "the server closes a connection that stays silent this long (whole seconds, rounded up)")
+      "the server closes a connection that stays silent this long (whole seconds, rounded up)")      \
+    X(INTROSPECT_STOP_WAIT, "introspect.stop_wait", SF_KNOB_MS, 2000, 0, 60000, 0, NULL,              \
+      "how long a stop (and exit) waits for the server's thread; one still running ends on its own")
 
 enum sf_knob_id {
 #define SF_KNOB_ENUM_(id, ...) SF_KNOB_##id,

@@ -11,7 +11,12 @@
  *     sees the server either running (then it has no server, cannot start
  *     one, and holds none of its descriptors) or not (then it can start
  *     one); never the descriptors without the server (the lock is held
- *     across fork()).
+ *     across fork());
+ *   - a stop that does not wait for the server's thread (the "late" case,
+ *     introspect.stop_wait = 0, as when a loaded machine keeps the thread
+ *     off a CPU past the wait): the thread releases the server itself when
+ *     it ends, its descriptors closed, and a fork() meanwhile leaves the
+ *     child none of them.
  * The same from other programs (closing 3..63, a shell's exec 3>file, exit
  * status) is in test_process.c. */
 #include "itest.h"
@@ -306,6 +311,50 @@ START_TEST(test_fork_during_start_stop)
 }
 END_TEST
 
+/* The "late" case (introspect-fds-late): the stops below do not wait for
+ * the server's thread.  Needs the knob at 0 and the high descriptors (so
+ * that a child's listing tells the server's from others by number). */
+static const char *late_why_not(void)
+{
+    const char *v = getenv("SEFER_INTROSPECT_STOP_WAIT");
+    if (v == NULL || strcmp(v, "0") != 0)
+        return "run with SEFER_INTROSPECT_STOP_WAIT=0 (meson test introspect-fds-late)";
+    return high_why_not();
+}
+
+/* Each stop returns before the thread has ended (at least once in 20
+ * rounds: nothing waits for it); once it has, none of the server's
+ * descriptors is open. */
+START_TEST(test_late_stop_releases)
+{
+    int late_rounds = 0;
+    for (int round = 0; round < 20; round++) {
+        int fds[16], n;
+        start_listing(fds, 16, &n);
+        for (uint64_t end = it_now_ms() + WAIT_MS; !thread_alive("sefer-http") && it_now_ms() < end;)
+            usleep(1000);
+        sefer_introspect_stop();
+        late_rounds += thread_alive("sefer-http");
+        uint64_t end = it_now_ms() + WAIT_MS;
+        while (thread_alive("sefer-http") && it_now_ms() < end)
+            usleep(1000);
+        ck_assert_msg(!thread_alive("sefer-http"), "round %d: the stopped server's thread still runs after %d ms",
+                      round, WAIT_MS);
+        /* (the thread's last act is the release: it may still be closing
+         * when its name is gone from /proc; wait for the descriptors) */
+        int open_fds = n;
+        for (end = it_now_ms() + WAIT_MS; open_fds > 0 && it_now_ms() < end; usleep(1000)) {
+            open_fds = 0;
+            for (int i = 0; i < n; i++)
+                open_fds += fcntl(fds[i], F_GETFD) >= 0;
+        }
+        ck_assert_msg(open_fds == 0, "round %d: %d of the server's descriptors (%s) still open after its thread ended",
+                      round, open_fds, fd_text(fds, n));
+    }
+    ck_assert_msg(late_rounds > 0, "no stop returned before its thread ended: the late path was not taken");
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("introspect-fds");
@@ -319,6 +368,10 @@ int main(int argc, char **argv)
     tc = st_optional_case(s, "high", high_why_not);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_descriptors_live_high);
+    tcase_add_test(tc, test_fork_during_start_stop);
+    tc = st_optional_case(s, "late", late_why_not);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_late_stop_releases);
     tcase_add_test(tc, test_fork_during_start_stop);
     return st_main(s, argc, argv);
 }
