@@ -507,9 +507,9 @@ void sf_loop_stop(void) {
         (void)w;
     }
     /* exit() called from a request handler: the thread cannot wait for itself */
-    bool joined =
-        !pthread_equal(pthread_self(), lp->thread) &&
-        join_within(lp->thread, (unsigned)sf_knob(SF_KNOB_INTROSPECT_STOP_WAIT));
+    /* (a wait of 0 is none: the thread is always left to end on its own) */
+    unsigned wait_ms = (unsigned)sf_knob(SF_KNOB_INTROSPECT_STOP_WAIT);
+    bool joined = !pthread_equal(pthread_self(), lp->thread) && wait_ms > 0 && join_within(lp->thread, wait_ms);
     if (!joined) {
         /* it is us: leave all of it alone (the process is exiting) */
         if (pthread_equal(pthread_self(), lp->thread)) return;

@@ -66,7 +66,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(INTROSPECT_IDLE_TIMEOUT, "introspect.idle_timeout", SF_KNOB_MS, 5000, 1000, 3600000, 0, NULL,  \
       "the server closes a connection that stays silent this long (whole seconds, rounded up)")      \
     X(INTROSPECT_STOP_WAIT, "introspect.stop_wait", SF_KNOB_MS, 2000, 0, 60000, 0, NULL,              \
-      "how long a stop (and exit) waits for the server's thread; one still running ends on its own")
+      "how long a stop (and exit) waits for the server's thread (0: not at all); one still running ends on its own")
 
 enum sf_knob_id {
 #define SF_KNOB_ENUM_(id, ...) SF_KNOB_##id,
