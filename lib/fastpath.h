@@ -68,10 +68,11 @@ SF_INLINE bool sf_offset_is_block_start(const sf_page_t *page, uint64_t off) {
     bool below;
     __asm__("imulq %[m], %[off]\n\tcmpq %[m], %[off]"
             : "=@ccb"(below), [off] "+r"(off)
-            : [m] "m"(page->divmagic));
+            : [m] "m"(page->fast_divmagic));
     return below;
 #else
-    return off * page->divmagic < page->divmagic;
+    uint64_t m = SF_PEEK(page->fast_divmagic);
+    return off * m < m;
 #endif
 }
 
@@ -104,13 +105,40 @@ SF_INLINE bool sf_page_takes_free(const sf_page_t *page, const sf_heap_t *owner,
            ((const sf_block_t *)p)->cookie != sf_page_cookie(page);
 }
 
+/* The same test on a small page at levels 0-1, without reading fast_heap:
+ * the segment header says whose the page is (a line written only when
+ * pages come and go), and fast_divmagic, 0 unless the page is its owner's
+ * plain fast page, fails every other page.  A thread freeing another's
+ * block so reads nothing the owner writes on every malloc and free (the
+ * owner's descriptor line moved between the cores on each such free). */
+SF_INLINE bool sf_small_takes_free(uintptr_t seg, const sf_page_t *page, const sf_heap_t *owner, const void *p,
+                                   uint64_t off) {
+    return SF_PEEK(((const sf_segment_t *)seg)->heap) == owner && sf_offset_is_block_start(page, off) &&
+           ((const sf_block_t *)p)->cookie != sf_page_cookie(page);
+}
+
+/* A small segment's address from its chunk, and the descriptor of its page
+ * holding u from that address (as sf_small_page_desc: the empty asm keeps
+ * the compiler from rebuilding the segment from u, one instruction more). */
+SF_INLINE uintptr_t sf_small_seg(uintptr_t chunk) {
+    __asm__("" : "+r"(chunk));
+    return chunk << SF_SEG_SHIFT;
+}
+SF_INLINE sf_page_t *sf_small_page_in(uintptr_t seg, uintptr_t u) {
+    return (sf_page_t *)(seg | ((u >> (SF_SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
+                                ((SF_SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+}
+
+/* The page of p if it is a small block `owner` (the calling thread's heap)
+ * may push at levels 0-1; NULL otherwise. */
 SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owner) {
     uintptr_t u = (uintptr_t)p;
     uintptr_t chunk = u >> SF_SEG_SHIFT;
     if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
-        sf_page_t *page = sf_small_page_desc(chunk, u);
+        uintptr_t seg = sf_small_seg(chunk);
+        sf_page_t *page = sf_small_page_in(seg, u);
         uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
-        if (SF_LIKELY(sf_page_takes_free(page, owner, p, off))) return page;
+        if (SF_LIKELY(sf_small_takes_free(seg, page, owner, p, off))) return page;
     }
     return NULL;
 }
@@ -156,9 +184,10 @@ SF_INLINE void sf_free_as(void *p, bool lifo) {
     sf_heap_t *heap = sf_tls_heap;
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
     if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
-        sf_page_t *page = sf_small_page_desc(chunk, (uintptr_t)p);
+        uintptr_t seg = sf_small_seg(chunk);
+        sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
         uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
-        if (SF_LIKELY(sf_page_takes_free(page, heap, p, off))) {
+        if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
             sf_free_owned(heap, page, p, lifo);
             return;
         }
@@ -261,8 +290,15 @@ SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
  * caller takes the checked path. */
 SF_INLINE bool sf_l2_free_owned(void *p) {
     sf_heap_t *heap = sf_tls_heap;
-    sf_page_t *page = sf_small_page_owned_by(p, (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG));
-    if (SF_LIKELY(page != NULL && sf_l2_tail_ok(page, p))) {
+    const sf_heap_t *tagged = (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG);
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
+    if (!sf_segmap_is_small_chunk(chunk)) return false;
+    sf_page_t *page = sf_small_page_desc(chunk, u);
+    /* (level 2's pages keep fast_divmagic 0: the block-start test with the
+     * class's constant) */
+    uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = sf_page_divmagic(page);
+    if (SF_LIKELY(SF_PEEK(page->fast_heap) == tagged && off * m < m &&
+                  ((const sf_block_t *)p)->cookie != sf_page_cookie(page) && sf_l2_tail_ok(page, p))) {
         sf_block_t *b = (sf_block_t *)p;
         sf_link_set(page, b, page->local_free);
         sf_free_to_local(heap, page, b);

@@ -168,7 +168,7 @@ static SF_NOINLINE void free_special(void *p) {
         uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
         sf_block_t *b = p;
         if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
-            sf_offset_is_block_start(page, off) && b->cookie != sf_page_cookie(page)) {
+            off * sf_page_divmagic(page) < sf_page_divmagic(page) && b->cookie != sf_page_cookie(page)) {
             sf_phase_count(SF_PHASE_FREE, -(int64_t)page->block_size);
             sf_free_owned_any(me, page, b);
             return;

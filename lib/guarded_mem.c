@@ -28,7 +28,7 @@ static bool class_block_holds(const sf_page_t *page, const uint8_t *d, size_t n)
     if (!SF_GET(page->in_use) || d < page->block_start) return false; /* (the metadata) */
     uint64_t off = (uint64_t)(d - page->block_start);
     if (off >= sf_page_carved_bytes(page)) return false;
-    uint64_t index = (uint64_t)(((unsigned __int128)off * page->divmagic) >> 64);
+    uint64_t index = (uint64_t)(((unsigned __int128)off * sf_page_divmagic(page)) >> 64);
     const uint8_t *b = page->block_start + index * page->block_size;
     if (b > d) b -= page->block_size; /* (divmagic rounds up) */
     const sf_block_t *blk = (const sf_block_t *)b;

@@ -431,10 +431,18 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
                   : f == SF_PAGE_GUARDED && sf_l2_fast      ? (uintptr_t)heap | SF_L2_OWNER_TAG
                                                                   : 0;
     SF_SET(page->fast_heap, (sf_heap_t *)v);
+    /* the level 0-1 free fast path's word (types.h, fast_divmagic): it asks
+     * the segment header whose the page is, not fast_heap, whose line the
+     * owner writes (a thread freeing another's block then read it) */
+    bool plain = v == (uintptr_t)heap && v != 0 && SF_PEEK(sf_segment_of(page)->heap) == heap;
+    SF_SET(page->fast_divmagic, plain ? sf_class_divmagic[page->class_idx] : 0);
     /* a phase that began meanwhile must not find a fast page (phase.c) */
     if (v != 0) {
         atomic_thread_fence(memory_order_seq_cst);
-        if (sf_phase_on()) SF_SET(page->fast_heap, NULL);
+        if (sf_phase_on()) {
+            SF_SET(page->fast_divmagic, 0);
+            SF_SET(page->fast_heap, NULL);
+        }
     }
 }
 /* Two random secrets, made at start-up: free-list links (page->secret) and

@@ -118,7 +118,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->block_start = start;
     SF_SET(page->block_size, bsize);
     page->reserved = (uint16_t)((size_t)(end - start) / bsize);
-    page->divmagic = UINT64_MAX / bsize + 1;
+    SF_SET(page->fast_divmagic, 0); /* (sf_page_set_fast_owner: when the page is fast) */
     SF_SET(page->capacity, 0);
     page->free = page->local_free = NULL;
     page->prof_charged = 0;
@@ -128,9 +128,9 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     bool keyed = sf_guard_level >= 2;
     page->secret = keyed ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
     page->canary_key = keyed ? sf_canary_secret ^ ((uintptr_t)page * 0xc2b2ae3d27d4eb4full) : 0;
+    page->class_idx = (uint8_t)class_idx; /* (before the fast owner: its word is the class's) */
     sf_page_set_fast_owner(page, sf_segment_of(page)->heap);
     if (sf_tracked) sf_track_page_blocks(page);
-    page->class_idx = (uint8_t)class_idx;
     SF_SET(page->in_use, 1);
     page->next = page->prev = NULL;
 }

@@ -70,7 +70,10 @@ static void fast_paths_off(void) {
     sf_unlock(&sf_fallback_lock);
     sf_lock(&sf_seg_lock);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)
-        for (unsigned p = 0; p < seg->page_count; p++) SF_SET(seg->pages[p].fast_heap, NULL);
+        for (unsigned p = 0; p < seg->page_count; p++) {
+            SF_SET(seg->pages[p].fast_divmagic, 0);
+            SF_SET(seg->pages[p].fast_heap, NULL);
+        }
     sf_unlock(&sf_seg_lock);
 }
 

@@ -125,6 +125,7 @@ static void span_unmap(void *base, size_t size, size_t committed, bool cacheable
 static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, false, 0, false); }
 
 static void segment_link_all(sf_segment_t *seg) {
+    seg->not_a_page = 0; /* (types.h) */
     sf_lock(&sf_seg_lock);
     seg->id = ++next_segment_id;
     seg->all_prev = NULL;
@@ -397,6 +398,7 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     unsigned idx = (unsigned)(page - seg->pages);
     SF_SET(page->in_use, 0);
     SF_SET(page->fast_heap, NULL);
+    SF_SET(page->fast_divmagic, 0);
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     if (seg->free_mask == 0) heap_seglist_push(heap, seg);
@@ -480,7 +482,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     /* room to grow in place; none at guard level >= 2 (realloc moves there) */
     page->page_bytes = guarded ? rounded : (size_t)((uint8_t *)seg + span - block);
     if (sf_tracked) sf_track_segment_header(seg);
-    page->divmagic = UINT64_MAX;
+    SF_SET(page->fast_divmagic, 0); /* (never fast: the generic free) */
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
     segment_link_all(seg);

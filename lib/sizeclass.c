@@ -17,6 +17,18 @@ const uint32_t sf_class_size[SF_CLASS_COUNT] = {
     131072, 163840, 196608, 229376, 262144,
 };
 
+#define SF_DM_(s) ((s) ? UINT64_MAX / (s) + 1 : UINT64_MAX)
+const uint64_t sf_class_divmagic[SF_CLASS_COUNT] = {
+    SF_DM_(0), SF_DM_(16), SF_DM_(32), SF_DM_(48), SF_DM_(64), SF_DM_(80), SF_DM_(96), SF_DM_(112),
+    SF_DM_(128), SF_DM_(160), SF_DM_(192), SF_DM_(224), SF_DM_(256), SF_DM_(320), SF_DM_(384), SF_DM_(448),
+    SF_DM_(512), SF_DM_(640), SF_DM_(768), SF_DM_(896), SF_DM_(1024), SF_DM_(1280), SF_DM_(1536), SF_DM_(1792),
+    SF_DM_(2048), SF_DM_(2560), SF_DM_(3072), SF_DM_(3584), SF_DM_(4096), SF_DM_(5120), SF_DM_(6144), SF_DM_(7168),
+    SF_DM_(8192), SF_DM_(10240), SF_DM_(12288), SF_DM_(14336), SF_DM_(16384), SF_DM_(20480), SF_DM_(24576), SF_DM_(28672),
+    SF_DM_(32768), SF_DM_(40960), SF_DM_(49152), SF_DM_(57344), SF_DM_(65536), SF_DM_(81920), SF_DM_(98304), SF_DM_(114688),
+    SF_DM_(131072), SF_DM_(163840), SF_DM_(196608), SF_DM_(229376), SF_DM_(262144),
+};
+#undef SF_DM_
+
 /* Smallest class that holds n bytes and whose size is a multiple of align
  * (a power of two <= SF_MAX_ALIGN_FROM_CLASS); 0 if none (caller uses a span). */
 unsigned sf_class_for_aligned(size_t n, size_t align) {

@@ -146,7 +146,12 @@ typedef struct sf_page_s {
     uint16_t capacity;   /* blocks carved so far (read by other threads: SF_GET) */
     uint16_t reserved;   /* blocks that fit (at most 4096: 64 KiB / 16 B) */
     uint8_t *block_start;
-    uint64_t divmagic;   /* ceil(2^64 / block_size): interior-pointer check */
+    uint64_t fast_divmagic; /* ceil(2^64 / block_size) while the page's fast owner is
+                               its segment's heap itself (levels 0-1), else 0: the
+                               level 0-1 free fast path's block-start test, which a 0
+                               fails for every offset, so it also says "fast page"
+                               without a read of fast_heap (sf_page_divmagic: the
+                               constant for every other path) */
     uint64_t purge_at; /* delayed decommit deadline (ms), 0: none */
     /* second cache line: the owner's fast paths never touch it */
     /* Blocks freed by other threads (remote.c): a lock-free stack threaded
@@ -185,6 +190,11 @@ typedef struct sf_segment_s {
     uint64_t free_mask; /* pages not in use */
     size_t span_size;   /* bytes mapped */
     size_t committed_bytes; /* counted in stats.bytes_committed */
+    /* Always 0.  A free of a pointer in a small segment's first 64 KiB (its
+     * header's page) finds the header where a page descriptor would be,
+     * and this where that descriptor's fast_divmagic is: the level 0-1
+     * fast path's block-start test then fails, as for any page not fast. */
+    uint64_t not_a_page;
     uint64_t id;
     /* heap's list of segments with free pages */
     struct sf_segment_s *heap_next, *heap_prev;
@@ -223,6 +233,8 @@ _Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast
  * descriptor of page i (1..63) sits at seg + i * 128: the fast path finds it
  * by OR-ing shifted pointer bits into the segment address. */
 _Static_assert(offsetof(sf_segment_t, pages) == sizeof(sf_page_t), "segment header size");
+_Static_assert(offsetof(sf_segment_t, not_a_page) == offsetof(sf_page_t, fast_divmagic),
+               "a small segment's header read as a page descriptor is never a fast page");
 /* The value a free block's second word holds: derived from its page, so a
  * block from another page never matches. */
 SF_INLINE uintptr_t sf_page_cookie(const sf_page_t *page) { return (uintptr_t)page; }
@@ -239,9 +251,17 @@ SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
 SF_INLINE size_t sf_page_carved_bytes(const sf_page_t *page) {
     return (size_t)SF_GET(page->capacity) * SF_GET(page->block_size);
 }
+/* ceil(2^64 / size) of each class (sizeclass.c); UINT64_MAX for class 0. */
+SF_HIDDEN extern const uint64_t sf_class_divmagic[SF_CLASS_COUNT];
+/* The page's block-start constant: its class's, or a span's (one block, at
+ * offset 0: only 0 passes UINT64_MAX). */
+SF_INLINE uint64_t sf_page_divmagic(const sf_page_t *page) {
+    return page->block_size ? sf_class_divmagic[page->class_idx] : UINT64_MAX;
+}
 SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
     uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
-    return off < sf_page_carved_bytes(page) && off * page->divmagic < page->divmagic;
+    uint64_t m = sf_page_divmagic(page);
+    return off < sf_page_carved_bytes(page) && off * m < m;
 }
 
 /* Remote-free ring: a bounded multi-producer single-consumer queue of block
