@@ -18,7 +18,7 @@ const uint32_t sf_class_size[SF_CLASS_COUNT] = {
 };
 
 #define SF_DM_(s) ((s) ? UINT64_MAX / (s) + 1 : UINT64_MAX)
-const uint64_t sf_class_divmagic[SF_CLASS_COUNT] = {
+const uint64_t sf_class_divmagic[256] = {
     SF_DM_(0), SF_DM_(16), SF_DM_(32), SF_DM_(48), SF_DM_(64), SF_DM_(80), SF_DM_(96), SF_DM_(112),
     SF_DM_(128), SF_DM_(160), SF_DM_(192), SF_DM_(224), SF_DM_(256), SF_DM_(320), SF_DM_(384), SF_DM_(448),
     SF_DM_(512), SF_DM_(640), SF_DM_(768), SF_DM_(896), SF_DM_(1024), SF_DM_(1280), SF_DM_(1536), SF_DM_(1792),

@@ -251,8 +251,11 @@ SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
 SF_INLINE size_t sf_page_carved_bytes(const sf_page_t *page) {
     return (size_t)SF_GET(page->capacity) * SF_GET(page->block_size);
 }
-/* ceil(2^64 / size) of each class (sizeclass.c); UINT64_MAX for class 0. */
-SF_HIDDEN extern const uint64_t sf_class_divmagic[SF_CLASS_COUNT];
+/* ceil(2^64 / size) of each class (sizeclass.c); UINT64_MAX for class 0,
+ * and 0 (no offset passes) for every byte value past the last class: a
+ * damaged descriptor's class_idx reads inside the table, and its blocks
+ * are refused. */
+SF_HIDDEN extern const uint64_t sf_class_divmagic[256];
 /* The page's block-start constant: its class's, or a span's (one block, at
  * offset 0: only 0 passes UINT64_MAX). */
 SF_INLINE uint64_t sf_page_divmagic(const sf_page_t *page) {
