@@ -186,6 +186,19 @@ static inline long bu_rss_kib(void) {
     return ok ? resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
+/* The kernel's high-water mark of the process's RSS (VmHWM), in KiB; -1
+ * when it cannot be read. */
+static inline long bu_hwm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
 /* ---- generations of threads (mstress, threadchurn): each round starts one
  * thread per worker, all on fn, and joins them; rounds run until the timed
  * region is over.  A thread finds its worker's index and round, keeps its

@@ -118,17 +118,6 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-static long hwm_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &v) == 1) break;
-    fclose(f);
-    return v;
-}
-
 int main(int argc, char **argv) {
     bu_prog = "frag";
     bu_parse(argc, argv, &opt, "-");
@@ -161,7 +150,7 @@ int main(int argc, char **argv) {
     }
     for (unsigned i = 0; i < opt.threads; i++)
         bu_join(tids[i]);
-    long hwm = hwm_kib();
+    long hwm = bu_hwm_kib();
 
     uint64_t ops = 0, errors = 0;
     long peak = -1;

@@ -92,9 +92,10 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(profile_dropped, "heap profiling: samples lost because the profile's tables were full") \
     X(profile_live_samples, "heap profiling: sampled blocks live now")                   \
     X(profile_bytes, "heap profiling: memory the profile's tables take")                \
-    X(heap_fallbacks, "threads that could get no heap (all heaps owned, or no memory) and use the locked fallback heap, cumulative")
+    X(heap_fallbacks, "threads that could get no heap (all heaps owned, or no memory) and use the locked fallback heap, cumulative") \
+    X(bytes_shed_on_growth, "idle resident bytes decommitted ahead of their delay because new memory was mapped, cumulative")
 
-#define SEFER_STATS_VERSION 5
+#define SEFER_STATS_VERSION 6
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -50,7 +50,8 @@ enum metric_type { GAUGE, COUNTER };
     X(profile_dropped, "sefer_profile_dropped_total", COUNTER, NULL)                  \
     X(profile_live_samples, "sefer_profile_live_samples", GAUGE, NULL)                \
     X(profile_bytes, "sefer_profile_bytes", GAUGE, NULL)                              \
-    X(heap_fallbacks, "sefer_heap_fallbacks_total", COUNTER, NULL)
+    X(heap_fallbacks, "sefer_heap_fallbacks_total", COUNTER, NULL)                    \
+    X(bytes_shed_on_growth, "sefer_shed_on_growth_bytes_total", COUNTER, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */

@@ -138,10 +138,22 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
     return front;
 }
 
+/* Whether entry a serves a request of `size` bytes better than entry b:
+ * resident memory first (one whose resident prefix covers the request,
+ * rather than a piece that would be faulted in while resident spans wait:
+ * after a split, the piece left over is often the smallest that fits, and
+ * taking it first left the resident fronts idle and faulted in as much
+ * again), then the smaller. */
+static bool serves_better(const struct cache_entry *a, const struct cache_entry *b, size_t size) {
+    bool ra = a->committed >= size, rb = b->committed >= size;
+    return ra != rb ? ra : a->size < b->size;
+}
+
 /* Takes a cached span of at least min_size bytes: the smallest that holds
- * it, whole if it is at most max_size, else its first min_size bytes (see
- * the top of the file).  *committed_out: how many bytes from its start may
- * still be resident (0: it all reads as zero). */
+ * it (resident ones first: serves_better), whole if it is at most
+ * max_size, else its first min_size bytes (see the top of the file).
+ * *committed_out: how many bytes from its start may still be resident (0:
+ * it all reads as zero). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
                     size_t *guard_out) {
     uint64_t now = sf_now_ms();
@@ -152,7 +164,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
         if (entries[i].cooling || (guarded_spans() && s > max_size)) continue;
-        if (s >= min_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
+        if (s >= min_size && (best == SIZE_MAX || serves_better(&entries[i], &entries[best], min_size))) best = i;
     }
     void *p = NULL;
     if (best != SIZE_MAX) {
@@ -179,11 +191,21 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     return p;
 }
 
-/* The committed figure of two adjacent spans joined (lo, then hi): an upper
- * bound of the resident prefix, so a resident upper part makes the whole
- * lower part count. */
+/* The committed figure of two adjacent spans joined (lo, then hi): their
+ * resident prefix (joins_cleanly holds, so it is exact). */
 static size_t joined_committed(const struct cache_entry *lo, const struct cache_entry *hi) {
     return hi->committed > 0 ? lo->size + hi->committed : lo->committed;
+}
+
+/* Whether lo and hi join into a span whose resident part is still about a
+ * prefix: hi has nothing resident, or lo is resident but for at most
+ * SF_SPAN_TAIL_KEEP at its end (what a reused span's block leaves past
+ * it: segment.c).  A join that put resident pages above a larger hole
+ * counted the hole as resident: the cache then handed the hole out first,
+ * as if resident, and faulted it in while resident memory waited (and
+ * bytes_committed said more than the process held). */
+static bool joins_cleanly(const struct cache_entry *lo, const struct cache_entry *hi) {
+    return hi->committed == 0 || lo->committed + SF_SPAN_TAIL_KEEP >= lo->size;
 }
 
 /* Joins the freed span `e` to the cached spans it touches, below and above,
@@ -197,6 +219,15 @@ static bool merge_locked(struct cache_entry e) {
         if (entries[i].cooling) continue;
         if (entries[i].base + entries[i].size == e.base) below = i;
         if (e.base + e.size == entries[i].base) above = i;
+    }
+    if (above != SIZE_MAX && !joins_cleanly(&e, &entries[above])) above = SIZE_MAX;
+    if (below != SIZE_MAX) {
+        struct cache_entry upper = e; /* e with what lies above it, if that joins */
+        if (above != SIZE_MAX) {
+            upper.committed = joined_committed(&e, &entries[above]);
+            upper.size += entries[above].size;
+        }
+        if (!joins_cleanly(&entries[below], &upper)) below = SIZE_MAX;
     }
     if (below == SIZE_MAX && above == SIZE_MAX) return false;
     if (atomic_load(&sf_gstats.cache_bytes) + e.size > sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES)) return false;
@@ -283,6 +314,23 @@ bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool 
     entry_count++;
     sf_unlock(&sf_cache_lock);
     return true;
+}
+
+/* New memory is about to be mapped for `bytes`: the cached spans that
+ * could not serve it give back up to that much of their resident pages at
+ * once, oldest first, whatever their age (segment.c, "Growth").  Returns
+ * the bytes given back. */
+size_t sf_cache_shed(size_t bytes) {
+    size_t freed = 0, i;
+    if (atomic_load_explicit(&sf_gstats.cache_spans, memory_order_relaxed) == 0) return 0;
+    sf_lock(&sf_cache_lock);
+    while (freed < bytes && (i = oldest_committed(sf_now_ms(), 0)) != SIZE_MAX) {
+        size_t n = entry_decommit_tail(i, bytes - freed);
+        if (n == 0) break;
+        freed += n;
+    }
+    sf_unlock(&sf_cache_lock);
+    return freed;
 }
 
 /* Whether p points into a cached span: a free of it is a free of a span

@@ -254,6 +254,10 @@ SF_HIDDEN bool sf_reserve_segments(size_t count);
 SF_HIDDEN void sf_release_segments(size_t count);
 
 /* ---- cache.c: the large cache -------------------------------------------- */
+/* Resident pages of a reused span kept past its new block, at most
+ * (segment.c); and the most of a span the cache counts as resident in a
+ * join though it may not be (cache.c, joins_cleanly). */
+#define SF_SPAN_TAIL_KEEP ((size_t)1 << 20)
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 /* committed_out: bytes of the span that may still be resident, counted from
  * its start (0: it reads as zero) */
@@ -261,6 +265,7 @@ SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out
                               size_t *guard_out);
 SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
+SF_HIDDEN size_t sf_cache_shed(size_t bytes);
 SF_HIDDEN bool sf_cache_holds(const void *p);
 
 /* ---- decommit.c: how much free memory stays committed -------------------- */

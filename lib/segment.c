@@ -93,15 +93,24 @@ static bool guard_move(uint8_t *base, size_t from, size_t to) {
  * start may still hold old pages (a reused cached span; 0 for a fresh
  * mapping, which reads as zero).  *guard: the offset of its end guard page
  * (guard level >= 2; 0: none yet). */
-static void *span_take(size_t *size, size_t max_size, bool cacheable, size_t *resident, size_t *guard) {
+static bool heap_release_empty(sf_heap_t *heap);
+/* (SF_SEG_SMALL, SF_SEG_MEDIUM, or SHED_ANY_KIND) */
+#define SHED_ANY_KIND 255u
+static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind);
+
+/* heap: the calling thread's own heap (or one it holds the lock of), whose
+ * idle memory goes first (see "Growth" below); NULL: none. */
+static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, bool cacheable, size_t *resident,
+                       size_t *guard) {
     *guard = 0;
-    if (cacheable) {
+    for (int attempt = 0; cacheable && attempt < 2; attempt++) {
         size_t got = 0;
         void *p = sf_cache_take(*size, max_size, &got, resident, guard);
         if (p != NULL) {
             *size = got;
             return p;
         }
+        if (attempt == 0 && (heap == NULL || !heap_release_empty(heap))) break;
     }
     *resident = 0;
     uint8_t *p = span_map(*size);
@@ -174,7 +183,7 @@ static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
-    sf_segment_t *seg = span_take(&size, SF_SEG_SIZE, true, &resident, &guard);
+    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, true, &resident, &guard);
     if (seg == NULL) return NULL;
     if (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE)) {
         span_drop(seg, size);
@@ -211,6 +220,16 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     /* guard pages (span_take): after the metadata, and at the segment's
      * end, so an overflow of the last page cannot reach the next segment */
     if (guard_pages()) seg->pages[count - 1].page_bytes -= SF_OS_PAGE;
+    /* pages a reused span left resident count as committed from the start:
+     * using them is no growth (shed_before_growth), and the decommit
+     * policy gives them back like any other page */
+    for (unsigned i = 0; i < count && resident != 0; i++) {
+        sf_page_t *pg = &seg->pages[i];
+        if (pg->page_bytes != 0 && (size_t)(pg->page_start - (uint8_t *)seg) + pg->page_bytes <= resident) {
+            pg->committed = 1;
+            commit_add(seg, pg->page_bytes);
+        }
+    }
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
@@ -248,6 +267,7 @@ static void purge_queue_add(sf_heap_t *heap, sf_page_t *page, uint64_t deadline)
     if (*head) (*head)->class_prev = page;
     *head = page;
     heap->purge_count++;
+    heap->purge_medium += sf_segment_of(page)->kind == SF_SEG_MEDIUM;
 }
 
 static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
@@ -258,6 +278,7 @@ static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
     page->class_next = page->class_prev = NULL; /* (they are free and local_free again) */
     page->purge_at = 0;
     heap->purge_count--;
+    heap->purge_medium -= sf_segment_of(page)->kind == SF_SEG_MEDIUM;
 }
 
 /* Whether a page of seg waits on its heap's purge queue.  A segment whose
@@ -274,6 +295,18 @@ static bool segment_waits(const sf_segment_t *seg) {
     return false;
 }
 
+/* Takes a waiting page off the purge queue and decommits it, and its
+ * segment goes if nothing else of it is in use or waits; returns the
+ * bytes given back. */
+static size_t purge_now(sf_heap_t *heap, sf_page_t *page) {
+    purge_queue_remove(heap, page);
+    size_t bytes = page->committed ? page->page_bytes : 0;
+    sf_segment_t *seg = sf_segment_of(page);
+    page_decommit(seg, page);
+    if (seg->used_pages == 0 && !segment_waits(seg)) segment_release(heap, seg);
+    return bytes;
+}
+
 /* Decommits pages whose delayed-decommit deadline has passed, oldest
  * first, but keeps as many as the heap took for use lately
  * (decommit.c: 0 unless decommit.policy = adaptive); all of them with
@@ -284,11 +317,7 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
     size_t freed = 0;
     sf_page_t *page;
     while ((page = heap->purge.first) != NULL && (force || page->purge_at <= now) && heap->purge_count > keep) {
-        purge_queue_remove(heap, page);
-        freed += page->committed ? page->page_bytes : 0;
-        sf_segment_t *seg = sf_segment_of(page);
-        page_decommit(seg, page);
-        if (seg->used_pages == 0 && !segment_waits(seg)) segment_release(heap, seg);
+        freed += purge_now(heap, page);
     }
     return freed;
 }
@@ -387,6 +416,7 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     if (!page->committed) {
         page->committed = 1;
         commit_add(seg, page->page_bytes);
+        shed_before_growth(heap, page->page_bytes, kind);
     }
     sf_reuse_level(&heap->page_reuse, now, heap->pages_in_use + 1); /* (counted by the caller) */
     sf_page_init(page, class_idx);
@@ -418,6 +448,105 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
     if (seg->used_pages == 0 && !segment_waits(seg)) segment_release(heap, seg);
 }
 
+/* ---- growth: idle memory before new memory --------------------------------- */
+
+/* Memory freed in one size must serve the next before anything new is
+ * mapped: a program that frees 200 MiB of 64-byte blocks and then
+ * allocates 200 MiB of 16 KiB blocks, then of 4 MiB blocks, should peak
+ * near 200 MiB, not near 600.  Two things stood in the way.  A heap keeps
+ * its empty segments while their pages wait out decommit.delay (and, with
+ * the adaptive policy, as long as its recent peak says they may come
+ * back), but a waiting small page serves no medium class and no span.
+ * And the large cache kept resident spans too big or too scattered for
+ * the request while a new mapping was faulted in beside them.
+ *
+ * So a request the large cache cannot serve first gives the cache the
+ * heap's segments that have no page in use, resident as they are (they
+ * merge with the cached spans they touch), and asks again: a small
+ * segment becomes a medium one, or part of a span, with no fault (its
+ * resident pages count as committed in their new segment: segment_create).
+ * And whenever memory that is not resident is about to be used (a page
+ * committed from a fresh or decommitted state, a span's block beyond
+ * what its reused span had resident) under the delayed and adaptive
+ * policies, as many idle resident bytes go back to the OS at once,
+ * whatever their deadlines: the cache's first (oldest first), then the
+ * heap's waiting pages that could not have served the request (of the
+ * other page size; any, for a span).  A growing heap holds no more idle
+ * memory than it had before it grew.  In a steady state nothing is
+ * committed from scratch, and nothing is shed. */
+
+/* The calling thread's heap, if it owns one outright (the fallback heap is
+ * shared under a lock the span path does not take). */
+static sf_heap_t *growth_heap(void) {
+    sf_heap_t *heap = sf_tls_heap;
+    return heap->kind == SF_HEAP_REAL && heap != &sf_heap_fallback ? heap : NULL;
+}
+
+/* Gives heap's segments with no page in use to the large cache, their
+ * resident pages kept; returns whether there were any. */
+static bool heap_release_empty(sf_heap_t *heap) {
+    bool any = false;
+    for (unsigned kind = SF_SEG_SMALL; kind <= SF_SEG_MEDIUM; kind++) {
+        sf_segment_t *seg = heap->free_segs[kind], *next;
+        for (; seg != NULL; seg = next) {
+            next = seg->heap_next;
+            if (seg->used_pages != 0) continue;
+            /* the cache knows a resident prefix, not a set of pages: up
+             * to the end of the last committed page counts */
+            size_t end = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
+            for (unsigned i = 0; i < seg->page_count; i++) {
+                sf_page_t *page = &seg->pages[i];
+                if (page->purge_at) purge_queue_remove(heap, page);
+                size_t page_end = (size_t)(page->page_start - (uint8_t *)seg) + page->page_bytes;
+                if (page->committed && page_end > end) end = page_end;
+            }
+            if (seg->kind == SF_SEG_MEDIUM && !guard_pages() && end < SF_SEG_META_SIZE) end = SF_SEG_META_SIZE;
+            if (end > seg->committed_bytes) commit_add(seg, end - seg->committed_bytes);
+            segment_release(heap, seg);
+            any = true;
+        }
+    }
+    return any;
+}
+
+/* How far into the purge queue shed_purges looks past pages it keeps. */
+#define SHED_LOOKAHEAD 64
+
+/* Decommits heap's waiting pages, oldest first, but those of segments of
+ * keep_kind (pages that could serve the request), until `bytes` went back
+ * or none is left near the front; returns the bytes given back. */
+static size_t shed_purges(sf_heap_t *heap, size_t bytes, unsigned keep_kind) {
+    uint32_t others = keep_kind == SF_SEG_SMALL    ? heap->purge_medium
+                      : keep_kind == SF_SEG_MEDIUM ? heap->purge_count - heap->purge_medium
+                                                   : heap->purge_count;
+    size_t freed = 0;
+    unsigned kept = 0;
+    sf_page_t *page, *next;
+    for (page = heap->purge.first; freed < bytes && others != 0 && page != NULL && kept < SHED_LOOKAHEAD;
+         page = next) {
+        next = page->next;
+        if (sf_segment_of(page)->kind == keep_kind) {
+            kept++;
+            continue;
+        }
+        others--;
+        freed += purge_now(heap, page);
+    }
+    return freed;
+}
+
+/* `bytes` of memory not resident are about to be used (mapped, or a page
+ * decommitted or never used is committed): as much idle resident memory
+ * goes back, the cache's, then heap's waiting pages that could not have
+ * served the request (not of keep_kind). */
+static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind) {
+    uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
+    if (policy != SF_DECOMMIT_DELAYED && policy != SF_DECOMMIT_ADAPTIVE) return;
+    size_t freed = sf_cache_shed(bytes);
+    if (freed < bytes && heap != NULL) freed += shed_purges(heap, bytes - freed, keep_kind);
+    if (freed != 0) sf_stat_add(&sf_gstats.growth_shed, freed);
+}
+
 /* ---- spans: large and huge blocks ----------------------------------------- */
 
 /* Layout: header in the first OS page, the block at the first address
@@ -440,7 +569,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     size_t resident = 0, guard = 0;
     /* (with guard pages cached spans are not split: one up to twice the
      * size serves whole, its old pages kept, rather than a new mapping) */
-    sf_segment_t *seg = span_take(&span, guarded ? 2 * span : span, cacheable, &resident, &guard);
+    sf_segment_t *seg = span_take(growth_heap(), &span, guarded ? 2 * span : span, cacheable, &resident, &guard);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
@@ -453,10 +582,20 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
         return NULL;
     }
     /* a reused span may hold old pages past the new block (in its last
-     * segment): they stay, counted as committed, for a later growth or the
-     * next block of this span, instead of being dropped and faulted in again */
+     * segment): up to SF_SPAN_TAIL_KEEP of them stay, counted as committed, for
+     * a later growth or the next block of this span, instead of being
+     * dropped and faulted in again; the rest go back now (a 4 MiB block
+     * takes a span of two segments, and a span reused from the first
+     * segments of a larger resident one left almost 4 MiB idle per block) */
     size_t used = (size_t)(block - (uint8_t *)seg) + rounded;
     resident = sf_align_up(resident, SF_OS_PAGE);
+    if (!guarded && resident > used + SF_SPAN_TAIL_KEEP) {
+        size_t keep = used + SF_SPAN_TAIL_KEEP;
+        sf_os_decommit((uint8_t *)seg + keep, resident - keep);
+        sf_stat_add(&sf_gstats.decommitted_total, resident - keep);
+        resident = keep;
+    }
+    if (used > resident) shed_before_growth(growth_heap(), used - resident, SHED_ANY_KIND);
     if (!zero) memset(seg, 0, header_bytes(1));
     size_t off = (size_t)(block - (uint8_t *)seg);
     if (sf_guard_level >= 3 && resident > off) /* zero on malloc: old pages of the span */

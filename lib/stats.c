@@ -74,6 +74,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->enomem = LOAD(sf_gstats.enomem);
     out->fallback_allocs = LOAD(sf_gstats.fallback_allocs);
     out->heap_fallbacks = LOAD(sf_gstats.heap_fallbacks);
+    out->bytes_shed_on_growth = LOAD(sf_gstats.growth_shed);
     out->guard_invalid_free = LOAD(sf_gstats.guard[SF_GUARD_INVALID]) + LOAD(sf_gstats.guard[SF_GUARD_MISMATCH]);
     out->guard_interior_free = LOAD(sf_gstats.guard[SF_GUARD_INTERIOR]);
     out->guard_double_free = LOAD(sf_gstats.guard[SF_GUARD_DOUBLE]);

@@ -218,6 +218,19 @@ static inline void st_unmap(void *p, size_t n)
     munmap(p, n);
 }
 
+/* 1 in an ASan or TSan build (gcc and clang spell it differently): their
+ * shadow memory makes RSS figures larger. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define ST_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define ST_UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef ST_UNDER_SANITIZER
+#define ST_UNDER_SANITIZER 0
+#endif
+
 /* Resident set size of this process in bytes (from /proc/self/statm).  A
  * figure that cannot be read fails the test: a bound checked against 0
  * would pass whatever the allocator did. */

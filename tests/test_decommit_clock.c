@@ -25,6 +25,15 @@
  *       decommit.delay has passed, and the burst's pages 1 ms after
  *   large_cache_ttl  a cached span stays until large_cache.ttl has passed,
  *       and is unmapped at the first cache operation after
+ *   growth_reuses_other_sizes  16 MiB of small blocks freed, then 16 MiB of
+ *       medium blocks, then of 4 MiB blocks, with the clock stopped (no
+ *       deadline passes, the adaptive window keeps everything): each phase
+ *       serves itself from what the last one freed; the RSS at each phase's
+ *       peak stays within 3 MiB of the first phase's (and of 1/8 more
+ *       under ASan, whose shadow of a new range is new memory)
+ *   growth_sheds_waiting_pages  pages waiting in segments still in use
+ *       cannot serve a span: mapping it gives back as much of them at once
+ *       (bytes_shed_on_growth), except with decommit.policy = never
  *
  * Prefixed API only, so it runs in every build (the ASan build runs the
  * tests named limits*).  Each case runs in its own forked child (CK_FORK):
@@ -286,6 +295,114 @@ START_TEST(test_large_cache_ttl)
 }
 END_TEST
 
+/* ---- growth (segment.c, "Growth") --------------------------------------------- */
+
+/* `bytes` in blocks of `size`, written; v has room for bytes / size. */
+static size_t phase_fill(void **v, size_t size, size_t bytes)
+{
+    size_t n = bytes / size;
+    for (size_t i = 0; i < n; i++) {
+        if ((v[i] = sefer_malloc(size)) == NULL)
+            ck_abort_msg("block %zu of %zu B: NULL, errno %d", i, size, errno);
+        memset(v[i], 0x5a, size);
+    }
+    return n;
+}
+
+static void phase_free(void **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sefer_free(v[i]);
+}
+
+/* The phases workload of bench/phases.c, small: before the growth rule the
+ * medium phase mapped segments of its own beside the small phase's waiting
+ * pages (RSS 16 MiB higher), and the 4 MiB phase spans beside both.  (RSS,
+ * not bytes_committed: the large cache counts a merged span's committed
+ * bytes as a prefix, an upper bound that can be well above what is
+ * resident.) */
+START_TEST(test_growth_reuses_other_sizes)
+{
+    static const size_t sizes[] = {64, 16384, 4 * ST_MIB, 1024, 256 * 1024};
+    const size_t bytes = 16 * ST_MIB;
+    void **v = st_map(bytes / 64 * sizeof *v);
+    clock_start();
+    set_policy("adaptive");
+    sefer_trim();
+    uint64_t base = st_rss();
+    uint64_t peak[5], segs_after_first = 0;
+    for (int ph = 0; ph < 5; ph++) {
+        size_t n = phase_fill(v, sizes[ph], bytes);
+        uint64_t rss = st_rss();
+        peak[ph] = rss > base ? rss - base : 0;
+        phase_free(v, n);
+        if (ph == 0)
+            segs_after_first = st_stats().segments_peak;
+    }
+    struct sefer_stats s = st_stats();
+    printf("RSS above the start at each phase's peak:");
+    for (int ph = 0; ph < 5; ph++)
+        printf(" %zu B: %.1f MiB", sizes[ph], (double)peak[ph] / ST_MIB);
+    printf("; segments peak %" PRIu64 " after the first phase, %" PRIu64 " at the end\n", segs_after_first,
+           s.segments_peak);
+    fflush(stdout);
+    uint64_t slack = 3 * ST_MIB + (ST_UNDER_SANITIZER ? bytes / 8 : 0);
+    for (int ph = 1; ph < 5; ph++)
+        ck_assert_msg(peak[ph] <= peak[0] + slack,
+                      "the %zu B phase peaked at %" PRIu64 " bytes of RSS above the start, the 64 B phase at %" PRIu64,
+                      sizes[ph], peak[ph], peak[0]);
+}
+END_TEST
+
+/* Segments kept in use by one block each, their other pages emptied: the
+ * pages wait (the clock is stopped) and no segment goes to the cache.  A
+ * span of 24 MiB then has to be mapped: as much of the waiting pages goes
+ * back at once. */
+static uint64_t shed_by_span(const char *policy, uint64_t *committed_drop)
+{
+    const size_t bytes = 32 * ST_MIB, size = 256, per_segment = 4 * ST_MIB / size;
+    void **v = st_map(bytes / size * sizeof *v);
+    clock_start();
+    set_policy(policy);
+    sefer_trim();
+    size_t n = phase_fill(v, size, bytes);
+    for (size_t i = 0; i < n; i++)
+        if (i % (per_segment / 2) != 0) {
+            sefer_free(v[i]);
+            v[i] = NULL;
+        }
+    struct sefer_stats s0 = st_stats();
+    void *big = sefer_malloc(24 * ST_MIB);
+    ck_assert_ptr_nonnull(big);
+    struct sefer_stats s1 = st_stats();
+    *committed_drop = s0.bytes_committed + 24 * ST_MIB > s1.bytes_committed
+                          ? s0.bytes_committed + 24 * ST_MIB - s1.bytes_committed
+                          : 0;
+    sefer_free(big);
+    for (size_t i = 0; i < n; i++)
+        sefer_free(v[i]);
+    uint64_t shed = s1.bytes_shed_on_growth - s0.bytes_shed_on_growth;
+    printf("%s: a 24 MiB span mapped beside ~30 MiB of waiting pages: %" PRIu64 " bytes shed, committed %" PRIu64
+           " bytes below the sum\n",
+           policy, shed, *committed_drop);
+    return shed;
+}
+
+START_TEST(test_growth_sheds_waiting_pages)
+{
+    uint64_t drop = 0, shed = shed_by_span("adaptive", &drop);
+    ck_assert_msg(shed >= 24 * ST_MIB, "adaptive: mapping 24 MiB shed only %" PRIu64 " bytes", shed);
+    ck_assert_msg(drop >= 24 * ST_MIB, "adaptive: committed memory only %" PRIu64 " bytes below the sum", drop);
+}
+END_TEST
+
+START_TEST(test_growth_sheds_nothing_with_policy_never)
+{
+    uint64_t drop = 0, shed = shed_by_span("never", &drop);
+    ck_assert_msg(shed == 0, "never: %" PRIu64 " bytes shed", shed);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("limits-decommit");
@@ -298,6 +415,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_decommit_delayed_edge_before);
     tcase_add_test(tc, test_decommit_delayed_edge_after);
     tcase_add_test(tc, test_large_cache_ttl);
+    tcase_add_test(tc, test_growth_reuses_other_sizes);
+    tcase_add_test(tc, test_growth_sheds_waiting_pages);
+    tcase_add_test(tc, test_growth_sheds_nothing_with_policy_never);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }

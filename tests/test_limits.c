@@ -15,16 +15,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
+#define UNDER_SANITIZER ST_UNDER_SANITIZER
 
 static void set_cap(unsigned long long cap)
 {

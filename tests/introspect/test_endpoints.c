@@ -104,7 +104,7 @@ START_TEST(test_stats_fields_and_figures)
         "bytes_decommitted_total", "segments", "segments_peak", "large_cache_bytes",
         "large_cache_spans", "large_cache_hits", "large_cache_misses", "os_maps", "allocs", "frees",
         "remote_frees", "ring_pushes", "ring_overflows", "enomem", "heaps_live", "heaps_abandoned",
-        "fallback_allocs", "heap_fallbacks", "guard_invalid_free", "guard_interior_free", "guard_double_free",
+        "fallback_allocs", "heap_fallbacks", "bytes_shed_on_growth", "guard_invalid_free", "guard_interior_free", "guard_double_free",
         "guard_overflow", "guard_use_after_free", "rss_bytes"};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         it_u64(s0, fields[i]);

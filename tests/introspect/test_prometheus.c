@@ -58,6 +58,7 @@ static const struct {
     {"heaps_abandoned", "sefer_heaps_abandoned", NULL, false},
     {"fallback_allocs", "sefer_fallback_allocs_total", NULL, true},
     {"heap_fallbacks", "sefer_heap_fallbacks_total", NULL, true},
+    {"bytes_shed_on_growth", "sefer_shed_on_growth_bytes_total", NULL, true},
     {"guard_invalid_free", "sefer_guard_detections_total", "invalid_free", true},
     {"guard_interior_free", "sefer_guard_detections_total", "interior_free", true},
     {"guard_double_free", "sefer_guard_detections_total", "double_free", true},
