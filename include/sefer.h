@@ -93,9 +93,13 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(profile_live_samples, "heap profiling: sampled blocks live now")                   \
     X(profile_bytes, "heap profiling: memory the profile's tables take")                \
     X(heap_fallbacks, "threads that could get no heap (all heaps owned, or no memory) and use the locked fallback heap, cumulative") \
-    X(bytes_shed_on_growth, "idle resident bytes decommitted ahead of their delay because new memory was mapped, cumulative")
+    X(bytes_shed_on_growth, "idle resident bytes decommitted ahead of their delay because new memory was mapped, cumulative") \
+    X(memory_limit, "memory.limit in force, in bytes (the cgroup's with auto; 0: none)")      \
+    X(memory_headroom, "memory_limit minus bytes_committed (0 at or past it, or with no limit)") \
+    X(memory_limit_purges, "purges of every idle page and cached span because committed memory neared memory.limit, cumulative") \
+    X(memory_limit_refusals, "allocations refused because they would pass memory.limit (memory.limit_action = fail), cumulative")
 
-#define SEFER_STATS_VERSION 6
+#define SEFER_STATS_VERSION 7
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */
@@ -185,6 +189,11 @@ SEFER_EXPORT unsigned long sefer_test_os_failures(unsigned ops);
  * depends on time does not depend on how fast the machine runs.  Keep it
  * from going backwards while sefer runs on it. */
 SEFER_EXPORT void sefer_test_clock_ms(uint64_t ms);
+/* Only in a library built with fault injection: memory.limit = auto reads
+ * proc_cgroup instead of /proc/self/cgroup and looks for the cgroup tree
+ * under root instead of /sys/fs/cgroup (NULL: the real one), from the next
+ * time the limit is worked out (a change of memory.limit). */
+SEFER_EXPORT void sefer_test_cgroup_files(const char *proc_cgroup, const char *root);
 #endif
 
 /* ---- introspection server (docs/introspection.md) ---- */

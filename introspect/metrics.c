@@ -51,7 +51,11 @@ enum metric_type { GAUGE, COUNTER };
     X(profile_live_samples, "sefer_profile_live_samples", GAUGE, NULL)                \
     X(profile_bytes, "sefer_profile_bytes", GAUGE, NULL)                              \
     X(heap_fallbacks, "sefer_heap_fallbacks_total", COUNTER, NULL)                    \
-    X(bytes_shed_on_growth, "sefer_shed_on_growth_bytes_total", COUNTER, NULL)
+    X(bytes_shed_on_growth, "sefer_shed_on_growth_bytes_total", COUNTER, NULL)        \
+    X(memory_limit, "sefer_memory_limit_bytes", GAUGE, NULL)                          \
+    X(memory_headroom, "sefer_memory_headroom_bytes", GAUGE, NULL)                    \
+    X(memory_limit_purges, "sefer_memory_limit_purges_total", COUNTER, NULL)          \
+    X(memory_limit_refusals, "sefer_memory_limit_refusals_total", COUNTER, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */

@@ -161,6 +161,7 @@ static const char *const kind_names[SF_EVENT_KINDS] = {
     [SF_EVENT_PROFILE_MARK] = "profile_mark",
     [SF_EVENT_PHASE_BEGIN] = "phase_begin",
     [SF_EVENT_PHASE_END] = "phase_end",
+    [SF_EVENT_MEMORY_PRESSURE] = "memory_pressure",
 };
 
 /* As /stats and /metrics name them (guard_KIND, kind="KIND"). */
@@ -228,6 +229,11 @@ static void kind_fields(cJSON *o, const sf_event_t *e) {
         sf_json_u64(o, "block_bytes_entry", e->a);
         sf_json_u64(o, "block_bytes_peak", e->b);
         sf_json_u64(o, "block_bytes_exit", e->c);
+        break;
+    case SF_EVENT_MEMORY_PRESSURE:
+        sf_json_u64(o, "committed", e->a);
+        sf_json_u64(o, "limit", e->b);
+        sf_json_u64(o, "bytes_released", e->c);
         break;
     default:
         break;

@@ -42,6 +42,8 @@ struct cache_entry {
                          (what lies past it reads as zero) */
     size_t guard;     /* guard level >= 2: offset of its end guard page (0: none) */
     bool cooling;     /* the span freed last: not handed out, not merged */
+    bool pages;       /* some of it was a released segment (small or medium
+                         pages), not a large block's span */
 };
 
 pthread_mutex_t sf_cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -90,11 +92,13 @@ static size_t entry_decommit_tail(size_t i, size_t bytes) {
 static size_t entry_decommit(size_t i) { return entry_decommit_tail(i, SIZE_MAX); }
 
 /* The oldest entry still committed and cached for at least `delay`, or
- * SIZE_MAX. */
-static size_t oldest_committed(uint64_t now, uint64_t delay) {
+ * SIZE_MAX; with pages_only, of the entries holding released segments'
+ * memory (never a large block's span, so never the one freed last, which
+ * a loop of large blocks takes next). */
+static size_t oldest_committed(uint64_t now, uint64_t delay, bool pages_only) {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++)
-        if (entries[i].committed != 0 && now - entries[i].since_ms >= delay &&
+        if (entries[i].committed != 0 && now - entries[i].since_ms >= delay && (!pages_only || entries[i].pages) &&
             (best == SIZE_MAX || entries[i].since_ms < entries[best].since_ms))
             best = i;
     return best;
@@ -114,7 +118,7 @@ static size_t expire_locked(uint64_t now, bool all) {
     if (policy != SF_DECOMMIT_DELAYED && policy != SF_DECOMMIT_ADAPTIVE) return freed;
     uint64_t keep = sf_reuse_keep(&reuse, now, out_bytes), delay = sf_knob(SF_KNOB_DECOMMIT_DELAY);
     size_t i;
-    while (resident > keep && (i = oldest_committed(now, delay)) != SIZE_MAX) {
+    while (resident > keep && (i = oldest_committed(now, delay, false)) != SIZE_MAX) {
         size_t n = entry_decommit_tail(i, resident - keep);
         if (n == 0) break; /* less than a page over */
         resident -= n;
@@ -155,7 +159,7 @@ static bool serves_better(const struct cache_entry *a, const struct cache_entry 
  * *committed_out: how many bytes from its start may still be resident (0:
  * it all reads as zero). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
-                    size_t *guard_out) {
+                    size_t *guard_out, bool *pages_out) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
     out_bytes += min_size; /* hit or miss: that much is in use now */
@@ -182,6 +186,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
         *size_out = e.size;
         *committed_out = e.committed; /* 0: all zero, as mapped or decommitted */
         *guard_out = e.guard;
+        *pages_out = e.pages;
         sf_stat_add(&sf_gstats.cache_hits, 1);
     } else {
         sf_stat_add(&sf_gstats.cache_misses, 1);
@@ -199,13 +204,13 @@ static size_t joined_committed(const struct cache_entry *lo, const struct cache_
 
 /* Whether lo and hi join into a span whose resident part is still about a
  * prefix: hi has nothing resident, or lo is resident but for at most
- * SF_SPAN_TAIL_KEEP at its end (what a reused span's block leaves past
- * it: segment.c).  A join that put resident pages above a larger hole
+ * SF_SPAN_JOIN_SLACK at its end.  A join that put resident pages above a
+ * larger hole
  * counted the hole as resident: the cache then handed the hole out first,
  * as if resident, and faulted it in while resident memory waited (and
  * bytes_committed said more than the process held). */
 static bool joins_cleanly(const struct cache_entry *lo, const struct cache_entry *hi) {
-    return hi->committed == 0 || lo->committed + SF_SPAN_TAIL_KEEP >= lo->size;
+    return hi->committed == 0 || lo->committed + SF_SPAN_JOIN_SLACK >= lo->size;
 }
 
 /* Joins the freed span `e` to the cached spans it touches, below and above,
@@ -235,12 +240,14 @@ static bool merge_locked(struct cache_entry e) {
     if (above != SIZE_MAX) {
         struct cache_entry hi = entries[above];
         counted += hi.committed;
+        e.pages |= hi.pages;
         e.committed = joined_committed(&e, &hi);
         e.size += hi.size;
     }
     if (below != SIZE_MAX) {
         struct cache_entry lo = entries[below];
         counted += lo.committed;
+        e.pages |= lo.pages;
         e.committed = joined_committed(&lo, &e);
         e.base = lo.base;
         e.size += lo.size;
@@ -294,7 +301,7 @@ bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool 
     expire_locked(now, false);
     bool cool = freed_block && sf_guard_level >= 1;
     if (cool) uncool_locked();
-    struct cache_entry fresh = {base, size, now, committed, guard, cool};
+    struct cache_entry fresh = {base, size, now, committed, guard, cool, !freed_block};
     if (!cool && merge_locked(fresh)) {
         sf_unlock(&sf_cache_lock);
         return true;
@@ -316,15 +323,15 @@ bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool 
     return true;
 }
 
-/* New memory is about to be mapped for `bytes`: the cached spans that
- * could not serve it give back up to that much of their resident pages at
- * once, oldest first, whatever their age (segment.c, "Growth").  Returns
- * the bytes given back. */
-size_t sf_cache_shed(size_t bytes) {
+/* Memory not resident is about to be used for `bytes`: cached spans give
+ * back up to that much of their resident pages at once, oldest first,
+ * whatever their age (segment.c, "Growth"); with pages_only, only the
+ * memory of released segments.  Returns the bytes given back. */
+size_t sf_cache_shed(size_t bytes, bool pages_only) {
     size_t freed = 0, i;
     if (atomic_load_explicit(&sf_gstats.cache_spans, memory_order_relaxed) == 0) return 0;
     sf_lock(&sf_cache_lock);
-    while (freed < bytes && (i = oldest_committed(sf_now_ms(), 0)) != SIZE_MAX) {
+    while (freed < bytes && (i = oldest_committed(sf_now_ms(), 0, pages_only)) != SIZE_MAX) {
         size_t n = entry_decommit_tail(i, bytes - freed);
         if (n == 0) break;
         freed += n;

@@ -34,6 +34,8 @@ static int format_value(int i, char *buf, size_t len) {
         text = d->choices[v];
     } else if (d->type == SF_KNOB_BOOL) {
         text = v ? "true" : "false";
+    } else if (d->type == SF_KNOB_SIZE && v == SF_KNOB_AUTO) {
+        text = "auto";
     } else {
         sf_str_addu(&s, v);
         if (d->type == SF_KNOB_MS) sf_str_add(&s, "ms");
@@ -85,6 +87,8 @@ SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     sf_unlock(&sf_knob_lock);
     sf_event_knob(i, old, v, old_source, SF_SRC_RUNTIME);
     if (i == SF_KNOB_PROFILE_SAMPLE_BYTES) sf_prof_knob_changed();
+    if (i == SF_KNOB_MEMORY_LIMIT || i == SF_KNOB_MEMORY_SOFT_PERCENT || i == SF_KNOB_MEMORY_LIMIT_ACTION)
+        sf_memlimit_refresh();
     return 0;
 }
 

@@ -130,6 +130,11 @@ void sf_event_trim(size_t released) {
     sf_event_record(&e);
 }
 
+void sf_event_memory_pressure(uint64_t committed, uint64_t limit, size_t released) {
+    sf_event_t e = {.kind = SF_EVENT_MEMORY_PRESSURE, .a = committed, .b = limit, .c = released};
+    sf_event_record(&e);
+}
+
 void sf_event_server_start(int port, int pid) {
     sf_event_t e = {.kind = SF_EVENT_SERVER_START, .a = (uint64_t)port, .b = (uint64_t)pid};
     sf_event_record(&e);

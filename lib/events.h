@@ -18,7 +18,8 @@
  *                  (the first overflow, then at most one a minute while they go on)
  *   TRIM           a bytes released
  *   PROFILE_MARK   text name, a id (for the heap profiler, issue 11)
- *   PHASE_BEGIN/END text name, a b c the phase's figures (for phases, issue 12) */
+ *   PHASE_BEGIN/END text name, a b c the phase's figures (for phases, issue 12)
+ *   MEMORY_PRESSURE a committed bytes, b memory.limit, c bytes the purge released */
 enum sf_event_kind {
     SF_EVENT_NONE,
     SF_EVENT_SERVER_START,
@@ -30,6 +31,7 @@ enum sf_event_kind {
     SF_EVENT_PROFILE_MARK,
     SF_EVENT_PHASE_BEGIN,
     SF_EVENT_PHASE_END,
+    SF_EVENT_MEMORY_PRESSURE,
     SF_EVENT_KINDS
 };
 #define SF_EVENT_CAP 1024      /* events kept; older ones are dropped (counted) */

@@ -19,6 +19,7 @@ void sf_init_slow(void) {
     if (!atomic_load_explicit(&sf_initialized, memory_order_relaxed)) {
         sf_clock_init();
         sf_knobs_init();
+        sf_memlimit_refresh();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();
         sf_track_init();
@@ -59,6 +60,7 @@ static void fork_child(void) {
     fork_parent();
     sf_heaps_after_fork_child();
     sf_events_after_fork_child();
+    sf_memlimit_after_fork_child();
 }
 
 __attribute__((constructor(101))) static void sf_constructor(void) {

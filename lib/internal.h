@@ -171,6 +171,7 @@ SF_HIDDEN void sf_event_enomem(uint64_t count, size_t size);
 SF_HIDDEN void sf_event_guard(int kind, const void *p, uint64_t count);
 SF_HIDDEN void sf_event_ring_overflow(const sf_heap_t *owner);
 SF_HIDDEN void sf_event_trim(size_t released);
+SF_HIDDEN void sf_event_memory_pressure(uint64_t committed, uint64_t limit, size_t released);
 SF_HIDDEN void sf_event_server_start(int port, int pid);
 SF_HIDDEN void sf_event_profile_mark(const char *name, uint64_t id);
 SF_HIDDEN void sf_event_phase(bool begin, const char *name, uint64_t a, uint64_t b, uint64_t c);
@@ -253,19 +254,35 @@ SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
 SF_HIDDEN void sf_release_segments(size_t count);
 
+/* ---- memlimit.c: memory.limit ---------------------------------------------- */
+SF_HIDDEN extern _Atomic uint64_t sf_memlimit_next; /* committed above it: sf_memlimit_pressure */
+SF_HIDDEN extern _Atomic uint64_t sf_memlimit_hard; /* committed past it is refused (UINT64_MAX: never) */
+SF_HIDDEN extern _Atomic uint32_t sf_memlimit_epoch; /* heaps purge their pages when it moves */
+SF_HIDDEN void sf_memlimit_refresh(void);
+SF_HIDDEN uint64_t sf_memlimit_bytes(void);
+SF_HIDDEN void sf_memlimit_pressure(uint64_t committed);
+SF_HIDDEN bool sf_memlimit_admit_slow(size_t bytes);
+SF_HIDDEN void sf_memlimit_after_fork_child(void);
+/* Whether `bytes` more may be committed (memory.limit_action = fail). */
+SF_INLINE bool sf_memlimit_admit(size_t bytes) {
+    uint64_t hard = atomic_load_explicit(&sf_memlimit_hard, memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&sf_gstats.committed, memory_order_relaxed);
+    return SF_LIKELY(c <= hard && bytes <= hard - c) || sf_memlimit_admit_slow(bytes);
+}
+
 /* ---- cache.c: the large cache -------------------------------------------- */
-/* Resident pages of a reused span kept past its new block, at most
- * (segment.c); and the most of a span the cache counts as resident in a
- * join though it may not be (cache.c, joins_cleanly). */
-#define SF_SPAN_TAIL_KEEP ((size_t)1 << 20)
+/* The most of a span the cache counts as resident in a join though it may
+ * not be (cache.c, joins_cleanly). */
+#define SF_SPAN_JOIN_SLACK ((size_t)1 << 20)
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 /* committed_out: bytes of the span that may still be resident, counted from
- * its start (0: it reads as zero) */
+ * its start (0: it reads as zero); pages_out: whether that memory held a
+ * released segment's pages (not a large block) */
 SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
-                              size_t *guard_out);
+                              size_t *guard_out, bool *pages_out);
 SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
-SF_HIDDEN size_t sf_cache_shed(size_t bytes);
+SF_HIDDEN size_t sf_cache_shed(size_t bytes, bool pages_only);
 SF_HIDDEN bool sf_cache_holds(const void *p);
 
 /* ---- decommit.c: how much free memory stays committed -------------------- */

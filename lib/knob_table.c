@@ -14,6 +14,8 @@
 
 static const char *const sf_decommit_names[] = {"never", "eager", "delayed", "adaptive", NULL};
 static const char *const sf_on_error_names[] = {"abort", "report", NULL};
+static const char *const sf_limit_action_names[] = {"purge", "fail", NULL};
+static const char *const sf_auto_names[] = {"auto", NULL}; /* (size knobs: SF_KNOB_AUTO) */
 
 const struct sf_knob_def sf_knob_defs[SF_KNOB_COUNT] = {
 #define SF_KNOB_DEF_(id, nm, ty, dflt, lo, hi, rt, ch, doc) \
@@ -117,6 +119,10 @@ static int parse_number(const char *s, size_t len, uint8_t type, uint64_t *out) 
 /* A value of the knob's type as a person would write it: sizes in the
  * largest binary unit that divides them, durations in min, s or ms. */
 void sf_knob_format_human(uint8_t type, uint64_t v, sf_str_t *s) {
+    if (type == SF_KNOB_SIZE && v == SF_KNOB_AUTO) {
+        sf_str_add(s, "auto");
+        return;
+    }
     if (type == SF_KNOB_SIZE && v != 0) {
         static const char *const names[] = {"TiB", "GiB", "MiB", "KiB"};
         for (int i = 0; i < 4; i++) {
@@ -163,7 +169,7 @@ static void why_choices(int id, sf_str_t *why, bool quoted) {
 void sf_knob_expected(int id, sf_str_t *why, bool toml) {
     switch (sf_knob_defs[id].type) {
     case SF_KNOB_UINT: sf_str_add(why, "an integer"); break;
-    case SF_KNOB_SIZE: sf_str_add(why, "a size"); break;
+    case SF_KNOB_SIZE: sf_str_add(why, sf_knob_defs[id].choices ? "a size or auto" : "a size"); break;
     case SF_KNOB_MS: sf_str_add(why, "a duration"); break;
     case SF_KNOB_BOOL: sf_str_add(why, toml ? "true or false" : "1/true/yes/on or 0/false/no/off"); break;
     case SF_KNOB_ENUM: why_choices(id, why, toml); break;
@@ -211,12 +217,17 @@ bool sf_knob_convert_text(int id, const char *text, size_t len, uint64_t *out, s
         *out = 0;
         return true;
     default: {
+        if (d->type == SF_KNOB_SIZE && d->choices != NULL && len == 4 && memcmp(text, "auto", 4) == 0) {
+            *out = SF_KNOB_AUTO;
+            return true;
+        }
         bool neg = len > 1 && text[0] == '-' && text[1] >= '0' && text[1] <= '9';
         int rc = parse_number(text + neg, len - neg, d->type, &v);
         if (rc == NUM_OK) return sf_knob_check_number(id, v, neg, out, why);
         if (rc == NUM_TOO_BIG) { why_range(id, why); return false; }
         if (d->type == SF_KNOB_SIZE)
-            sf_str_add(why, "not a size (a number, optionally followed by B, KiB, MiB, GiB or TiB)");
+            sf_str_add(why, d->choices ? "not a size (a number, optionally followed by B, KiB, MiB, GiB or TiB) or auto"
+                                       : "not a size (a number, optionally followed by B, KiB, MiB, GiB or TiB)");
         else if (d->type == SF_KNOB_MS)
             sf_str_add(why, "not a duration (a number, optionally followed by ms, s or min)");
         else

@@ -13,6 +13,9 @@
 
 enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED, SF_DECOMMIT_ADAPTIVE };
 enum sf_on_error { SF_ON_ERROR_ABORT, SF_ON_ERROR_REPORT };
+enum sf_limit_action { SF_LIMIT_PURGE, SF_LIMIT_FAIL };
+/* A size knob whose choices name "auto" takes it as this value. */
+#define SF_KNOB_AUTO UINT64_MAX
 enum sf_knob_type { SF_KNOB_UINT, SF_KNOB_SIZE, SF_KNOB_MS, SF_KNOB_BOOL, SF_KNOB_ENUM, SF_KNOB_STRING };
 enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
 
@@ -31,6 +34,12 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "when empty pages and cached spans go back to the OS: never, eager, delayed or adaptive")  \
     X(DECOMMIT_DELAY, "decommit.delay", SF_KNOB_MS, 100, 0, 3600000, 1, NULL,                       \
       "how long an empty page or cached span stays committed at least (delayed, adaptive)")      \
+    X(MEMORY_LIMIT, "memory.limit", SF_KNOB_SIZE, SF_KNOB_AUTO, 0, 1ull << 50, 1, sf_auto_names,     \
+      "the process's memory limit: auto (its cgroup's memory.max or memory.limit_in_bytes), a size, or 0 for none") \
+    X(MEMORY_SOFT_PERCENT, "memory.soft_percent", SF_KNOB_UINT, 90, 10, 100, 1, NULL,                \
+      "committed memory above this percentage of memory.limit purges every idle page and cached span at once") \
+    X(MEMORY_LIMIT_ACTION, "memory.limit_action", SF_KNOB_ENUM, SF_LIMIT_PURGE, 0, 1, 1,              \
+      sf_limit_action_names, "at memory.limit itself: purge (and let the kernel decide), or fail the allocation with ENOMEM") \
     X(RINGS_CAPACITY, "rings.capacity", SF_KNOB_UINT, 1024, 2, 1u << 20, 0, NULL,                   \
       "slots in each heap's remote-free ring (rounded up to a power of two)")                     \
     X(GUARD_LEVEL, "guard.level", SF_KNOB_UINT, 1, 0, 3, 0, NULL,                                   \

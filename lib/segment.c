@@ -94,18 +94,22 @@ static bool guard_move(uint8_t *base, size_t from, size_t to) {
  * mapping, which reads as zero).  *guard: the offset of its end guard page
  * (guard level >= 2; 0: none yet). */
 static bool heap_release_empty(sf_heap_t *heap);
-/* (SF_SEG_SMALL, SF_SEG_MEDIUM, or SHED_ANY_KIND) */
-#define SHED_ANY_KIND 255u
+/* keep_kind: SF_SEG_SMALL or SF_SEG_MEDIUM (a page: the cache's spans and
+ * the heap's pages of the other size go), or SHED_SPAN (a span: the
+ * heap's pages and the cache's memory of released segments go; cached
+ * large blocks' spans could serve it, or the next one) */
+#define SHED_SPAN 255u
 static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind);
 
 /* heap: the calling thread's own heap (or one it holds the lock of), whose
  * idle memory goes first (see "Growth" below); NULL: none. */
 static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, bool cacheable, size_t *resident,
-                       size_t *guard) {
+                       size_t *guard, bool *pages) {
     *guard = 0;
+    *pages = false;
     for (int attempt = 0; cacheable && attempt < 2; attempt++) {
         size_t got = 0;
-        void *p = sf_cache_take(*size, max_size, &got, resident, guard);
+        void *p = sf_cache_take(*size, max_size, &got, resident, guard, pages);
         if (p != NULL) {
             *size = got;
             return p;
@@ -161,7 +165,9 @@ static size_t header_bytes(unsigned page_count) {
 static void commit_add(sf_segment_t *seg, size_t n) {
     SF_SET(seg->committed_bytes, seg->committed_bytes + n);
     sf_stat_add(&sf_gstats.committed, n);
-    if (SF_UNLIKELY(sf_phase_on())) sf_phase_committed(atomic_load_explicit(&sf_gstats.committed, memory_order_relaxed));
+    uint64_t now = atomic_load_explicit(&sf_gstats.committed, memory_order_relaxed);
+    if (SF_UNLIKELY(sf_phase_on())) sf_phase_committed(now);
+    if (SF_UNLIKELY(now > atomic_load_explicit(&sf_memlimit_next, memory_order_relaxed))) sf_memlimit_pressure(now);
 }
 
 /* ---- small and medium segments ---------------------------------------- */
@@ -183,7 +189,8 @@ static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
-    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, true, &resident, &guard);
+    bool pages = false;
+    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, true, &resident, &guard, &pages);
     if (seg == NULL) return NULL;
     if (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE)) {
         span_drop(seg, size);
@@ -388,10 +395,19 @@ static unsigned free_page_index(const sf_segment_t *seg) {
 
 sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     unsigned kind = class_idx <= SF_SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
+    uint32_t epoch = atomic_load_explicit(&sf_memlimit_epoch, memory_order_relaxed);
+    if (SF_UNLIKELY(heap->memlimit_epoch != epoch)) { /* memory.limit's soft threshold was crossed */
+        heap->memlimit_epoch = epoch;
+        sf_segment_collect_purges(heap, true);
+    }
     if ((++heap->page_allocs & 15) == 0) {
         sf_segment_collect_purges(heap, false);
         sf_heaps_purge_abandoned();
     }
+    /* (memory.limit_action = fail: a page's worth, whether or not the page
+     * found is resident; at the limit none is, the admission purged them) */
+    if (!sf_memlimit_admit((size_t)1 << (kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT)))
+        return NULL;
     sf_page_t *page = purge_queue_find(heap, class_idx);
     sf_segment_t *seg;
     unsigned idx;
@@ -518,7 +534,7 @@ static bool heap_release_empty(sf_heap_t *heap) {
 static size_t shed_purges(sf_heap_t *heap, size_t bytes, unsigned keep_kind) {
     uint32_t others = keep_kind == SF_SEG_SMALL    ? heap->purge_medium
                       : keep_kind == SF_SEG_MEDIUM ? heap->purge_count - heap->purge_medium
-                                                   : heap->purge_count;
+                                                   : heap->purge_count; /* (SHED_SPAN) */
     size_t freed = 0;
     unsigned kept = 0;
     sf_page_t *page, *next;
@@ -537,17 +553,26 @@ static size_t shed_purges(sf_heap_t *heap, size_t bytes, unsigned keep_kind) {
 
 /* `bytes` of memory not resident are about to be used (mapped, or a page
  * decommitted or never used is committed): as much idle resident memory
- * goes back, the cache's, then heap's waiting pages that could not have
- * served the request (not of keep_kind). */
+ * goes back that could not have served the request: for a page, the
+ * cache's spans (the heap chose its own free page over them) and the
+ * heap's waiting pages of the other page size; for a span, the heap's
+ * waiting pages and the cached memory of released segments.  (A span's
+ * growth does not shed cached large blocks' spans: a chain of reallocs
+ * doubling to 64 MiB, or a loop of large blocks alternating two spans,
+ * would fault them in again on every round; the decommit policy ages
+ * them out.) */
 static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind) {
     uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
     if (policy != SF_DECOMMIT_DELAYED && policy != SF_DECOMMIT_ADAPTIVE) return;
-    size_t freed = sf_cache_shed(bytes);
+    size_t freed = sf_cache_shed(bytes, keep_kind == SHED_SPAN);
     if (freed < bytes && heap != NULL) freed += shed_purges(heap, bytes - freed, keep_kind);
     if (freed != 0) sf_stat_add(&sf_gstats.growth_shed, freed);
 }
 
 /* ---- spans: large and huge blocks ----------------------------------------- */
+
+/* Resident pages of released segments kept past a span's new block. */
+#define SPAN_PAGES_TAIL_KEEP ((size_t)1 << 20)
 
 /* Layout: header in the first OS page, the block at the first address
  * aligned to max(align, SF_OS_PAGE) after it; at guard level >= 2 the block
@@ -567,9 +592,15 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     size_t span = sf_align_up(rounded + lead + tail, SF_SEG_SIZE);
     bool cacheable = span <= (size_t)SF_LARGE_MAX_SEGS * SF_SEG_SIZE;
     size_t resident = 0, guard = 0;
+    if (!sf_memlimit_admit(rounded + first)) {
+        errno = ENOMEM;
+        return NULL;
+    }
     /* (with guard pages cached spans are not split: one up to twice the
      * size serves whole, its old pages kept, rather than a new mapping) */
-    sf_segment_t *seg = span_take(growth_heap(), &span, guarded ? 2 * span : span, cacheable, &resident, &guard);
+    bool pages = false;
+    sf_segment_t *seg =
+        span_take(growth_heap(), &span, guarded ? 2 * span : span, cacheable, &resident, &guard, &pages);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
@@ -582,20 +613,25 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
         return NULL;
     }
     /* a reused span may hold old pages past the new block (in its last
-     * segment): up to SF_SPAN_TAIL_KEEP of them stay, counted as committed, for
-     * a later growth or the next block of this span, instead of being
-     * dropped and faulted in again; the rest go back now (a 4 MiB block
-     * takes a span of two segments, and a span reused from the first
-     * segments of a larger resident one left almost 4 MiB idle per block) */
+     * segment): they stay, counted as committed, for a later growth or the
+     * next block of this span, instead of being dropped and faulted in
+     * again: a large block's old pages are likely a large block's again.
+     * Not so the pages of released segments (small and medium pages) the
+     * span was cut from: past SPAN_PAGES_TAIL_KEEP they go back now.  (A
+     * 4 MiB block takes a span of two segments; cut from released
+     * segments, each left almost 4 MiB of their pages idle and resident:
+     * the phases workload peaked 70 MiB higher.  Dropping every span's
+     * tail made a loop over large blocks of random sizes 5x slower:
+     * docs/design.md, "Growth".) */
     size_t used = (size_t)(block - (uint8_t *)seg) + rounded;
     resident = sf_align_up(resident, SF_OS_PAGE);
-    if (!guarded && resident > used + SF_SPAN_TAIL_KEEP) {
-        size_t keep = used + SF_SPAN_TAIL_KEEP;
+    if (pages && !guarded && resident > used + SPAN_PAGES_TAIL_KEEP) {
+        size_t keep = used + SPAN_PAGES_TAIL_KEEP;
         sf_os_decommit((uint8_t *)seg + keep, resident - keep);
         sf_stat_add(&sf_gstats.decommitted_total, resident - keep);
         resident = keep;
     }
-    if (used > resident) shed_before_growth(growth_heap(), used - resident, SHED_ANY_KIND);
+    if (used > resident) shed_before_growth(growth_heap(), used - resident, SHED_SPAN);
     if (!zero) memset(seg, 0, header_bytes(1));
     size_t off = (size_t)(block - (uint8_t *)seg);
     if (sf_guard_level >= 3 && resident > off) /* zero on malloc: old pages of the span */
@@ -656,7 +692,10 @@ bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size) {
     if (rounded < new_size || rounded > page->page_bytes) return false;
     size_t old = page->span_bytes, lead = (size_t)(page->block_start - (uint8_t *)seg);
     if (rounded > old) {
-        if (lead + rounded > seg->committed_bytes) commit_add(seg, lead + rounded - seg->committed_bytes);
+        if (lead + rounded > seg->committed_bytes) {
+            if (!sf_memlimit_admit(lead + rounded - seg->committed_bytes)) return false;
+            commit_add(seg, lead + rounded - seg->committed_bytes);
+        }
     } else if (old - rounded >= ((size_t)1 << 20)) {
         size_t drop = seg->committed_bytes - (lead + rounded);
         sf_os_decommit(page->block_start + rounded, drop);

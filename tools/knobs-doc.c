@@ -83,6 +83,7 @@ static size_t generate(char *buf, size_t len) {
             add_value(&s, i, d->min);
             sf_str_add(&s, " - ");
             add_value(&s, i, d->max);
+            if (d->type == SF_KNOB_SIZE && d->choices) sf_str_add(&s, ", `auto`");
         }
         sf_str_add(&s, " | ");
         sf_str_add(&s, d->type == SF_KNOB_SIZE ? "bytes" : d->type == SF_KNOB_MS ? "ms" : "-");
@@ -147,6 +148,7 @@ static size_t generate_man(char *buf, size_t len) {
                 add_plain_value(&v, i, d->min);
                 sf_str_add(&v, " to ");
                 add_plain_value(&v, i, d->max);
+                if (d->type == SF_KNOB_SIZE && d->choices) sf_str_add(&v, ", or auto");
             }
         }
         sf_str_add(&v, d->runtime ? "; can change at run time." : "; fixed at start-up.");

@@ -253,7 +253,7 @@ function alarms(st, config) {
   badge('badge-guard', now.guard, ' guard detection' + (now.guard === 1 ? '' : 's'));
   badge('badge-enomem', now.enomem, ' ENOMEM');
   banner('banner-guard', now.guard > 0, 'Guard detections: ' + count(now.guard) + ' (' + guardText(st) + '). Each was written to the process\u2019s stderr with its address; guard.on_error = ' + knob(config, 'guard.on_error') + '.');
-  banner('banner-enomem', now.enomem > 0, 'ENOMEM: ' + count(now.enomem) + ' allocations returned NULL: segments.max (' + count(knob(config, 'segments.max')) + ') was reached or the OS refused memory.');
+  banner('banner-enomem', now.enomem > 0, 'ENOMEM: ' + count(now.enomem) + ' allocations returned NULL: segments.max (' + count(knob(config, 'segments.max')) + ') was reached' + (st.memory_limit_refusals ? ', memory.limit was reached (' + count(st.memory_limit_refusals) + ' refusals, memory.limit_action = fail)' : '') + ' or the OS refused memory.');
   banner('banner-ring', now.overflows > 0, 'Remote-free rings overflowed ' + count(now.overflows) + ' times: those frees took the overflow list (lossless, slower); a larger rings.capacity avoids it.');
 }
 

@@ -28,7 +28,7 @@ const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 720
 const MARK_COLOURS = {
   knob: '#d97706', restart: '#dc2626', gone: '#6b7280', enomem: '#dc2626', guard: '#b91c1c',
   ring_overflow: '#ca8a04', trim: '#0891b2', server_start: '#4b5563', profile_mark: '#7c3aed',
-  phase_begin: '#059669', phase_end: '#059669',
+  phase_begin: '#059669', phase_end: '#059669', memory_pressure: '#dc2626',
 };
 export const RANGES = [
   {value: '300', label: 'last 5 min'},

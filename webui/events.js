@@ -30,7 +30,7 @@ const GUARD_TEXT = {
 // A knob value of an event, in the knob's terms (as /config's).
 function knobText(type, v) {
   if (type === 'duration') return duration(v);
-  if (type === 'size') return bytes(v);
+  if (type === 'size') return v === 'auto' ? 'auto' : bytes(v);
   return String(v);
 }
 
@@ -46,6 +46,7 @@ export function eventText(e) {
     case 'profile_mark': return 'Heap profile mark: ' + e.name + '.';
     case 'phase_begin': return 'Phase ' + e.name + ' began.';
     case 'phase_end': return 'Phase ' + e.name + ' ended.';
+    case 'memory_pressure': return 'Memory pressure: ' + bytes(e.committed) + ' committed of a ' + bytes(e.limit) + ' limit; idle pages and cached spans purged (' + bytes(e.bytes_released) + ' at once, other threads’ on their next page).';
     default: return e.kind;
   }
 }
@@ -61,6 +62,7 @@ export function eventLabel(e) {
     case 'profile_mark': return e.name;
     case 'phase_begin': return e.name + ' \u25b8';
     case 'phase_end': return '\u25c2 ' + e.name;
+    case 'memory_pressure': return 'memory limit';
     default: return e.kind;
   }
 }

@@ -63,7 +63,10 @@ export function renderCache(dl, st, rates) {
     ['large cache', bytes(st.large_cache_bytes) + ' in ' + count(st.large_cache_spans) + ' spans'],
     ['cache hit rate', st.large_cache_hit_rate === null ? 'n/a (no lookup yet)' : percent(st.large_cache_hit_rate) +
         ' (' + count(st.large_cache_hits) + ' hits, ' + count(st.large_cache_misses) + ' misses)'],
+    ['memory limit', st.memory_limit ? bytes(st.memory_limit) + ' (headroom ' + bytes(st.memory_headroom) + ')' : 'none'],
+    ['limit purges', count(st.memory_limit_purges) + (st.memory_limit_refusals ? ', ' + count(st.memory_limit_refusals) + ' allocations refused' : '')],
     ['decommitted', bytes(st.bytes_decommitted_total) + ' in all'],
+    ['shed on growth', bytes(st.bytes_shed_on_growth) + ' in all'],
     ['decommit rate', rates.decommit === null ? 'n/a' : bytes(rates.decommit) + '/s'],
     ['OS mappings', count(st.os_maps) + ' in all'],
     ['reserved', bytes(st.bytes_reserved)],

@@ -104,7 +104,8 @@ START_TEST(test_stats_fields_and_figures)
         "bytes_decommitted_total", "segments", "segments_peak", "large_cache_bytes",
         "large_cache_spans", "large_cache_hits", "large_cache_misses", "os_maps", "allocs", "frees",
         "remote_frees", "ring_pushes", "ring_overflows", "enomem", "heaps_live", "heaps_abandoned",
-        "fallback_allocs", "heap_fallbacks", "bytes_shed_on_growth", "guard_invalid_free", "guard_interior_free", "guard_double_free",
+        "fallback_allocs", "heap_fallbacks", "bytes_shed_on_growth", "memory_limit", "memory_headroom",
+        "memory_limit_purges", "memory_limit_refusals", "guard_invalid_free", "guard_interior_free", "guard_double_free",
         "guard_overflow", "guard_use_after_free", "rss_bytes"};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         it_u64(s0, fields[i]);
@@ -531,7 +532,10 @@ START_TEST(test_config_lists_every_knob)
         ck_assert(strlen(it_str(k, "meaning")) > 5);
         if (strcmp(type, "uint") == 0 || strcmp(type, "size") == 0 || strcmp(type, "duration") == 0) {
             ck_assert_uint_le(it_u64(k, "min"), it_u64(k, "max"));
-            ck_assert_uint_eq(it_u64(k, "value"), strtoull(text, NULL, 10));
+            if (strcmp(text, "auto") == 0) /* (a size knob that takes auto: memory.limit) */
+                ck_assert_str_eq(it_str(k, "value"), "auto");
+            else
+                ck_assert_uint_eq(it_u64(k, "value"), strtoull(text, NULL, 10));
         }
         if (strcmp(name, "large_cache.slots") == 0) {
             saw_slots = true;
