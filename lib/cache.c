@@ -37,9 +37,12 @@ struct cache_entry {
     uint8_t *base;
     size_t size;
     uint64_t since_ms;
-    size_t committed; /* bytes of it counted in stats.bytes_committed: from
-                         its start, an upper bound of what may be resident
-                         (what lies past it reads as zero) */
+    size_t committed; /* from its start, an upper bound of what may be
+                         resident (what lies past it reads as zero) */
+    size_t counted;   /* of it, counted in stats.bytes_committed: what was
+                         committed when its pieces came in, less what was
+                         decommitted since (at most `committed`; a join
+                         counts no hole, as `committed` must) */
     size_t guard;     /* guard level >= 2: offset of its end guard page (0: none) */
     bool cooling;     /* the span freed last: not handed out, not merged */
     bool pages;       /* some of it was a released segment (small or medium
@@ -65,15 +68,16 @@ static size_t entry_unmap(size_t i) {
     struct cache_entry e = entries[i];
     entry_remove(i);
     sf_os_unmap(e.base, e.size);
-    sf_stat_sub(&sf_gstats.committed, e.committed);
+    sf_stat_sub(&sf_gstats.committed, e.counted);
     sf_stat_sub(&sf_gstats.reserved, e.size);
-    sf_stat_add(&sf_gstats.decommitted_total, e.committed);
+    sf_stat_add(&sf_gstats.decommitted_total, e.counted);
     sf_release_segments(e.size >> SF_SEG_SHIFT);
     return e.size;
 }
 
 /* Decommits the last `bytes` (at most) of entry i's committed prefix, so
- * what stays committed is still a prefix; returns the bytes given back. */
+ * what stays committed is still a prefix; returns the counted bytes given
+ * back. */
 static size_t entry_decommit_tail(size_t i, size_t bytes) {
     struct cache_entry *e = &entries[i];
     size_t keep = e->committed > bytes ? sf_align_up(e->committed - bytes, SF_OS_PAGE) : 0;
@@ -84,9 +88,11 @@ static size_t entry_decommit_tail(size_t i, size_t bytes) {
     if (!guarded_spans()) sf_os_decommit(at, len);
     else if (!sf_os_decommit_try(at, len)) return 0; /* (never cleared by hand: guard pages) */
     e->committed = keep;
-    sf_stat_sub(&sf_gstats.committed, n);
-    sf_stat_add(&sf_gstats.decommitted_total, n);
-    return n;
+    size_t drop = e->counted > keep ? e->counted - keep : 0;
+    e->counted -= drop;
+    sf_stat_sub(&sf_gstats.committed, drop);
+    sf_stat_add(&sf_gstats.decommitted_total, drop);
+    return drop;
 }
 
 static size_t entry_decommit(size_t i) { return entry_decommit_tail(i, SIZE_MAX); }
@@ -98,7 +104,7 @@ static size_t entry_decommit(size_t i) { return entry_decommit_tail(i, SIZE_MAX)
 static size_t oldest_committed(uint64_t now, uint64_t delay, bool pages_only) {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++)
-        if (entries[i].committed != 0 && now - entries[i].since_ms >= delay && (!pages_only || entries[i].pages) &&
+        if (entries[i].counted != 0 && now - entries[i].since_ms >= delay && (!pages_only || entries[i].pages) &&
             (best == SIZE_MAX || entries[i].since_ms < entries[best].since_ms))
             best = i;
     return best;
@@ -114,7 +120,7 @@ static size_t expire_locked(uint64_t now, bool all) {
     uint64_t ttl = sf_knob(SF_KNOB_LARGE_CACHE_TTL), policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
     for (size_t i = entry_count; i-- > 0;)
         if (all || now - entries[i].since_ms >= ttl) freed += entry_unmap(i);
-        else resident += entries[i].committed;
+        else resident += entries[i].counted;
     if (policy != SF_DECOMMIT_DELAYED && policy != SF_DECOMMIT_ADAPTIVE) return freed;
     uint64_t keep = sf_reuse_keep(&reuse, now, out_bytes), delay = sf_knob(SF_KNOB_DECOMMIT_DELAY);
     size_t i;
@@ -133,31 +139,21 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
     struct cache_entry *e = &entries[i], front = *e;
     front.size = at;
     front.committed = e->committed < at ? e->committed : at;
+    front.counted = e->counted < front.committed ? e->counted : front.committed;
     front.guard = 0; /* (no guards where spans are split) */
     e->base += at;
     e->size -= at;
     e->committed -= front.committed;
+    e->counted -= front.counted;
     sf_stat_sub(&sf_gstats.cache_bytes, at);
-    sf_stat_sub(&sf_gstats.committed, front.committed);
+    sf_stat_sub(&sf_gstats.committed, front.counted);
     return front;
 }
 
-/* Whether entry a serves a request of `size` bytes better than entry b:
- * resident memory first (one whose resident prefix covers the request,
- * rather than a piece that would be faulted in while resident spans wait:
- * after a split, the piece left over is often the smallest that fits, and
- * taking it first left the resident fronts idle and faulted in as much
- * again), then the smaller. */
-static bool serves_better(const struct cache_entry *a, const struct cache_entry *b, size_t size) {
-    bool ra = a->committed >= size, rb = b->committed >= size;
-    return ra != rb ? ra : a->size < b->size;
-}
-
 /* Takes a cached span of at least min_size bytes: the smallest that holds
- * it (resident ones first: serves_better), whole if it is at most
- * max_size, else its first min_size bytes (see the top of the file).
- * *committed_out: how many bytes from its start may still be resident (0:
- * it all reads as zero). */
+ * it, whole if it is at most max_size, else its first min_size bytes (see
+ * the top of the file).  *committed_out: how many bytes from its start may
+ * still be resident (0: it all reads as zero). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
                     size_t *guard_out, bool *pages_out) {
     uint64_t now = sf_now_ms();
@@ -168,7 +164,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
         if (entries[i].cooling || (guarded_spans() && s > max_size)) continue;
-        if (s >= min_size && (best == SIZE_MAX || serves_better(&entries[i], &entries[best], min_size))) best = i;
+        if (s >= min_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
     }
     void *p = NULL;
     if (best != SIZE_MAX) {
@@ -180,7 +176,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
             entry_remove(best);
             /* the new owner counts what it uses; the span's old pages that
              * are still resident are not "handed out" until it does */
-            sf_stat_sub(&sf_gstats.committed, e.committed);
+            sf_stat_sub(&sf_gstats.committed, e.counted);
         }
         p = e.base;
         *size_out = e.size;
@@ -196,21 +192,14 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *
     return p;
 }
 
-/* The committed figure of two adjacent spans joined (lo, then hi): their
- * resident prefix (joins_cleanly holds, so it is exact). */
+/* The committed figure of two adjacent spans joined (lo, then hi): an upper
+ * bound of the resident prefix, so a resident upper part makes the whole
+ * lower part count.  (Refusing joins that would count a hole made a loop
+ * over large blocks of 5-25 MiB 1.5x slower, its spans no longer merging;
+ * a segment cut from such a span asks the kernel which of its pages are
+ * resident instead: segment.c, segment_create.) */
 static size_t joined_committed(const struct cache_entry *lo, const struct cache_entry *hi) {
     return hi->committed > 0 ? lo->size + hi->committed : lo->committed;
-}
-
-/* Whether lo and hi join into a span whose resident part is still about a
- * prefix: hi has nothing resident, or lo is resident but for at most
- * SF_SPAN_JOIN_SLACK at its end.  A join that put resident pages above a
- * larger hole
- * counted the hole as resident: the cache then handed the hole out first,
- * as if resident, and faulted it in while resident memory waited (and
- * bytes_committed said more than the process held). */
-static bool joins_cleanly(const struct cache_entry *lo, const struct cache_entry *hi) {
-    return hi->committed == 0 || lo->committed + SF_SPAN_JOIN_SLACK >= lo->size;
 }
 
 /* Joins the freed span `e` to the cached spans it touches, below and above,
@@ -225,28 +214,18 @@ static bool merge_locked(struct cache_entry e) {
         if (entries[i].base + entries[i].size == e.base) below = i;
         if (e.base + e.size == entries[i].base) above = i;
     }
-    if (above != SIZE_MAX && !joins_cleanly(&e, &entries[above])) above = SIZE_MAX;
-    if (below != SIZE_MAX) {
-        struct cache_entry upper = e; /* e with what lies above it, if that joins */
-        if (above != SIZE_MAX) {
-            upper.committed = joined_committed(&e, &entries[above]);
-            upper.size += entries[above].size;
-        }
-        if (!joins_cleanly(&entries[below], &upper)) below = SIZE_MAX;
-    }
     if (below == SIZE_MAX && above == SIZE_MAX) return false;
     if (atomic_load(&sf_gstats.cache_bytes) + e.size > sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES)) return false;
-    size_t counted = e.committed; /* already in stats.bytes_committed */
     if (above != SIZE_MAX) {
         struct cache_entry hi = entries[above];
-        counted += hi.committed;
+        e.counted += hi.counted;
         e.pages |= hi.pages;
         e.committed = joined_committed(&e, &hi);
         e.size += hi.size;
     }
     if (below != SIZE_MAX) {
         struct cache_entry lo = entries[below];
-        counted += lo.committed;
+        e.counted += lo.counted;
         e.pages |= lo.pages;
         e.committed = joined_committed(&lo, &e);
         e.base = lo.base;
@@ -260,7 +239,6 @@ static bool merge_locked(struct cache_entry e) {
     entries[entry_count] = e;
     sf_stat_add(&sf_gstats.cache_bytes, e.size);
     sf_stat_add(&sf_gstats.cache_spans, 1);
-    sf_stat_add(&sf_gstats.committed, e.committed - counted);
     if (sf_knob(SF_KNOB_DECOMMIT_POLICY) == SF_DECOMMIT_EAGER) entry_decommit(entry_count);
     entry_count++;
     return true;
@@ -283,11 +261,12 @@ static void uncool_locked(void) {
         }
 }
 
-/* Offers a span (its segmap entries already clear; `committed` of its bytes
- * counted in stats.bytes_committed; `guard`: see struct cache_entry).
+/* Offers a span (its segmap entries already clear; `counted` of its bytes
+ * counted in stats.bytes_committed, all within its first `resident`;
+ * `guard`: see struct cache_entry).
  * `freed_block`: a large block's span freed just now, to cool (see the top
  * of the file).  Returns false if the budget refuses it: the caller unmaps. */
-bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block) {
+bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t guard, bool freed_block) {
     uint64_t slots = sf_knob(SF_KNOB_LARGE_CACHE_SLOTS);
     uint64_t budget = sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES);
     if (slots > CACHE_SLOTS_MAX) slots = CACHE_SLOTS_MAX;
@@ -301,7 +280,7 @@ bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool 
     expire_locked(now, false);
     bool cool = freed_block && sf_guard_level >= 1;
     if (cool) uncool_locked();
-    struct cache_entry fresh = {base, size, now, committed, guard, cool, !freed_block};
+    struct cache_entry fresh = {base, size, now, resident, counted, guard, cool, !freed_block};
     if (!cool && merge_locked(fresh)) {
         sf_unlock(&sf_cache_lock);
         return true;

@@ -107,6 +107,7 @@ SF_HIDDEN void *sf_os_map_aligned(size_t size, size_t align);
 SF_HIDDEN void sf_os_unmap(void *p, size_t size);
 SF_HIDDEN void sf_os_decommit(void *p, size_t size);
 SF_HIDDEN bool sf_os_decommit_try(void *p, size_t size);
+SF_HIDDEN bool sf_os_resident(const void *p, size_t size, unsigned char *vec);
 SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
 SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
@@ -271,16 +272,13 @@ SF_INLINE bool sf_memlimit_admit(size_t bytes) {
 }
 
 /* ---- cache.c: the large cache -------------------------------------------- */
-/* The most of a span the cache counts as resident in a join though it may
- * not be (cache.c, joins_cleanly). */
-#define SF_SPAN_JOIN_SLACK ((size_t)1 << 20)
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 /* committed_out: bytes of the span that may still be resident, counted from
  * its start (0: it reads as zero); pages_out: whether that memory held a
  * released segment's pages (not a large block) */
 SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
                               size_t *guard_out, bool *pages_out);
-SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t committed, size_t guard, bool freed_block);
+SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t guard, bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
 SF_HIDDEN size_t sf_cache_shed(size_t bytes, bool pages_only);
 SF_HIDDEN bool sf_cache_holds(const void *p);

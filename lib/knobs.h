@@ -14,6 +14,7 @@
 enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED, SF_DECOMMIT_ADAPTIVE };
 enum sf_on_error { SF_ON_ERROR_ABORT, SF_ON_ERROR_REPORT };
 enum sf_limit_action { SF_LIMIT_PURGE, SF_LIMIT_FAIL };
+enum sf_thp { SF_THP_NEVER, SF_THP_MADVISE, SF_THP_SYSTEM };
 /* A size knob whose choices name "auto" takes it as this value. */
 #define SF_KNOB_AUTO UINT64_MAX
 enum sf_knob_type { SF_KNOB_UINT, SF_KNOB_SIZE, SF_KNOB_MS, SF_KNOB_BOOL, SF_KNOB_ENUM, SF_KNOB_STRING };
@@ -40,6 +41,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "committed memory above this percentage of memory.limit purges every idle page and cached span at once") \
     X(MEMORY_LIMIT_ACTION, "memory.limit_action", SF_KNOB_ENUM, SF_LIMIT_PURGE, 0, 1, 1,              \
       sf_limit_action_names, "at memory.limit itself: purge (and let the kernel decide), or fail the allocation with ENOMEM") \
+    X(MEMORY_THP, "memory.thp", SF_KNOB_ENUM, SF_THP_NEVER, 0, 2, 1, sf_thp_names,                  \
+      "transparent huge pages for segments and spans: never, madvise (ask for them), or system (what the system says)") \
     X(RINGS_CAPACITY, "rings.capacity", SF_KNOB_UINT, 1024, 2, 1u << 20, 0, NULL,                   \
       "slots in each heap's remote-free ring (rounded up to a power of two)")                     \
     X(GUARD_LEVEL, "guard.level", SF_KNOB_UINT, 1, 0, 3, 0, NULL,                                   \

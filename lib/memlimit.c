@@ -11,9 +11,10 @@
  *
  *   soft  memory.soft_percent of the limit.  Crossing it purges at once:
  *         the large cache is emptied, the calling thread's and abandoned
- *         heaps' waiting pages are decommitted, and every other heap
- *         decommits its own on its next page allocation (a new pressure
- *         epoch; no thread may touch another's heap).  Counted in
+ *         heaps' waiting pages are decommitted, and every heap returns its
+ *         empty pages and decommits its waiting ones at its next
+ *         allocation slow path (a new pressure epoch; no thread may touch
+ *         another's heap).  Counted in
  *         memory_limit_purges and recorded as a memory_pressure event.
  *         While committed memory stays above the threshold, the next purge
  *         waits until it has grown by 1/32 of the limit more, so a program

@@ -339,6 +339,14 @@ static void *heap_malloc_from(sf_heap_t *heap, unsigned class_idx, bool sampled)
 
 /* The slow path for one class: take in remote frees, find or make a page. */
 void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
+    /* memory.limit's soft threshold was crossed since this heap last
+     * looked: its empty pages go back to their segments, and every waiting
+     * page is decommitted (memlimit.c; no other thread may do it for it) */
+    uint32_t epoch = atomic_load_explicit(&sf_memlimit_epoch, memory_order_relaxed);
+    if (SF_UNLIKELY(heap->memlimit_epoch != epoch)) {
+        heap->memlimit_epoch = epoch;
+        sf_page_collect_heap_ex(heap, false, true);
+    }
     /* the current page may still have blocks (guard level >= 2 comes here
      * for every allocation): take one before the full slow path */
     sf_page_t *first = heap->queues[class_idx].first;

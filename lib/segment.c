@@ -124,8 +124,11 @@ static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, bool cach
 
 /* guard: the offset of its end guard page (guard level >= 2), kept with it
  * in the cache; freed_block: the span of a large block freed just now. */
-static void span_unmap(void *base, size_t size, size_t committed, bool cacheable, size_t guard, bool freed_block) {
-    if (cacheable && sf_cache_put(base, size, committed, guard, freed_block)) return;
+/* committed: its bytes counted in stats.bytes_committed; resident: how far
+ * from its start they may lie (at least committed). */
+static void span_unmap(void *base, size_t size, size_t committed, size_t resident, bool cacheable, size_t guard,
+                       bool freed_block) {
+    if (cacheable && sf_cache_put(base, size, resident, committed, guard, freed_block)) return;
     sf_os_unmap(base, size);
     sf_stat_sub(&sf_gstats.committed, committed);
     sf_stat_sub(&sf_gstats.reserved, size);
@@ -135,7 +138,7 @@ static void span_unmap(void *base, size_t size, size_t committed, bool cacheable
 
 /* Gives back a span span_take returned, unused (its counted bytes were
  * handed to the taker, who counted none yet). */
-static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, false, 0, false); }
+static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, 0, false, 0, false); }
 
 static void segment_link_all(sf_segment_t *seg) {
     seg->not_a_page = 0; /* (types.h) */
@@ -187,6 +190,27 @@ static void heap_seglist_remove(sf_heap_t *heap, sf_segment_t *seg) {
     seg->heap_next = seg->heap_prev = NULL;
 }
 
+/* A segment cut from a cached span whose first `resident` bytes may hold
+ * old pages: those of its pages the kernel says are resident (in part)
+ * count as committed from the start, so using them is no growth
+ * (shed_before_growth) and the decommit policy gives them back like any
+ * other page.  (The cache's figure is an upper bound, holes and all: a
+ * page it covers may be resident or not.) */
+static void mark_resident_pages(sf_segment_t *seg, size_t resident) {
+    unsigned char vec[SF_SEG_SIZE / SF_OS_PAGE];
+    bool known = sf_os_resident(seg, SF_SEG_SIZE, vec);
+    for (unsigned i = 0; i < seg->page_count; i++) {
+        sf_page_t *pg = &seg->pages[i];
+        size_t start = (size_t)(pg->page_start - (uint8_t *)seg), end = start + pg->page_bytes;
+        if (pg->page_bytes == 0 || start >= resident) continue;
+        bool any = !known;
+        for (size_t o = start; o < end && !any; o += SF_OS_PAGE) any = vec[o / SF_OS_PAGE] & 1;
+        if (!any) continue;
+        pg->committed = 1;
+        commit_add(seg, pg->page_bytes);
+    }
+}
+
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
     bool pages = false;
@@ -227,16 +251,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     /* guard pages (span_take): after the metadata, and at the segment's
      * end, so an overflow of the last page cannot reach the next segment */
     if (guard_pages()) seg->pages[count - 1].page_bytes -= SF_OS_PAGE;
-    /* pages a reused span left resident count as committed from the start:
-     * using them is no growth (shed_before_growth), and the decommit
-     * policy gives them back like any other page */
-    for (unsigned i = 0; i < count && resident != 0; i++) {
-        sf_page_t *pg = &seg->pages[i];
-        if (pg->page_bytes != 0 && (size_t)(pg->page_start - (uint8_t *)seg) + pg->page_bytes <= resident) {
-            pg->committed = 1;
-            commit_add(seg, pg->page_bytes);
-        }
-    }
+    if (resident != 0) mark_resident_pages(seg, resident);
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
@@ -247,7 +262,18 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
     heap_seglist_remove(heap, seg);
     sf_segmap_mark(seg, 1, SF_SEGMAP_NONE);
     segment_unlink_all(seg);
-    span_unmap(seg, seg->span_size, seg->committed_bytes, true, guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0, false);
+    /* the cache knows a resident prefix, not a set of pages: up to the end
+     * of the last committed page */
+    size_t end = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
+    if (seg->kind == SF_SEG_MEDIUM && !guard_pages() && end < SF_SEG_META_SIZE) end = SF_SEG_META_SIZE;
+    for (unsigned i = 0; i < seg->page_count; i++) {
+        const sf_page_t *page = &seg->pages[i];
+        size_t page_end = (size_t)(page->page_start - (uint8_t *)seg) + page->page_bytes;
+        if (page->committed && page_end > end) end = page_end;
+    }
+    if (end < seg->committed_bytes) end = seg->committed_bytes;
+    span_unmap(seg, seg->span_size, seg->committed_bytes, end, true, guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0,
+               false);
 }
 
 static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
@@ -395,11 +421,6 @@ static unsigned free_page_index(const sf_segment_t *seg) {
 
 sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     unsigned kind = class_idx <= SF_SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
-    uint32_t epoch = atomic_load_explicit(&sf_memlimit_epoch, memory_order_relaxed);
-    if (SF_UNLIKELY(heap->memlimit_epoch != epoch)) { /* memory.limit's soft threshold was crossed */
-        heap->memlimit_epoch = epoch;
-        sf_segment_collect_purges(heap, true);
-    }
     if ((++heap->page_allocs & 15) == 0) {
         sf_segment_collect_purges(heap, false);
         sf_heaps_purge_abandoned();
@@ -507,17 +528,8 @@ static bool heap_release_empty(sf_heap_t *heap) {
         for (; seg != NULL; seg = next) {
             next = seg->heap_next;
             if (seg->used_pages != 0) continue;
-            /* the cache knows a resident prefix, not a set of pages: up
-             * to the end of the last committed page counts */
-            size_t end = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
-            for (unsigned i = 0; i < seg->page_count; i++) {
-                sf_page_t *page = &seg->pages[i];
-                if (page->purge_at) purge_queue_remove(heap, page);
-                size_t page_end = (size_t)(page->page_start - (uint8_t *)seg) + page->page_bytes;
-                if (page->committed && page_end > end) end = page_end;
-            }
-            if (seg->kind == SF_SEG_MEDIUM && !guard_pages() && end < SF_SEG_META_SIZE) end = SF_SEG_META_SIZE;
-            if (end > seg->committed_bytes) commit_add(seg, end - seg->committed_bytes);
+            for (unsigned i = 0; i < seg->page_count; i++)
+                if (seg->pages[i].purge_at) purge_queue_remove(heap, &seg->pages[i]);
             segment_release(heap, seg);
             any = true;
         }
@@ -680,7 +692,8 @@ void sf_span_free(sf_segment_t *seg) {
 void sf_span_release(sf_segment_t *seg, bool reusable) {
     const sf_page_t *page = &seg->pages[0];
     size_t guard = guard_pages() ? (size_t)(page->block_start - (uint8_t *)seg) + page->span_bytes : 0;
-    span_unmap(seg, seg->span_size, seg->committed_bytes, reusable && seg->kind == SF_SEG_LARGE, guard, true);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->committed_bytes, reusable && seg->kind == SF_SEG_LARGE,
+               guard, true);
 }
 
 /* Grows or shrinks a span's block in place if the span has room; shrinking

@@ -22,6 +22,11 @@
  *                      pass the limit return NULL with ENOMEM (spans and
  *                      pages both), are counted, and work again once
  *                      memory is freed; with purge nothing is refused
+ *   thp (optional: test limits-memory-thp, skipped on a kernel without
+ *                      transparent huge pages)  memory.thp: never marks a
+ *                      new span's mapping no-huge-page (smaps' VmFlags
+ *                      "nh"), madvise marks it huge-page ("hg"), system
+ *                      neither
  *
  * Prefixed API only, so it runs in every build (the ASan build runs the
  * tests named limits*). */
@@ -208,6 +213,7 @@ START_TEST(test_memlimit_soft_purges)
            (double)s0.bytes_committed / ST_MIB, (double)s1.bytes_committed / ST_MIB,
            (double)other_before / ST_MIB, (double)other_after / ST_MIB,
            s1.memory_limit_purges - s0.memory_limit_purges);
+    fflush(stdout);
     ck_assert_msg(s0.bytes_committed >= 24 * ST_MIB, "the other thread's pages were not waiting (%" PRIu64 " B)",
                   s0.bytes_committed);
     ck_assert_msg(ST_DELTA(s1, s0, memory_limit_purges) >= 1, "committed %" PRIu64 " B passed 48 MiB: no purge",
@@ -281,6 +287,75 @@ START_TEST(test_memlimit_hard_fails_pages)
 }
 END_TEST
 
+/* ---- memory.thp ----------------------------------------------------------------- */
+
+/* The VmFlags line of the mapping holding p, from /proc/self/smaps. */
+static void vmflags_of(const void *p, char *out, size_t len)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    ck_assert_msg(f != NULL, "cannot read /proc/self/smaps: %s", strerror(errno));
+    char line[512];
+    bool inside = false;
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            snprintf(out, len, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+    ck_assert_msg(out[0] != '\0', "no VmFlags for %p in /proc/self/smaps", p);
+}
+
+static bool has_flag(const char *flags, const char *flag)
+{
+    char padded[8];
+    snprintf(padded, sizeof padded, " %s ", flag);
+    char line[600];
+    snprintf(line, sizeof line, " %s ", flags);
+    for (char *c = line; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    return strstr(line, padded) != NULL;
+}
+
+/* A span in a fresh mapping (the cache emptied first: a cached span keeps
+ * the advice it was mapped with), under memory.thp = `mode`. */
+static void thp_case(const char *mode, const char *want, const char *not_want)
+{
+    ST_KNOB_SET("memory.thp", mode);
+    sefer_trim();
+    void *p = sefer_malloc(40 * ST_MIB);
+    ck_assert_ptr_nonnull(p);
+    char flags[512];
+    vmflags_of(p, flags, sizeof flags);
+    printf("memory.thp = %s: VmFlags%s", mode, flags);
+    if (want)
+        ck_assert_msg(has_flag(flags, want), "memory.thp = %s: no %s in VmFlags:%s", mode, want, flags);
+    if (not_want)
+        ck_assert_msg(!has_flag(flags, not_want), "memory.thp = %s: %s in VmFlags:%s", mode, not_want, flags);
+    sefer_free(p);
+}
+
+START_TEST(test_memlimit_thp)
+{
+    thp_case("never", "nh", "hg");
+    thp_case("madvise", "hg", "nh");
+    thp_case("system", NULL, "hg");
+    thp_case("system", NULL, "nh");
+}
+END_TEST
+
+static const char *why_no_thp(void)
+{
+    return access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0
+               ? NULL
+               : "the kernel has no transparent huge pages (no /sys/kernel/mm/transparent_hugepage)";
+}
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("limits-memory");
@@ -294,5 +369,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_memlimit_hard_fails_spans);
     tcase_add_test(tc, test_memlimit_hard_fails_pages);
     suite_add_tcase(s, tc);
+    TCase *thp = st_optional_case(s, "thp", why_no_thp);
+    tcase_add_test(thp, test_memlimit_thp);
     return st_main(s, argc, argv);
 }

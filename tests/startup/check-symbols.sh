@@ -11,14 +11,16 @@
 # (init.c, knobs.c, knob_table.c, toml.c, str.c, guard_report.c, track.c,
 # entry.c) and the allocation path (override.c, alloc.c, heap.c, page.c,
 # segment.c, cache.c, ring.c, segmap.c, sizeclass.c, free.c, guarded.c,
-# os.c, clock.c, globals.c).  sf_* calls stay inside the library.
+# os.c, clock.c, globals.c, memlimit.c: it reads the cgroup's files at
+# start-up).  sf_* calls stay inside the library.
 nm_prog=$1
 archive=$2
 # Allocation-free everywhere: system-call wrappers, string and memory
 # functions, locks, errno, abort (glibc's abort flushes no stdio since 2.27).
 allowed='_GLOBAL_OFFSET_TABLE_ __errno_location _exit abort close environ fstat fstat64 getenv
 secure_getenv memchr memcmp memcpy memmove memset open open64 read write syscall
-mmap mmap64 munmap madvise mprotect clock_gettime pthread_mutex_lock pthread_mutex_unlock
+mmap mmap64 munmap madvise mprotect mincore clock_gettime pthread_mutex_lock pthread_mutex_unlock
+pthread_mutex_trylock pthread_mutex_init
 pthread_key_create sched_yield strchr strcmp strlen strncmp __stack_chk_fail'
 # Allowed in one object only, and why:
 #   init.c: pthread_atfork, from the constructor, after sf_ensure_init() and
