@@ -358,10 +358,9 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
 /* The most recently freed page that served class_idx and still waits for
  * its decommit, or NULL.  Its memory is resident up to where that class
  * carved it: taking it again for the same class reuses exactly that, where
- * a page of another class would keep its old prefix resident beyond what
- * the new class uses (and a heap whose threads come and go with different
- * sizes would creep up to every page resident to its longest prefix); the
- * pages nobody takes back age out of the queue and are decommitted. */
+ * a page of another class may keep its old prefix resident beyond what the
+ * new class uses; the pages nobody takes back age out of the queue and are
+ * decommitted. */
 static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
     return heap->purge_class[class_idx];
 }
@@ -374,38 +373,25 @@ static sf_page_t *purge_queue_find(sf_heap_t *heap, unsigned class_idx) {
  * size past its delay, if one is near the front of the queue.  It is
  * resident, and the purge queue holds it only because a recent peak of
  * this heap's use may come back (decommit.c), so it serves the new class
- * rather than a fresh page being faulted in beside it; its old class's
- * prefix past what the new class first carves goes back to the OS, so
- * pages reused this way do not creep up to their longest prefix.
+ * rather than a fresh page being faulted in beside it, old pages and all.
+ * (Its old class's prefix past the new class's first carve used to go back
+ * to the OS, against pages creeping up to their longest prefix: the
+ * phases workload then refaulted 176 MiB at every change of size and ran
+ * 1.45x slower, and no row of bench/compare held less memory for it.  What
+ * bounds idle memory now is the growth rule: "Growth" below.)
  *
  * A medium page still within its delay stays its class's: with random sizes a
  * class needs a second page now and then and lets it go again, and when
- * the others took such a page in turn (trimming each) every refill paid a
- * madvise and faulted the prefix in again; 256 KiB blocks ran at 2 M
- * allocations a second (docs/design.md, "Medium blocks"). */
+ * the others took such a page in turn (trimming each, as pages reused for
+ * another class were then) every refill paid a madvise and faulted the
+ * prefix in again; 256 KiB blocks ran at 2 M allocations a second
+ * (docs/design.md, "Medium blocks"). */
 static sf_page_t *purge_queue_other(sf_heap_t *heap, unsigned class_idx, uint64_t now) {
     bool small = class_idx <= SF_SMALL_CLASS_MAX;
     sf_page_t *page = heap->purge.first;
     for (unsigned n = 0; page != NULL && n < PURGE_OTHER_LOOKAHEAD; n++, page = page->next)
         if ((page->class_idx <= SF_SMALL_CLASS_MAX) == small && (small || page->purge_at <= now)) return page;
     return NULL;
-}
-
-/* Before page serves class_idx: drops what its last class carved past the
- * first carve of the new one (see page_extend: 4 KiB, or one block). */
-static void page_trim_for(sf_segment_t *seg, sf_page_t *page, unsigned class_idx) {
-    size_t bsize = sf_class_size[class_idx], natural = bsize & (0u - bsize);
-    size_t lead = sf_align_up((uintptr_t)page->page_start, natural) - (uintptr_t)page->page_start;
-    size_t first = (4096 / bsize ? 4096 / bsize : 1) * bsize;
-    size_t keep = sf_align_up(lead + first + sizeof(sf_block_t), SF_OS_PAGE);
-    size_t old = sf_align_up((size_t)(page->block_start - page->page_start) + sf_page_carved_bytes(page) +
-                                 sizeof(sf_block_t), SF_OS_PAGE);
-    if (old > page->page_bytes) old = page->page_bytes;
-    if (old > keep) {
-        sf_os_decommit(page->page_start + keep, old - keep);
-        sf_stat_add(&sf_gstats.decommitted_total, old - keep);
-    }
-    (void)seg;
 }
 
 /* A free page of seg with nothing resident if there is one (never used,
@@ -433,8 +419,7 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     sf_segment_t *seg;
     unsigned idx;
     uint64_t now = sf_now_ms();
-    if (page == NULL && (page = purge_queue_other(heap, class_idx, now)) != NULL)
-        page_trim_for(sf_segment_of(page), page, class_idx);
+    if (page == NULL) page = purge_queue_other(heap, class_idx, now);
     if (page != NULL) {
         seg = sf_segment_of(page);
         idx = (unsigned)(page - seg->pages);
