@@ -239,6 +239,40 @@ START_TEST(test_trim)
 }
 END_TEST
 
+/* memory.limit's soft threshold: a 48 MiB block under a limit of 64 MiB
+ * at 50 % purges, recorded with the committed bytes that passed it and the
+ * limit, and counted in /stats. */
+START_TEST(test_memory_pressure)
+{
+    int port = it_start();
+    ST_KNOB_SET("memory.limit", "64MiB");
+    ST_KNOB_SET("memory.soft_percent", "50");
+    void *big = malloc(48 * ST_MIB);
+    ck_assert_ptr_nonnull(big);
+    memset(big, 1, 48 * ST_MIB);
+    /* the first when the block passed 32 MiB; maybe more, one each time
+     * committed memory grew by 1/32 of the limit while above the threshold
+     * (the server's own answers may) */
+    int n = 0;
+    cJSON *list = events_of(port, "memory_pressure", &n);
+    ck_assert_msg(n >= 1, "no memory_pressure event");
+    const cJSON *e = list->child;
+    ck_assert_uint_eq(it_u64(e, "limit"), 64 * ST_MIB);
+    ck_assert_uint_gt(it_u64(e, "committed"), 32 * ST_MIB);
+    it_u64(e, "bytes_released");
+    for (const cJSON *x = e->next; x; x = x->next)
+        ck_assert_uint_eq(it_u64(x, "limit"), 64 * ST_MIB);
+    cJSON_Delete(list);
+    cJSON *st = it_json(port, "/stats");
+    ck_assert_uint_eq(it_u64(st, "memory_limit"), 64 * ST_MIB);
+    ck_assert_uint_ge(it_u64(st, "memory_limit_purges"), 1);
+    ck_assert_uint_le(it_u64(st, "memory_headroom"), 16 * ST_MIB);
+    cJSON_Delete(st);
+    free(big);
+    sefer_introspect_stop();
+}
+END_TEST
+
 START_TEST(test_after_since_and_counts)
 {
     int port = it_start();
@@ -280,6 +314,7 @@ int main(void)
     tcase_add_test(tc, test_guard_detection);
     tcase_add_test(tc, test_ring_overflow_burst);
     tcase_add_test(tc, test_trim);
+    tcase_add_test(tc, test_memory_pressure);
     tcase_add_test(tc, test_phase_events_and_endpoint);
     tcase_add_test(tc, test_after_since_and_counts);
     suite_add_tcase(s, tc);
