@@ -217,6 +217,14 @@ START_TEST(test_knobs_while_allocating)
 }
 END_TEST
 
+/* 300 threads in batches of 4 leave 8 blocks each (1 in 100 a span of up
+ * to 2 MiB) for the main thread to free.  Nothing of theirs may leak: once
+ * everything is freed, what stays mapped is what sefer keeps for reuse (the
+ * last batch's abandoned heaps' waiting pages, the large cache: 12-16
+ * segments on this machine, under 9e8fd35 as now), bounded, and sefer_trim
+ * gives all of it back.  (The bound used to be 16 segments before any trim:
+ * the figure moves with how the threads and the decommit deadlines
+ * interleave, and a loaded CI machine read 17.) */
 #define LEAVERS (UNDER_TSAN ? 60 : 300)
 #define LEFT 8
 static struct st_block *left_behind;
@@ -262,10 +270,21 @@ START_TEST(test_exited_threads_blocks)
         sefer_free(left_behind[j].p);
     }
     struct sefer_stats s1 = st_stats();
+    (void)sefer_trim();
+    struct sefer_stats s2 = st_stats();
+    printf("exited threads' blocks freed: segments %" PRIu64 " -> %" PRIu64 " (large cache %" PRIu64
+           " spans, %" PRIu64 " MiB; heaps abandoned %" PRIu64 "), %" PRIu64 " after sefer_trim\n",
+           s0.segments, s1.segments, s1.large_cache_spans, s1.large_cache_bytes >> 20, s1.heaps_abandoned,
+           s2.segments);
+    fflush(stdout);
     ck_assert_int_eq(atomic_load(&failures), 0);
     ck_assert_uint_eq(s1.heaps_live, s0.heaps_live);
-    ck_assert_msg(s1.segments <= s0.segments + 16, "segments %" PRIu64 " -> %" PRIu64,
+    /* kept for reuse: bounded by what a few heaps and the cache hold, far
+     * below a segment per thread (LEAVERS) */
+    ck_assert_msg(s1.segments <= s0.segments + 40, "segments %" PRIu64 " -> %" PRIu64 " with every block freed",
                   s0.segments, s1.segments);
+    ck_assert_msg(s2.segments <= s0.segments + 2, "segments %" PRIu64 " -> %" PRIu64 " after sefer_trim",
+                  s0.segments, s2.segments);
     st_unmap(left_behind, LEAVERS * LEFT * sizeof *left_behind);
 }
 END_TEST
