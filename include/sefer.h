@@ -93,7 +93,7 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(profile_live_samples, "heap profiling: sampled blocks live now")                   \
     X(profile_bytes, "heap profiling: memory the profile's tables take")                \
     X(heap_fallbacks, "threads that could get no heap (all heaps owned, or no memory) and use the locked fallback heap, cumulative") \
-    X(bytes_shed_on_growth, "idle resident bytes decommitted ahead of their delay because new memory was mapped, cumulative") \
+    X(bytes_shed_on_growth, "idle resident bytes decommitted ahead of their delay because memory not resident was about to be used, cumulative") \
     X(memory_limit, "memory.limit in force, in bytes (the cgroup's with auto; 0: none)")      \
     X(memory_headroom, "memory_limit minus bytes_committed (0 at or past it, or with no limit)") \
     X(memory_limit_purges, "purges of every idle page and cached span because committed memory neared memory.limit, cumulative") \

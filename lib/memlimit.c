@@ -14,8 +14,8 @@
  *         heaps' waiting pages are decommitted, and every heap returns its
  *         empty pages and decommits its waiting ones at its next
  *         allocation slow path (a new pressure epoch; no thread may touch
- *         another's heap).  Counted in
- *         memory_limit_purges and recorded as a memory_pressure event.
+ *         another's heap).  Counted in memory_limit_purges and recorded
+ *         as a memory_pressure event.
  *         While committed memory stays above the threshold, the next purge
  *         waits until it has grown by 1/32 of the limit more, so a program
  *         living near its limit does not purge on every page.
@@ -147,11 +147,10 @@ static uint64_t cgroup_limit(void) {
         if (c2 != NULL && c2[1] == '/') {
             sf_str_t s;
             sf_str_init(&s, mount, sizeof mount);
+            sf_str_add(&s, cgroup_root);
             if (c2 == c1 + 1) { /* v2: "0::/path" */
-                sf_str_add(&s, cgroup_root);
                 v2 = limit_up_the_tree(mount, c2 + 1, "memory.max");
             } else if (list_has(c1 + 1, c2, "memory")) {
-                sf_str_add(&s, cgroup_root);
                 sf_str_add(&s, "/memory");
                 v1 = limit_up_the_tree(mount, c2 + 1, "memory.limit_in_bytes");
             }
@@ -162,8 +161,8 @@ static uint64_t cgroup_limit(void) {
     return v2 ? v2 : v1;
 }
 
-/* Works out the limit from the knobs (at start-up and when memory.limit or
- * memory.soft_percent is set). */
+/* Works out the limit from the knobs (at start-up and when memory.limit,
+ * memory.soft_percent or memory.limit_action is set). */
 void sf_memlimit_refresh(void) {
     uint64_t knob = sf_knob(SF_KNOB_MEMORY_LIMIT);
     uint64_t limit = knob == SF_KNOB_AUTO ? cgroup_limit() : knob;
@@ -180,7 +179,7 @@ uint64_t sf_memlimit_bytes(void) { return atomic_load_explicit(&limit_bytes, mem
 /* Purges what can be purged from here; returns the bytes given back. */
 static size_t purge_all(void) {
     uint64_t before = atomic_load(&sf_gstats.decommitted_total);
-    atomic_fetch_add(&sf_memlimit_epoch, 1); /* the other heaps, on their next page */
+    atomic_fetch_add(&sf_memlimit_epoch, 1); /* every heap, at its next slow path */
     sf_heaps_release_waiting();               /* this thread's heap and abandoned ones */
     sf_cache_purge(true);
     return (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);

@@ -101,41 +101,10 @@ static void *map_raw(size_t size) {
     return p;
 }
 
-/* Transparent huge pages (memory.thp) for a new segment or span.  A heap's
- * segment of 4 MiB holds pages of 64 KiB of many classes, a few of them in
- * use by a thread that allocates little; backed by 2 MiB huge pages (the
- * system's THP = always) each such thread would hold 2 MiB per huge page
- * it touched (jemalloc's users report 100 threads costing 181-283 MB with
- * THP always against 12-17 MB without).  So by default sefer asks for none
- * (MADV_NOHUGEPAGE, whatever the system says); `madvise` asks for them
- * (MADV_HUGEPAGE: a program with a large, dense heap gains TLB reach);
- * `system` leaves the choice to /sys/kernel/mm/transparent_hugepage.  The
- * advice is a hint: a kernel without THP refuses it, and nothing changes.
- * (Called directly, not through os_madvise: it is no decommit, and a
- * test's injected madvise failures count decommits.) */
-static void *map_aligned(size_t size, size_t align);
-
-static void advise_thp(void *p, size_t size) {
-    uint64_t thp = sf_knob(SF_KNOB_MEMORY_THP);
-    if (thp == SF_THP_SYSTEM) return;
-#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
-    madvise(p, size, thp == SF_THP_MADVISE ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-#else
-    (void)p, (void)size;
-#endif
-}
-
 /* Maps size bytes aligned to align (a power of two >= SF_OS_PAGE).  Tries an
  * exact mapping first (the kernel often places consecutive mappings
  * contiguously, so this is usually aligned when the previous one was);
- * otherwise over-maps and trims both ends.  For segments and spans:
- * memory.thp applies. */
-void *sf_os_map_aligned(size_t size, size_t align) {
-    void *p = map_aligned(size, align);
-    if (p != NULL) advise_thp(p, size);
-    return p;
-}
-
+ * otherwise over-maps and trims both ends. */
 static void *map_aligned(size_t size, size_t align) {
     void *p = map_raw(size);
     if (p == NULL) return NULL;
@@ -149,6 +118,35 @@ static void *map_aligned(size_t size, size_t align) {
     if (head) sf_os_unmap(raw, head);
     if (tail) sf_os_unmap(aligned + size, tail);
     return aligned;
+}
+
+/* Transparent huge pages (memory.thp) for a new segment or span.  A heap's
+ * segment of 4 MiB holds pages of 64 KiB of many classes, a few of them in
+ * use by a thread that allocates little; backed by 2 MiB huge pages (the
+ * system's THP = always) each such thread would hold 2 MiB per huge page
+ * it touched (jemalloc's users report 100 threads costing 181-283 MB with
+ * THP always against 12-17 MB without).  So by default sefer asks for none
+ * (MADV_NOHUGEPAGE, whatever the system says); `madvise` asks for them
+ * (MADV_HUGEPAGE: a program with a large, dense heap gains TLB reach);
+ * `system` leaves the choice to /sys/kernel/mm/transparent_hugepage.  The
+ * advice is a hint: a kernel without THP refuses it, and nothing changes.
+ * (Called directly, not through os_madvise: it is no decommit, and a
+ * test's injected madvise failures count decommits.) */
+static void advise_thp(void *p, size_t size) {
+    uint64_t thp = sf_knob(SF_KNOB_MEMORY_THP);
+    if (thp == SF_THP_SYSTEM) return;
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+    madvise(p, size, thp == SF_THP_MADVISE ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+    (void)p, (void)size;
+#endif
+}
+
+/* A segment's or span's mapping: map_aligned, with memory.thp's advice. */
+void *sf_os_map_aligned(size_t size, size_t align) {
+    void *p = map_aligned(size, align);
+    if (p != NULL) advise_thp(p, size);
+    return p;
 }
 
 /* Which OS pages of [p, p + size) are resident: one byte per page into

@@ -211,6 +211,11 @@ static void mark_resident_pages(sf_segment_t *seg, size_t resident) {
     }
 }
 
+/* log2 of the page size of a small or medium segment. */
+static unsigned kind_page_shift(unsigned kind) {
+    return kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT;
+}
+
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
     bool pages = false;
@@ -221,7 +226,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
         return NULL;
     }
     bool zero = resident == 0;
-    unsigned shift = kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT;
+    unsigned shift = kind_page_shift(kind);
     unsigned bias = kind == SF_SEG_SMALL ? 1 : 0; /* small page 0 is the metadata */
     unsigned count = (unsigned)(SF_SEG_SIZE >> shift) - bias;
     size_t hdr = sf_align_up(header_bytes(count), SF_OS_PAGE);
@@ -413,7 +418,7 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
     }
     /* (memory.limit_action = fail: a page's worth, whether or not the page
      * found is resident; at the limit none is, the admission purged them) */
-    if (!sf_memlimit_admit((size_t)1 << (kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT)))
+    if (!sf_memlimit_admit((size_t)1 << kind_page_shift(kind)))
         return NULL;
     sf_page_t *page = purge_queue_find(heap, class_idx);
     sf_segment_t *seg;
@@ -491,11 +496,10 @@ void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
  * committed from a fresh or decommitted state, a span's block beyond
  * what its reused span had resident) under the delayed and adaptive
  * policies, as many idle resident bytes go back to the OS at once,
- * whatever their deadlines: the cache's first (oldest first), then the
- * heap's waiting pages that could not have served the request (of the
- * other page size; any, for a span).  A growing heap holds no more idle
- * memory than it had before it grew.  In a steady state nothing is
- * committed from scratch, and nothing is shed. */
+ * whatever their deadlines, of the idle memory that could not have served
+ * the request (shed_before_growth says which).  A growing heap holds no
+ * more idle memory than it had before it grew.  In a steady state nothing
+ * is committed from scratch, and nothing is shed. */
 
 /* The calling thread's heap, if it owns one outright (the fallback heap is
  * shared under a lock the span path does not take). */
