@@ -412,6 +412,9 @@ WORKLOADS = [
              group="realloc-growth"),
     Workload("threadchurn", "threadchurn", [], "threadchurn", "short-lived threads; blocks freed by later threads"),
     Workload("frag", "frag", [], "frag", "fill, thin to 1/16, refill with bigger sizes, churn"),
+    Workload("threadrounds", "threadrounds", [], "threadrounds",
+             "1000 rounds of 8 threads: each frees its predecessor's blocks, allocates 4 MiB of 1 KiB, keeps half",
+             threads=[8], time_limit_factor=60),
     Workload("phases", "phases", [], "phases",
              "phases of 200 MiB in one size (64 B .. 4 MiB), all freed before the next; peak RSS is the figure",
              time_limit_factor=60),
@@ -456,7 +459,8 @@ WORKLOADS = [
 # The per-round control arm: the same loop as the "control" row, under glibc.
 CONTROL_WORKLOAD = Workload("ctl", "churn", ["-m", "control"], "churn", "machine speed during the row's runs")
 EXTRA_KEYS = ["rss_fill_kib", "rss_thin_kib", "rss_refill_kib", "rss_final_kib", "rss_peak_kib",
-              "rss_hwm_kib", "errors", "phases", "generations", "cross_frees", "cycles", "rss_after_kib"]
+              "rss_hwm_kib", "errors", "phases", "generations", "cross_frees", "cycles", "rss_after_kib",
+              "rss_round10_kib", "rss_growth"]
 
 
 def all_rows(default_threads):

@@ -97,9 +97,10 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(memory_limit, "memory.limit in force, in bytes (the cgroup's with auto; 0: none)")      \
     X(memory_headroom, "memory_limit minus bytes_committed (0 at or past it, or with no limit)") \
     X(memory_limit_purges, "purges of every idle page and cached span because committed memory neared memory.limit, cumulative") \
-    X(memory_limit_refusals, "allocations refused because they would pass memory.limit (memory.limit_action = fail), cumulative")
+    X(memory_limit_refusals, "allocations refused because they would pass memory.limit (memory.limit_action = fail), cumulative") \
+    X(bytes_exited_waiting, "bytes of empty pages kept committed for the threads that adopt the heaps of exited threads (at most decommit.exited_keep)")
 
-#define SEFER_STATS_VERSION 7
+#define SEFER_STATS_VERSION 8
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -175,10 +175,36 @@ static bool heap_has_pages(sf_heap_t *heap) {
     return heap->pages_in_use != 0 || heap->purge.first != NULL;
 }
 
+/* Empty pages of heaps whose thread is gone.  They wait, as any heap's
+ * do, for the thread that adopts the heap, which reuses them without a
+ * fault; but nobody else can, and a program whose threads come and go each
+ * held the pages of its last several generations (rounds of threads that
+ * each allocate 4 MiB and leave half of it to the next round: twice
+ * tcmalloc's memory, growing over the rounds).  So all ownerless heaps
+ * together keep at most decommit.exited_keep of them: past it, the heap
+ * being left decommits its oldest waiting pages at once.  The count is
+ * kept in sf_gstats.exited_waiting; a heap's share leaves it when a thread
+ * adopts the heap.  (Owner or collector context: the heap is held.) */
+static void exited_pages_bound(sf_heap_t *heap) {
+    uint64_t keep = sf_knob(SF_KNOB_DECOMMIT_EXITED_KEEP);
+    uint64_t others = atomic_load_explicit(&sf_gstats.exited_waiting, memory_order_relaxed) - heap->exited_counted;
+    uint64_t room = keep > others ? keep - others : 0;
+    if (heap->purge_bytes > room) sf_segment_purge_oldest(heap, heap->purge_bytes - room);
+    /* (others may leave meanwhile: the count is exact, the bound a target) */
+    if (heap->purge_bytes >= heap->exited_counted)
+        atomic_fetch_add_explicit(&sf_gstats.exited_waiting, heap->purge_bytes - heap->exited_counted,
+                                  memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&sf_gstats.exited_waiting, heap->exited_counted - heap->purge_bytes,
+                                  memory_order_relaxed);
+    heap->exited_counted = heap->purge_bytes;
+}
+
 /* Leaves a heap nobody owns: abandoned if it still has pages, else free.
  * A free heap can receive no remote free (it owns no block), so its ring
  * is empty and quiet: its pages go back to the OS. */
 static void heap_set_ownerless(sf_heap_t *heap) {
+    exited_pages_bound(heap);
     bool pages = heap_has_pages(heap);
     if (!pages && sf_ring_pending(&heap->ring) == 0) sf_ring_reset(&heap->ring);
     SF_LS_RMW(HEAP_STATE);
@@ -294,6 +320,9 @@ static bool heap_claim(sf_heap_t *heap) {
     }
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
     heap->refills = 0; /* a new thread: no carving ahead until it shows it allocates often (page.c) */
+    /* its waiting pages are a live thread's again (exited_pages_bound) */
+    atomic_fetch_sub_explicit(&sf_gstats.exited_waiting, heap->exited_counted, memory_order_relaxed);
+    heap->exited_counted = 0;
     return true;
 }
 

@@ -252,6 +252,7 @@ SF_HIDDEN void sf_span_free(sf_segment_t *seg);
 SF_HIDDEN void sf_span_release(sf_segment_t *seg, bool reusable); /* (after the quarantine) */
 SF_HIDDEN bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size);
 SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
+SF_HIDDEN size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
 SF_HIDDEN void sf_release_segments(size_t count);
 

@@ -35,6 +35,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "when empty pages and cached spans go back to the OS: never, eager, delayed or adaptive")  \
     X(DECOMMIT_DELAY, "decommit.delay", SF_KNOB_MS, 100, 0, 3600000, 1, NULL,                       \
       "how long an empty page or cached span stays committed at least (delayed, adaptive)")      \
+    X(DECOMMIT_EXITED_KEEP, "decommit.exited_keep", SF_KNOB_SIZE, 32ull << 20, 0, 1ull << 40, 1, NULL, \
+      "empty pages that heaps of exited threads keep committed, process-wide, for the threads that adopt them; past it they go back at once") \
     X(MEMORY_LIMIT, "memory.limit", SF_KNOB_SIZE, SF_KNOB_AUTO, 0, 1ull << 50, 1, sf_auto_names,     \
       "the process's memory limit: auto (its cgroup's memory.max or memory.limit_in_bytes), a size, or 0 for none") \
     X(MEMORY_SOFT_PERCENT, "memory.soft_percent", SF_KNOB_UINT, 90, 10, 100, 1, NULL,                \

@@ -220,7 +220,7 @@ static const struct {
     LS_STAT_NAME(cache_misses),   LS_STAT_NAME(os_maps),        LS_STAT_NAME(enomem),
     LS_STAT_NAME(shared_allocs),  LS_STAT_NAME(shared_remote_frees), LS_STAT_NAME(fallback_allocs),
     LS_STAT_NAME(heap_fallbacks), LS_STAT_NAME(growth_shed), LS_STAT_NAME(memlimit_purges),
-    LS_STAT_NAME(memlimit_refusals),
+    LS_STAT_NAME(memlimit_refusals), LS_STAT_NAME(exited_waiting),
     LS_STAT_NAME(guard[SF_GUARD_INVALID]), LS_STAT_NAME(guard[SF_GUARD_INTERIOR]),
     LS_STAT_NAME(guard[SF_GUARD_DOUBLE]), LS_STAT_NAME(guard[SF_GUARD_OVERFLOW]),
     LS_STAT_NAME(guard[SF_GUARD_USE_AFTER_FREE]),

@@ -306,6 +306,7 @@ static void purge_queue_add(sf_heap_t *heap, sf_page_t *page, uint64_t deadline)
     *head = page;
     heap->purge_count++;
     heap->purge_medium += sf_segment_of(page)->kind == SF_SEG_MEDIUM;
+    heap->purge_bytes += page->committed ? page->page_bytes : 0;
 }
 
 static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
@@ -317,6 +318,7 @@ static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
     page->purge_at = 0;
     heap->purge_count--;
     heap->purge_medium -= sf_segment_of(page)->kind == SF_SEG_MEDIUM;
+    heap->purge_bytes -= page->committed ? page->page_bytes : 0;
 }
 
 /* Whether a page of seg waits on its heap's purge queue.  A segment whose
@@ -351,12 +353,25 @@ static size_t purge_now(sf_heap_t *heap, sf_page_t *page) {
  * `force`.  The purge queue is ordered by deadline. */
 size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
     if (heap->purge.first == NULL) return 0;
-    uint64_t now = sf_now_ms(), keep = force ? 0 : sf_reuse_keep(&heap->page_reuse, now, heap->pages_in_use);
+    /* (a heap whose thread is gone keeps nothing for its recent peak: the
+     * peak was that thread's; the fallback heap, shared, is never that) */
+    int state = atomic_load_explicit(&heap->state, memory_order_relaxed);
+    bool ownerless = heap != &sf_heap_fallback && (state == SF_HEAP_ABANDONED || state == SF_HEAP_COLLECTING);
+    uint64_t now = sf_now_ms(),
+             keep = force || ownerless ? 0 : sf_reuse_keep(&heap->page_reuse, now, heap->pages_in_use);
     size_t freed = 0;
     sf_page_t *page;
     while ((page = heap->purge.first) != NULL && (force || page->purge_at <= now) && heap->purge_count > keep) {
         freed += purge_now(heap, page);
     }
+    return freed;
+}
+
+/* Decommits heap's waiting pages, oldest first, whatever their deadlines,
+ * until `bytes` went back or none waits; returns the bytes given back. */
+size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes) {
+    size_t freed = 0;
+    while (freed < bytes && heap->purge.first != NULL) freed += purge_now(heap, heap->purge.first);
     return freed;
 }
 

@@ -104,6 +104,7 @@ struct sf_global_stats {
      * and the threads that could not get a heap (heap.c) */
     _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs, heap_fallbacks;
     _Atomic uint64_t growth_shed; /* segment.c, "Growth" */
+    _Atomic uint64_t exited_waiting; /* waiting pages of heaps whose thread is gone (heap.c) */
     _Atomic uint64_t memlimit_purges, memlimit_refusals; /* memlimit.c */
     _Atomic uint64_t guard[SF_GUARD_KINDS_COUNTED];
 };
@@ -357,6 +358,8 @@ typedef struct sf_heap_s {
     int64_t phase_delta;
     uint32_t phase_epoch;
     uint32_t purge_count;     /* pages on its purge queue */
+    uint64_t purge_bytes;     /* their committed bytes */
+    uint64_t exited_counted;  /* of those, counted in sf_gstats.exited_waiting (its thread is gone) */
     uint32_t purge_medium;    /* those of them in medium segments */
     uint32_t memlimit_epoch;  /* the sf_memlimit_epoch its pages were purged for */
     sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */

@@ -35,6 +35,11 @@
  *   growth_sheds_waiting_pages  pages waiting in segments still in use
  *       cannot serve a span: mapping it gives back as much of them at once
  *       (bytes_shed_on_growth), except with decommit.policy = never
+ *   exited_keep_*  a thread fills 8 MiB, frees it and exits: its heap
+ *       keeps between 1 MiB and decommit.exited_keep (2 MiB) of empty
+ *       pages for an adopter and gives the rest back at the exit; none with
+ *       0; 6 MiB or more with room for 64 MiB (the control); and the thread
+ *       that adopts the heap takes them over (bytes_exited_waiting 0)
  *
  * Prefixed API only, so it runs in every build (the ASan build runs the
  * tests named limits*).  Each case runs in its own forked child (CK_FORK):
@@ -408,6 +413,108 @@ START_TEST(test_growth_sheds_nothing_with_policy_never)
 }
 END_TEST
 
+/* ---- exited threads ---------------------------------------------------------- */
+
+#define EXIT_BLOCKS 8192 /* 8 MiB of 1 KiB blocks, written, all freed */
+
+static void *fill_free_exit(void *arg)
+{
+    (void)arg;
+    static void *v[EXIT_BLOCKS];
+    for (size_t i = 0; i < EXIT_BLOCKS; i++) {
+        v[i] = sefer_malloc(1024);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], 0x5a, 1024);
+    }
+    for (size_t i = 0; i < EXIT_BLOCKS; i++)
+        sefer_free(v[i]);
+    return NULL;
+}
+
+static void run_thread(void *(*fn)(void *))
+{
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fn, NULL), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+/* A thread fills 8 MiB and frees it all, then exits, with the clock
+ * stopped (no deadline passes) and the adaptive policy (which keeps a live
+ * heap's pages for its recent peak): what its heap keeps waiting for an
+ * adopter is decommit.exited_keep, and the rest is given back at the exit. */
+static struct sefer_stats exited_with_keep(const char *keep, uint64_t *committed_rise)
+{
+    clock_start();
+    set_policy("adaptive");
+    ST_KNOB_SET("decommit.exited_keep", keep);
+    struct sefer_stats s0 = st_stats();
+    run_thread(fill_free_exit);
+    struct sefer_stats s1 = st_stats();
+    *committed_rise = s1.bytes_committed > s0.bytes_committed ? s1.bytes_committed - s0.bytes_committed : 0;
+    printf("decommit.exited_keep = %s: %" PRIu64 " bytes waiting for an adopter, committed %" PRIu64
+           " bytes above the start\n",
+           keep, s1.bytes_exited_waiting, *committed_rise);
+    return s1;
+}
+
+START_TEST(test_exited_keep_bounds_waiting_pages)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = exited_with_keep("2MiB", &rise);
+    ck_assert_msg(s.bytes_exited_waiting <= 2 * ST_MIB, "%" PRIu64 " bytes waiting, past the 2 MiB bound",
+                  s.bytes_exited_waiting);
+    ck_assert_msg(s.bytes_exited_waiting >= ST_MIB, "only %" PRIu64 " bytes kept of the 2 MiB allowed",
+                  s.bytes_exited_waiting);
+    /* (segment headers and the large cache's share come on top) */
+    ck_assert_msg(rise <= 3 * ST_MIB, "committed memory %" PRIu64 " bytes above the start", rise);
+}
+END_TEST
+
+START_TEST(test_exited_keep_zero_gives_all_back)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = exited_with_keep("0", &rise);
+    ck_assert_msg(s.bytes_exited_waiting == 0, "%" PRIu64 " bytes waiting with a bound of 0", s.bytes_exited_waiting);
+    ck_assert_msg(rise <= ST_MIB, "committed memory %" PRIu64 " bytes above the start", rise);
+}
+END_TEST
+
+/* The control: with room for all of it, the exited thread's pages wait. */
+START_TEST(test_exited_keep_large_keeps_pages)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = exited_with_keep("64MiB", &rise);
+    ck_assert_msg(s.bytes_exited_waiting >= 6 * ST_MIB, "only %" PRIu64 " bytes waiting with room for 64 MiB",
+                  s.bytes_exited_waiting);
+}
+END_TEST
+
+static void *one_block(void *arg)
+{
+    (void)arg;
+    struct sefer_stats before = st_stats();
+    void *p = sefer_malloc(1024); /* (this thread's heap: the exited one's, adopted) */
+    ck_assert_ptr_nonnull(p);
+    struct sefer_stats after = st_stats();
+    sefer_free(p);
+    printf("adopter: %" PRIu64 " bytes waiting before its first malloc, %" PRIu64 " after\n",
+           before.bytes_exited_waiting, after.bytes_exited_waiting);
+    ck_assert_msg(after.bytes_exited_waiting == 0, "the adopted heap's %" PRIu64 " waiting bytes still counted",
+                  after.bytes_exited_waiting);
+    return NULL;
+}
+
+/* A thread that adopts the heap takes its waiting pages over: they are no
+ * longer counted against the bound (and serve it without a fault). */
+START_TEST(test_exited_keep_adopter_takes_over)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = exited_with_keep("64MiB", &rise);
+    ck_assert_uint_gt(s.bytes_exited_waiting, 0);
+    run_thread(one_block);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("limits-decommit");
@@ -423,6 +530,10 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_growth_reuses_other_sizes);
     tcase_add_test(tc, test_growth_sheds_waiting_pages);
     tcase_add_test(tc, test_growth_sheds_nothing_with_policy_never);
+    tcase_add_test(tc, test_exited_keep_bounds_waiting_pages);
+    tcase_add_test(tc, test_exited_keep_zero_gives_all_back);
+    tcase_add_test(tc, test_exited_keep_large_keeps_pages);
+    tcase_add_test(tc, test_exited_keep_adopter_takes_over);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }

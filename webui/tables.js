@@ -67,6 +67,7 @@ export function renderCache(dl, st, rates) {
     ['limit purges', count(st.memory_limit_purges) + (st.memory_limit_refusals ? ', ' + count(st.memory_limit_refusals) + ' allocations refused' : '')],
     ['decommitted', bytes(st.bytes_decommitted_total) + ' in all'],
     ['shed on growth', bytes(st.bytes_shed_on_growth) + ' in all'],
+    ['kept for exited threads', st.bytes_exited_waiting === undefined ? 'n/a' : bytes(st.bytes_exited_waiting)],
     ['decommit rate', rates.decommit === null ? 'n/a' : bytes(rates.decommit) + '/s'],
     ['OS mappings', count(st.os_maps) + ' in all'],
     ['reserved', bytes(st.bytes_reserved)],
