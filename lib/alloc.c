@@ -205,7 +205,10 @@ size_t sf_usable_size_quiet(const void *p) {
 static bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t usable) {
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         if (n <= SF_MEDIUM_MAX && n < usable / 2) return false;
-        return sf_span_resize(seg, page, n);
+        if (!sf_span_resize(seg, page, n)) return false;
+        if (SF_UNLIKELY(sf_prof_is_armed() || (SF_GET(page->flags) & SF_PAGE_SAMPLED)))
+            sf_prof_span_resized(page->block_start);
+        return true;
     }
     return n <= usable && n >= usable / 2;
 }

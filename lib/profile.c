@@ -415,6 +415,22 @@ void *sf_prof_span(void *p) {
     return p;
 }
 
+/* A span realloc resized in place: for the profile, the free of the old
+ * block and the allocation of the new one (at the realloc's stack), so that
+ * its chance of being sampled and its weight are those of its new size.
+ * (Left as it was, a block that grew from 300 KiB to 3.5 MiB kept the
+ * chance of the small one, a quarter at 1 MiB per sample, and a sample's
+ * weight: realloc chains of the soak workload made the estimate of live
+ * bytes 40 % short.) */
+void sf_prof_span_resized(void *p) {
+    sf_page_t *page = sf_page_of(sf_segment_of(p), p);
+    if (SF_GET(page->flags) & SF_PAGE_SAMPLED) {
+        sf_prof_freed(p);
+        SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_SAMPLED));
+    }
+    if (sf_prof_is_armed()) sf_prof_span(p);
+}
+
 void sf_prof_freed(const void *p) {
     sf_lock(&prof_lock);
     size_t i = live_find((uintptr_t)p);

@@ -90,11 +90,13 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
             }
             continue;
         }
-        b->next = (sf_block_t *)old;
+        b->next = sf_xfree_list(old);
         b->cookie = cookie; /* free from now on: a second free of it is suspect */
+        uintptr_t count = old >> SF_XFREE_COUNT_SHIFT;
+        if (count < SF_XFREE_COUNT_MAX) count++;
         SF_LS_RMW(XFREE_CAS);
-        if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, (uintptr_t)b, memory_order_release,
-                                                  memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, (uintptr_t)b | count << SF_XFREE_COUNT_SHIFT,
+                                                  memory_order_release, memory_order_relaxed))
             return;
     }
 }
@@ -120,7 +122,7 @@ uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page) {
     if ((atomic_load_explicit(&page->xfree, memory_order_relaxed) & ~SF_XFREE_NOTIFY) == 0) return 0;
     SF_LS_RMW(XFREE_XCHG);
     uintptr_t got = atomic_exchange_explicit(&page->xfree, 0, memory_order_acquire);
-    sf_block_t *list = (sf_block_t *)(got & ~SF_XFREE_NOTIFY), *first = NULL, *last = NULL;
+    sf_block_t *list = sf_xfree_list(got), *first = NULL, *last = NULL;
     uint32_t n = 0;
     while (list != NULL) {
         sf_block_t *b = list;

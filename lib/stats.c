@@ -27,7 +27,7 @@ static void live_blocks(uint64_t *blocks, uint64_t *bytes) {
                 *blocks += 1;
                 *bytes += SF_GET(page->span_bytes);
             } else if (SF_GET(page->in_use)) {
-                uint64_t used = sf_page_used(page);
+                uint64_t used = sf_page_blocks_out(page);
                 *blocks += used;
                 *bytes += used * SF_GET(page->block_size);
             }

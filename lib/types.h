@@ -160,7 +160,8 @@ typedef struct sf_page_s {
     /* Blocks freed by other threads (remote.c): a lock-free stack threaded
      * through the blocks, pushed with a CAS, taken whole by the owner with
      * an exchange.  Bit 0 (SF_XFREE_NOTIFY) says the page is full and the
-     * next remote free must tell the owner through its ring. */
+     * next remote free must tell the owner through its ring; bits 48-63
+     * count the blocks on it (sf_page_blocks_out). */
     _Atomic uintptr_t xfree;
     /* queue links: class queue, full list or purge list */
     struct sf_page_s *next, *prev;

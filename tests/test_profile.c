@@ -20,7 +20,12 @@
  *   - a class in a steady state is sampled at its rate (fresh processes at
  *     64 KiB per sample, armed at start-up and at run time): at levels 0-1
  *     frees go on top of the free list, where nothing would charge them
- *     to the sampling count unless the profile turns that off. */
+ *     to the sampling count unless the profile turns that off;
+ *   - a large block that realloc grows or shrinks in place is sampled as a
+ *     block of its new size (a fresh process at 1 MiB per sample: 100
+ *     blocks of 300 KiB, each sampled with p = 0.25, grown to 3.5 MiB in
+ *     place, p = 0.97, then shrunk back; the live samples follow, within 5
+ *     deviations, where they stayed near 25 before). */
 #include "sefer_test.h"
 
 #include <math.h>
@@ -250,6 +255,47 @@ START_TEST(test_armed_later_child_body) {
 }
 END_TEST
 
+/* ---- realloc in place, at 1 MiB per sample ------------------------------------- */
+
+#define RESIZE_RATE 1048576.0
+#define RESIZE_BLOCKS 100
+#define RESIZE_SMALL ((size_t)300 << 10) /* a span: above the 256 KiB classes */
+#define RESIZE_BIG ((size_t)3584 << 10)  /* still inside the small one's 4 MiB span */
+
+/* The live samples of n blocks of s bytes: within 5 deviations of n p. */
+static void check_live(const char *what, uint64_t k, double n, double s) {
+    double p = 1 - exp(-s / RESIZE_RATE), want = n * p, sd = sqrt(n * p * (1 - p));
+    ck_assert_msg(fabs((double)k - want) <= 5 * sd + 0.5, "%s: %llu live samples, %.1f expected (+-%.1f)", what,
+                  (unsigned long long)k, want, 5 * sd);
+    printf("%s: %llu live samples, %.1f expected\n", what, (unsigned long long)k, want);
+}
+
+START_TEST(test_realloc_child_body) {
+    ck_assert_uint_eq(st_knob_ull("profile.sample_bytes"), (uint64_t)RESIZE_RATE);
+    static void *v[RESIZE_BLOCKS];
+    uint64_t base = live_samples();
+    for (int i = 0; i < RESIZE_BLOCKS; i++) {
+        v[i] = sefer_malloc(RESIZE_SMALL);
+        ck_assert_ptr_nonnull(v[i]);
+    }
+    check_live("300 KiB blocks", live_samples() - base, RESIZE_BLOCKS, (double)RESIZE_SMALL);
+    for (int i = 0; i < RESIZE_BLOCKS; i++) {
+        void *q = sefer_realloc(v[i], RESIZE_BIG);
+        ck_assert_ptr_eq(q, v[i]); /* (in place: the point of the test) */
+    }
+    check_live("grown in place to 3.5 MiB", live_samples() - base, RESIZE_BLOCKS, (double)RESIZE_BIG);
+    for (int i = 0; i < RESIZE_BLOCKS; i++) ck_assert_ptr_eq(sefer_realloc(v[i], RESIZE_SMALL), v[i]);
+    check_live("shrunk back in place", live_samples() - base, RESIZE_BLOCKS, (double)RESIZE_SMALL);
+    for (int i = 0; i < RESIZE_BLOCKS; i++) sefer_free(v[i]);
+    ck_assert_uint_eq(live_samples(), base);
+}
+END_TEST
+
+START_TEST(test_realloc_in_place) {
+    run_child("realloc-child", "SEFER_PROFILE_SAMPLE_BYTES", "1MiB");
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("profile");
     TCase *tc = tcase_create("rate1");
@@ -260,8 +306,11 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_steady_child_body);
     } else if (argc > 1 && strcmp(argv[1], "armed-later-child") == 0) {
         tcase_add_test(tc, test_armed_later_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "realloc-child") == 0) {
+        tcase_add_test(tc, test_realloc_child_body);
     } else {
         tcase_add_test(tc, test_steady_class);
+        tcase_add_test(tc, test_realloc_in_place);
         tcase_add_test(tc, test_threads_cross_frees);
         tcase_add_test(tc, test_thread_churn);
         tcase_add_test(tc, test_fork_busy);

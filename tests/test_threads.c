@@ -473,6 +473,47 @@ START_TEST(test_abandoned_heap_accounting)
 }
 END_TEST
 
+/* Blocks another thread freed count as free in bytes_in_blocks at once,
+ * although their owner takes them back only when it needs them (its own
+ * lists run dry): they wait on their page's remote list, whose count the
+ * statistics subtract.  Before, a workload whose blocks other threads
+ * free showed up to three times its live bytes (the heap profile's
+ * estimate looked 40 % short against it: docs/design.md, "Heap
+ * profiling"). */
+#define REMOTE_BLOCKS 32 /* of 1 KiB: half a page, which stays off the full list */
+
+static void *free_them(void *argp)
+{
+    void **v = argp;
+    for (int i = 0; i < REMOTE_BLOCKS; i++)
+        free(v[i]);
+    return NULL;
+}
+
+START_TEST(test_remote_frees_leave_bytes_in_blocks)
+{
+    void *v[REMOTE_BLOCKS];
+    struct sefer_stats s0 = st_stats();
+    for (int i = 0; i < REMOTE_BLOCKS; i++) {
+        v[i] = malloc(1024);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], 1, 1024);
+    }
+    struct sefer_stats s1 = st_stats();
+    pthread_join(st_spawn(free_them, v, 0), NULL);
+    struct sefer_stats s2 = st_stats(); /* (this thread has not allocated since) */
+    printf("32 KiB freed by another thread: bytes_in_blocks %" PRIu64 " -> %" PRIu64 " -> %" PRIu64 "\n",
+           s0.bytes_in_blocks, s1.bytes_in_blocks, s2.bytes_in_blocks);
+    ck_assert_uint_ge(s1.bytes_in_blocks, s0.bytes_in_blocks + REMOTE_BLOCKS * 1024);
+    /* (the other thread's own allocations, a few hundred bytes, may stay
+     * in the heap it leaves) */
+    ck_assert_msg(s2.bytes_in_blocks <= s0.bytes_in_blocks + 1024,
+                  "after the other thread's frees bytes_in_blocks is %" PRIu64 ", %" PRIu64 " before the mallocs",
+                  s2.bytes_in_blocks, s0.bytes_in_blocks);
+    ck_assert_uint_eq(s2.remote_list_frees, s1.remote_list_frees); /* (not taken back yet) */
+}
+END_TEST
+
 /* ======================================================================
  * 3. thousands of short-lived threads
  * ==================================================================== */
@@ -533,6 +574,13 @@ static uint64_t held_segments(const struct sefer_stats *s)
 
 START_TEST(test_short_lived_threads)
 {
+    /* No page waits for a decommit deadline, so what a heap holds is what
+     * its live blocks need, whatever the clock did: under the default
+     * policy the segments held halfway depended on how many deadlines had
+     * passed, which a busy machine decides (5 halfway and 13 at the end in
+     * one run, 12 and 14 in the next).  (This case runs in a child of its
+     * own: the knob goes with it.) */
+    ST_KNOB_SET("decommit.policy", "never");
     churn = st_map(CHURN_THREADS * sizeof *churn);
     struct sefer_stats s0 = st_stats();
     uint64_t max_segments = s0.segments;
@@ -549,12 +597,14 @@ START_TEST(test_short_lived_threads)
         struct sefer_stats s = st_stats();
         if (s.segments > max_segments)
             max_segments = s.segments;
-        if (w == CHURN_THREADS / CHURN_WAVE / 2)
+        /* (the most of the first half: one wave's figure moves with how
+         * the waves' threads happened to overlap) */
+        if (w <= CHURN_THREADS / CHURN_WAVE / 2 && held_segments(&s) > mid_segments)
             mid_segments = held_segments(&s);
     }
     struct sefer_stats s1 = st_stats();
     printf("short-lived threads: segments %" PRIu64 " at the start, %" PRIu64 " at most; outside the large "
-           "cache %" PRIu64 " halfway, %" PRIu64 " at the end\n",
+           "cache %" PRIu64 " at most in the first half, %" PRIu64 " at the end\n",
            s0.segments, max_segments, mid_segments, held_segments(&s1));
     fflush(stdout);
     for (size_t id = 0; id < CHURN_THREADS; id++)
@@ -567,7 +617,8 @@ START_TEST(test_short_lived_threads)
                   "segments went from %" PRIu64 " to %" PRIu64 " over %d short-lived threads",
                   s0.segments, max_segments, CHURN_THREADS);
     ck_assert_msg(held_segments(&s1) <= mid_segments + 4,
-                  "segments outside the large cache still growing: %" PRIu64 " halfway, %" PRIu64 " at the end",
+                  "segments outside the large cache still growing: %" PRIu64 " at most in the first half, %" PRIu64
+                  " at the end",
                   mid_segments, held_segments(&s1));
     ck_assert_msg(s2.heaps_live == s0.heaps_live, "heaps_live %" PRIu64 " -> %" PRIu64,
                   s0.heaps_live, s2.heaps_live);
@@ -964,6 +1015,7 @@ static Suite *threads_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_short_lived_threads);
     tcase_add_test(tc, test_abandoned_heap_accounting);
+    tcase_add_test(tc, test_remote_frees_leave_bytes_in_blocks);
     tcase_add_test(tc, test_more_threads_than_slots);
     tcase_add_test(tc, test_thread_destructor_allocates);
     tcase_add_test(tc, test_atexit_allocates);
