@@ -356,12 +356,14 @@ SF_INLINE uint64_t sf_ring_pending(sf_ring_t *ring) {
 
 /* ---- remote.c: frees by threads that do not own the block ---------------- */
 #define SF_XFREE_NOTIFY ((uintptr_t)1)
-/* The page's remote list: its first block, and how many blocks it holds
- * (saturating at 0xffff, more than a page has), pushed with the same CAS. */
+/* The page's remote list: its first block, and how many blocks it holds,
+ * pushed with the same CAS (a page has at most 4096 blocks out; a count
+ * that wrapped would only make the statistics below count a few blocks as
+ * out that are not). */
 #define SF_XFREE_COUNT_SHIFT 48
-#define SF_XFREE_COUNT_MAX 0xffffu
+#define SF_XFREE_ONE ((uintptr_t)1 << SF_XFREE_COUNT_SHIFT)
 SF_INLINE sf_block_t *sf_xfree_list(uintptr_t word) {
-    return (sf_block_t *)(word & (((uintptr_t)1 << SF_XFREE_COUNT_SHIFT) - 1) & ~SF_XFREE_NOTIFY);
+    return (sf_block_t *)(word & (SF_XFREE_ONE - 1) & ~SF_XFREE_NOTIFY);
 }
 /* Blocks of a page that are really out (statistics, snapshots): its count
  * less the ones other threads freed that its owner has not taken back yet.

@@ -90,12 +90,12 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
             }
             continue;
         }
-        b->next = sf_xfree_list(old);
+        /* (the flag is clear here: the low bits are the list) */
+        b->next = (sf_block_t *)(old & (SF_XFREE_ONE - 1));
         b->cookie = cookie; /* free from now on: a second free of it is suspect */
-        uintptr_t count = old >> SF_XFREE_COUNT_SHIFT;
-        if (count < SF_XFREE_COUNT_MAX) count++;
         SF_LS_RMW(XFREE_CAS);
-        if (atomic_compare_exchange_weak_explicit(&page->xfree, &old, (uintptr_t)b | count << SF_XFREE_COUNT_SHIFT,
+        if (atomic_compare_exchange_weak_explicit(&page->xfree, &old,
+                                                  ((old & ~(SF_XFREE_ONE - 1)) + SF_XFREE_ONE) | (uintptr_t)b,
                                                   memory_order_release, memory_order_relaxed))
             return;
     }
