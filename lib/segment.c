@@ -435,10 +435,13 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
      * found is resident; at the limit none is, the admission purged them) */
     if (!sf_memlimit_admit((size_t)1 << kind_page_shift(kind)))
         return NULL;
-    sf_page_t *page = purge_queue_find(heap, class_idx);
+    sf_page_t *page;
     sf_segment_t *seg;
     unsigned idx;
     uint64_t now = sf_now_ms();
+    bool collected = false;
+again:
+    page = purge_queue_find(heap, class_idx);
     if (page == NULL) page = purge_queue_other(heap, class_idx, now);
     if (page != NULL) {
         seg = sf_segment_of(page);
@@ -447,6 +450,16 @@ sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
         seg->free_mask &= ~((uint64_t)1 << idx);
     } else {
         seg = heap->free_segs[kind];
+        /* Before a new segment: the blocks other threads freed into this
+         * heap, which wait on their pages' remote lists until the owner
+         * runs dry there (remote.c), may have emptied pages of other
+         * classes; taken in, those pages go back to their segments and
+         * serve this one.  (On the soak workload 60-90 MiB of blocks sat
+         * on remote lists: docs/design.md, "Heap profiling".) */
+        if (seg == NULL && !collected) {
+            collected = true;
+            if (sf_page_collect_heap_ex(heap, false, false) != 0) goto again; /* (waiting pages first) */
+        }
         if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
         idx = free_page_index(seg);
         seg->free_mask &= ~((uint64_t)1 << idx);

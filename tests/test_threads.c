@@ -514,6 +514,45 @@ START_TEST(test_remote_frees_leave_bytes_in_blocks)
 }
 END_TEST
 
+/* Pages another thread emptied serve this heap before a new segment is
+ * mapped: 8 MiB of 1 KiB blocks, all freed by another thread (they wait on
+ * their pages' remote lists, this thread never running dry there), then
+ * 8 MiB of 2 KiB blocks.  Before, the 2 KiB blocks took new segments
+ * beside 8 MiB of pages that only needed to be looked at. */
+#define REFILL_BLOCKS 8192
+
+static void *free_all(void *argp)
+{
+    void **v = argp;
+    for (int i = 0; i < REFILL_BLOCKS; i++)
+        free(v[i]);
+    return NULL;
+}
+
+START_TEST(test_remote_emptied_pages_serve_growth)
+{
+    static void *v[REFILL_BLOCKS], *w[REFILL_BLOCKS / 2];
+    for (int i = 0; i < REFILL_BLOCKS; i++) {
+        v[i] = malloc(1024);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], 2, 1024);
+    }
+    pthread_join(st_spawn(free_all, v, 0), NULL);
+    struct sefer_stats s1 = st_stats();
+    for (int i = 0; i < REFILL_BLOCKS / 2; i++) {
+        w[i] = malloc(2048);
+        ck_assert_ptr_nonnull(w[i]);
+        memset(w[i], 3, 2048);
+    }
+    struct sefer_stats s2 = st_stats();
+    printf("8 MiB of 2 KiB blocks after 8 MiB of 1 KiB blocks freed by another thread: segments %" PRIu64
+           " -> %" PRIu64 "\n", s1.segments, s2.segments);
+    for (int i = 0; i < REFILL_BLOCKS / 2; i++)
+        free(w[i]);
+    ck_assert_msg(s2.segments <= s1.segments, "segments %" PRIu64 " -> %" PRIu64, s1.segments, s2.segments);
+}
+END_TEST
+
 /* ======================================================================
  * 3. thousands of short-lived threads
  * ==================================================================== */
@@ -1016,6 +1055,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_short_lived_threads);
     tcase_add_test(tc, test_abandoned_heap_accounting);
     tcase_add_test(tc, test_remote_frees_leave_bytes_in_blocks);
+    tcase_add_test(tc, test_remote_emptied_pages_serve_growth);
     tcase_add_test(tc, test_more_threads_than_slots);
     tcase_add_test(tc, test_thread_destructor_allocates);
     tcase_add_test(tc, test_atexit_allocates);
