@@ -98,7 +98,8 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(memory_headroom, "memory_limit minus bytes_committed (0 at or past it, or with no limit)") \
     X(memory_limit_purges, "purges of every idle page and cached span because committed memory neared memory.limit, cumulative") \
     X(memory_limit_refusals, "allocations refused because they would pass memory.limit (memory.limit_action = fail), cumulative") \
-    X(bytes_exited_waiting, "bytes of empty pages kept committed for the threads that adopt the heaps of exited threads (at most decommit.exited_keep)")
+    X(bytes_exited_waiting, "bytes of empty pages kept committed for the threads that adopt the heaps of exited threads (at most decommit.exited_keep)") \
+    X(bytes_remote_pending, "bytes of blocks other threads freed that wait on their pages' remote lists for their owner to take them back")
 
 #define SEFER_STATS_VERSION 8
 

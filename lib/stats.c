@@ -16,9 +16,10 @@ static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
 
 /* Blocks handed out and their bytes, read page by page from the live
  * segments (blocks waiting in a ring still count: their owner has not taken
- * them back). */
-static void live_blocks(uint64_t *blocks, uint64_t *bytes) {
-    *blocks = *bytes = 0;
+ * them back); and the bytes of blocks other threads freed that wait on
+ * their pages' remote lists (free, but their pages cannot go back). */
+static void live_blocks(uint64_t *blocks, uint64_t *bytes, uint64_t *pending_bytes) {
+    *blocks = *bytes = *pending_bytes = 0;
     sf_lock(&sf_seg_lock);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next) {
         for (unsigned i = 0; i < seg->page_count; i++) {
@@ -30,6 +31,7 @@ static void live_blocks(uint64_t *blocks, uint64_t *bytes) {
                 uint64_t used = sf_page_blocks_out(page);
                 *blocks += used;
                 *bytes += used * SF_GET(page->block_size);
+                *pending_bytes += (uint64_t)(sf_page_used(page) - used) * SF_GET(page->block_size);
             }
         }
     }
@@ -56,7 +58,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     /* frees are not counted on the fast path: every block handed out is
      * either live or was freed (and taken back by its owner) */
     uint64_t live = 0;
-    live_blocks(&live, &out->bytes_in_blocks);
+    live_blocks(&live, &out->bytes_in_blocks, &out->bytes_remote_pending);
     out->frees = out->allocs > live ? out->allocs - live : 0;
     out->bytes_committed = LOAD(sf_gstats.committed);
     out->bytes_reserved = LOAD(sf_gstats.reserved);

@@ -511,6 +511,9 @@ START_TEST(test_remote_frees_leave_bytes_in_blocks)
                   "after the other thread's frees bytes_in_blocks is %" PRIu64 ", %" PRIu64 " before the mallocs",
                   s2.bytes_in_blocks, s0.bytes_in_blocks);
     ck_assert_uint_eq(s2.remote_list_frees, s1.remote_list_frees); /* (not taken back yet) */
+    /* ... and they show as waiting for their owner */
+    ck_assert_msg(s2.bytes_remote_pending >= s1.bytes_remote_pending + REMOTE_BLOCKS * 1024,
+                  "bytes_remote_pending %" PRIu64 " -> %" PRIu64, s1.bytes_remote_pending, s2.bytes_remote_pending);
 }
 END_TEST
 

@@ -68,6 +68,7 @@ export function renderCache(dl, st, rates) {
     ['decommitted', bytes(st.bytes_decommitted_total) + ' in all'],
     ['shed on growth', bytes(st.bytes_shed_on_growth) + ' in all'],
     ['kept for exited threads', st.bytes_exited_waiting === undefined ? 'n/a' : bytes(st.bytes_exited_waiting)],
+    ['freed by other threads, not yet taken back', st.bytes_remote_pending === undefined ? 'n/a' : bytes(st.bytes_remote_pending)],
     ['decommit rate', rates.decommit === null ? 'n/a' : bytes(rates.decommit) + '/s'],
     ['OS mappings', count(st.os_maps) + ' in all'],
     ['reserved', bytes(st.bytes_reserved)],
