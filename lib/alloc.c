@@ -208,7 +208,7 @@ static SF_NOINLINE bool span_resize_in_place(sf_segment_t *seg, sf_page_t *page,
     if (n <= SF_MEDIUM_MAX && n < usable / 2) return false;
     if (!sf_span_resize(seg, page, n)) return false;
     if (SF_UNLIKELY(sf_prof_is_armed() || (SF_GET(page->flags) & SF_PAGE_SAMPLED)))
-        sf_prof_span_resized(page->block_start);
+        sf_prof_span_resized(page);
     return true;
 }
 

@@ -190,13 +190,10 @@ static void exited_pages_bound(sf_heap_t *heap) {
     uint64_t others = atomic_load_explicit(&sf_gstats.exited_waiting, memory_order_relaxed) - heap->exited_counted;
     uint64_t room = keep > others ? keep - others : 0;
     if (heap->purge_bytes > room) sf_segment_purge_oldest(heap, heap->purge_bytes - room);
-    /* (others may leave meanwhile: the count is exact, the bound a target) */
-    if (heap->purge_bytes >= heap->exited_counted)
-        atomic_fetch_add_explicit(&sf_gstats.exited_waiting, heap->purge_bytes - heap->exited_counted,
-                                  memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(&sf_gstats.exited_waiting, heap->exited_counted - heap->purge_bytes,
-                                  memory_order_relaxed);
+    /* (others may leave meanwhile: the count is exact, the bound a target;
+     * the difference may be negative: added modulo 2^64) */
+    atomic_fetch_add_explicit(&sf_gstats.exited_waiting, heap->purge_bytes - heap->exited_counted,
+                              memory_order_relaxed);
     heap->exited_counted = heap->purge_bytes;
 }
 

@@ -369,11 +369,15 @@ SF_INLINE sf_block_t *sf_xfree_list(uintptr_t word) {
  * less the ones other threads freed that its owner has not taken back yet.
  * A steady owner may take them back only when its lists run dry (remote.c):
  * on a workload whose blocks are freed by other threads they were up to
- * two thirds of bytes_in_blocks (docs/design.md, "Heap profiling"). */
-SF_INLINE uint32_t sf_page_blocks_out(const sf_page_t *page) {
+ * two thirds of bytes_in_blocks (docs/design.md, "Heap profiling").
+ * *pending (if not NULL): those waiting, so that the two add up to the
+ * count as it was read once. */
+SF_INLINE uint32_t sf_page_blocks_out(const sf_page_t *page, uint32_t *pending) {
     uint32_t used = sf_page_used(page);
-    uint32_t pending = (uint32_t)(atomic_load_explicit(&page->xfree, memory_order_relaxed) >> SF_XFREE_COUNT_SHIFT);
-    return used > pending ? used - pending : 0;
+    uint32_t waiting = (uint32_t)(atomic_load_explicit(&page->xfree, memory_order_relaxed) >> SF_XFREE_COUNT_SHIFT);
+    if (waiting > used) waiting = used;
+    if (pending != NULL) *pending = waiting;
+    return used - waiting;
 }
 SF_HIDDEN void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b); /* the ring path */
@@ -554,7 +558,7 @@ SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves 
 SF_HIDDEN void sf_prof_after_class_alloc(void *p);
 SF_HIDDEN void *sf_prof_span(void *p); /* sf_alloc_span: maybe sample a span */
 SF_HIDDEN void sf_prof_freed(const void *p); /* a block of a SAMPLED page is freed */
-SF_HIDDEN void sf_prof_span_resized(void *p); /* realloc resized a span in place */
+SF_HIDDEN void sf_prof_span_resized(sf_page_t *page); /* realloc resized its span in place */
 SF_HIDDEN void sf_prof_fork_prepare(void);
 SF_HIDDEN void sf_prof_fork_parent(void);
 

@@ -422,8 +422,8 @@ void *sf_prof_span(void *p) {
  * chance of the small one, a quarter at 1 MiB per sample, and a sample's
  * weight: realloc chains of the soak workload made the estimate of live
  * bytes 40 % short.) */
-void sf_prof_span_resized(void *p) {
-    sf_page_t *page = sf_page_of(sf_segment_of(p), p);
+void sf_prof_span_resized(sf_page_t *page) {
+    void *p = page->block_start;
     if (SF_GET(page->flags) & SF_PAGE_SAMPLED) {
         sf_prof_freed(p);
         SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_SAMPLED));

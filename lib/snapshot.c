@@ -130,7 +130,7 @@ static bool copy_page(const sf_segment_t *seg, unsigned i, sf_snap_page_t *out) 
     out->class_idx = (uint8_t)sf_class_of(bs);
     out->capacity = page_fit(page, bs);
     out->carved = SF_GET(page->capacity);
-    out->used = sf_page_blocks_out(page);
+    out->used = sf_page_blocks_out(page, NULL);
     /* relaxed reads of a page being re-initialised may disagree for a moment */
     if (out->carved > out->capacity) out->carved = out->capacity;
     if (out->used > out->carved) out->used = out->carved;

@@ -28,10 +28,11 @@ static void live_blocks(uint64_t *blocks, uint64_t *bytes, uint64_t *pending_byt
                 *blocks += 1;
                 *bytes += SF_GET(page->span_bytes);
             } else if (SF_GET(page->in_use)) {
-                uint64_t used = sf_page_blocks_out(page);
+                uint32_t pending;
+                uint64_t used = sf_page_blocks_out(page, &pending), size = SF_GET(page->block_size);
                 *blocks += used;
-                *bytes += used * SF_GET(page->block_size);
-                *pending_bytes += (uint64_t)(sf_page_used(page) - used) * SF_GET(page->block_size);
+                *bytes += used * size;
+                *pending_bytes += pending * size;
             }
         }
     }

@@ -482,25 +482,43 @@ END_TEST
  * profiling"). */
 #define REMOTE_BLOCKS 32 /* of 1 KiB: half a page, which stays off the full list */
 
-static void *free_them(void *argp)
+/* n blocks of `size` bytes, each filled with `byte`. */
+static void malloc_filled(void **v, int n, size_t size, int byte)
 {
-    void **v = argp;
-    for (int i = 0; i < REMOTE_BLOCKS; i++)
-        free(v[i]);
+    for (int i = 0; i < n; i++) {
+        v[i] = malloc(size);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], byte, size);
+    }
+}
+
+struct block_list {
+    void **v;
+    int n;
+};
+
+static void *free_list(void *argp)
+{
+    struct block_list *l = argp;
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
     return NULL;
+}
+
+/* Frees v[0..n) from a thread of its own, and waits for it. */
+static void free_in_another_thread(void **v, int n)
+{
+    struct block_list l = {v, n};
+    pthread_join(st_spawn(free_list, &l, 0), NULL);
 }
 
 START_TEST(test_remote_frees_leave_bytes_in_blocks)
 {
     void *v[REMOTE_BLOCKS];
     struct sefer_stats s0 = st_stats();
-    for (int i = 0; i < REMOTE_BLOCKS; i++) {
-        v[i] = malloc(1024);
-        ck_assert_ptr_nonnull(v[i]);
-        memset(v[i], 1, 1024);
-    }
+    malloc_filled(v, REMOTE_BLOCKS, 1024, 1);
     struct sefer_stats s1 = st_stats();
-    pthread_join(st_spawn(free_them, v, 0), NULL);
+    free_in_another_thread(v, REMOTE_BLOCKS);
     struct sefer_stats s2 = st_stats(); /* (this thread has not allocated since) */
     printf("32 KiB freed by another thread: bytes_in_blocks %" PRIu64 " -> %" PRIu64 " -> %" PRIu64 "\n",
            s0.bytes_in_blocks, s1.bytes_in_blocks, s2.bytes_in_blocks);
@@ -524,29 +542,13 @@ END_TEST
  * beside 8 MiB of pages that only needed to be looked at. */
 #define REFILL_BLOCKS 8192
 
-static void *free_all(void *argp)
-{
-    void **v = argp;
-    for (int i = 0; i < REFILL_BLOCKS; i++)
-        free(v[i]);
-    return NULL;
-}
-
 START_TEST(test_remote_emptied_pages_serve_growth)
 {
     static void *v[REFILL_BLOCKS], *w[REFILL_BLOCKS / 2];
-    for (int i = 0; i < REFILL_BLOCKS; i++) {
-        v[i] = malloc(1024);
-        ck_assert_ptr_nonnull(v[i]);
-        memset(v[i], 2, 1024);
-    }
-    pthread_join(st_spawn(free_all, v, 0), NULL);
+    malloc_filled(v, REFILL_BLOCKS, 1024, 2);
+    free_in_another_thread(v, REFILL_BLOCKS);
     struct sefer_stats s1 = st_stats();
-    for (int i = 0; i < REFILL_BLOCKS / 2; i++) {
-        w[i] = malloc(2048);
-        ck_assert_ptr_nonnull(w[i]);
-        memset(w[i], 3, 2048);
-    }
+    malloc_filled(w, REFILL_BLOCKS / 2, 2048, 3);
     struct sefer_stats s2 = st_stats();
     printf("8 MiB of 2 KiB blocks after 8 MiB of 1 KiB blocks freed by another thread: segments %" PRIu64
            " -> %" PRIu64 "\n", s1.segments, s2.segments);
