@@ -99,9 +99,11 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(memory_limit_purges, "purges of every idle page and cached span because committed memory neared memory.limit, cumulative") \
     X(memory_limit_refusals, "allocations refused because they would pass memory.limit (memory.limit_action = fail), cumulative") \
     X(bytes_exited_waiting, "bytes of empty pages kept committed for the threads that adopt the heaps of exited threads (at most decommit.exited_keep)") \
-    X(bytes_remote_pending, "bytes of blocks other threads freed that wait on their pages' remote lists for their owner to take them back")
+    X(bytes_remote_pending, "bytes of blocks other threads freed that wait on their pages' remote lists for their owner to take them back") \
+    X(profile_unwind_fallbacks, "heap profiling: stacks sefer's table walk could not follow, read by libgcc's unwinder instead, cumulative") \
+    X(profile_unwind_disagreements, "heap profiling, profile.unwinder = check: stacks where sefer's walk and libgcc's differed, cumulative")
 
-#define SEFER_STATS_VERSION 8
+#define SEFER_STATS_VERSION 9
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

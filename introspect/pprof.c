@@ -331,6 +331,14 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len) 
     value_type(&t, 11, "space", "bytes", &m);
     field_int(&t.out, 12, c->totals.rate);
     field_int(&t.out, 14, str_id(&t, heap ? "inuse_space" : "alloc_space"));
+    /* how the stacks were read, for whoever doubts one (go tool pprof
+     * -comments; tests/preload/run_one.sh reads it) */
+    static const char *const walks[] = {"table", "libgcc", "check"};
+    char note[160];
+    snprintf(note, sizeof note, "sefer: samples=%llu unwinder=%s unwind_fallbacks=%llu unwind_disagreements=%llu",
+             (unsigned long long)c->totals.samples, c->totals.unwinder < 3 ? walks[c->totals.unwinder] : "?",
+             (unsigned long long)c->totals.unwind_fallbacks, (unsigned long long)c->totals.unwind_disagreements);
+    field_int(&t.out, 13, str_id(&t, note));
     put(&t.out, t.strings.b, t.strings.len);
     if (!t.out.failed && !t.strings.failed && !m.failed) result = gzip(t.out.b, t.out.len, len);
 done:

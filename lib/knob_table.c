@@ -16,6 +16,7 @@ static const char *const sf_decommit_names[] = {"never", "eager", "delayed", "ad
 static const char *const sf_on_error_names[] = {"abort", "report", NULL};
 static const char *const sf_limit_action_names[] = {"purge", "fail", NULL};
 static const char *const sf_thp_names[] = {"never", "madvise", "system", NULL};
+static const char *const sf_unwinder_names[] = {"table", "libgcc", "check", NULL};
 static const char *const sf_auto_names[] = {"auto", NULL}; /* (size knobs: SF_KNOB_AUTO) */
 
 const struct sf_knob_def sf_knob_defs[SF_KNOB_COUNT] = {

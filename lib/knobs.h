@@ -15,6 +15,7 @@ enum sf_decommit { SF_DECOMMIT_NEVER, SF_DECOMMIT_EAGER, SF_DECOMMIT_DELAYED, SF
 enum sf_on_error { SF_ON_ERROR_ABORT, SF_ON_ERROR_REPORT };
 enum sf_limit_action { SF_LIMIT_PURGE, SF_LIMIT_FAIL };
 enum sf_thp { SF_THP_NEVER, SF_THP_MADVISE, SF_THP_SYSTEM };
+enum sf_unwinder { SF_UNWINDER_TABLE, SF_UNWINDER_LIBGCC, SF_UNWINDER_CHECK };
 /* A size knob whose choices name "auto" takes it as this value. */
 #define SF_KNOB_AUTO UINT64_MAX
 enum sf_knob_type { SF_KNOB_UINT, SF_KNOB_SIZE, SF_KNOB_MS, SF_KNOB_BOOL, SF_KNOB_ENUM, SF_KNOB_STRING };
@@ -61,6 +62,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "heap profiling: mean bytes allocated between two samples (0: off; docs/introspection.md)") \
     X(PROFILE_DEPTH, "profile.depth", SF_KNOB_UINT, 32, 1, 64, 1, NULL,                             \
       "heap profiling: frames kept of each sampled allocation's stack")                           \
+    X(PROFILE_UNWINDER, "profile.unwinder", SF_KNOB_ENUM, SF_UNWINDER_TABLE, 0, 2, 1, sf_unwinder_names, \
+      "heap profiling: how stacks are read: table (sefer's cached walk of the unwind tables), libgcc, or check (both, compared)") \
     X(PROFILE_MAX_BYTES, "profile.max_bytes", SF_KNOB_SIZE, 32ull << 20, 64ull << 10, 1ull << 40, 1, \
       NULL, "heap profiling: memory its tables may take; a sample that finds them full is dropped") \
     X(PROFILE_SEED, "profile.seed", SF_KNOB_UINT, 0, 0, UINT32_MAX, 0, NULL,                        \

@@ -455,6 +455,9 @@ static void totals_locked(sf_prof_totals_t *t) {
     t->marks = T.marks;
     t->sites = T.nstacks;
     t->frames = T.nframes;
+    t->unwinder = sf_knob(SF_KNOB_PROFILE_UNWINDER);
+    t->unwind_fallbacks = sf_prof_unwind_fallbacks();
+    t->unwind_disagreements = sf_prof_unwind_disagreements();
 }
 
 void sf_prof_totals(sf_prof_totals_t *t) {

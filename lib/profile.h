@@ -35,6 +35,8 @@ typedef struct {
     uint64_t mark_ms;         /* when the mark was set (sf_now_ms), 0: never */
     uint64_t marks;           /* marks set so far */
     uint64_t sites, frames;   /* sites stored, frames stored */
+    uint64_t unwinder;        /* profile.unwinder now (enum sf_unwinder) */
+    uint64_t unwind_fallbacks, unwind_disagreements; /* profile_stack.c, cumulative */
 } sf_prof_totals_t;
 
 SF_HIDDEN void sf_prof_totals(sf_prof_totals_t *t);
@@ -56,5 +58,18 @@ SF_HIDDEN void sf_prof_quiet(bool on);
 /* profile_stack.c */
 SF_HIDDEN unsigned sf_prof_capture(uintptr_t *out, unsigned max);
 SF_HIDDEN void sf_prof_stack_init(void);
+/* captures the table walk gave to libgcc, and (profile.unwinder = check)
+ * captures where the two walks differed: cumulative */
+SF_HIDDEN uint64_t sf_prof_unwind_fallbacks(void);
+SF_HIDDEN uint64_t sf_prof_unwind_disagreements(void);
+
+/* unwind.c: the return addresses minus one of the caller's callers, at most
+ * max, those in [skip_lo, skip_hi) at the top left out; -1 where the walk
+ * cannot follow a frame (the caller then asks libgcc). */
+SF_HIDDEN int sf_unwind_table(uintptr_t *out, unsigned max, uintptr_t skip_lo, uintptr_t skip_hi);
+/* An object was unloaded: every rule derived so far is forgotten. */
+SF_HIDDEN void sf_unwind_forget(void);
+/* dlclose reaches sf_unwind_forget (override_dl.c): rules may be kept. */
+SF_HIDDEN extern bool sf_unwind_sees_dlclose;
 
 #endif

@@ -94,6 +94,8 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->profile_dropped = prof.dropped;
     out->profile_live_samples = prof.live_samples;
     out->profile_bytes = prof.bytes;
+    out->profile_unwind_fallbacks = prof.unwind_fallbacks;
+    out->profile_unwind_disagreements = prof.unwind_disagreements;
 }
 
 SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size) {

@@ -261,6 +261,21 @@ for path in sys.argv[1:]:
         grep -Eq "$re" "$tmp/prof-strings" || fail "profiled run: no function matching $re in ${#files[@]} profile(s)"
     done
     echo "profile: ${#files[@]} file(s), functions matching $PRELOAD_PROFILE_NAMES found"
+    # With profile.unwinder = check every stack was read by both walks:
+    # each file's comment says how many samples, how many stacks sefer's
+    # walk left to libgcc and where the two differed (each difference is
+    # also a "sefer:" line on stderr, failed above).  Most stacks must have
+    # been compared, not handed over.
+    if [ "${SEFER_PROFILE_UNWINDER:-}" = check ]; then
+        read -r samples fallbacks disagreements < <(grep -a '^sefer: samples=' "$tmp/prof-strings" |
+            sed 's/.*samples=\([0-9]*\).*unwind_fallbacks=\([0-9]*\) unwind_disagreements=\([0-9]*\).*/\1 \2 \3/' |
+            awk '{ s += $1; f += $2; d += $3 } END { print s + 0, f + 0, d + 0 }')
+        echo "unwinders: $samples stacks read by both, $fallbacks left to libgcc, $disagreements differing"
+        [ "$samples" -gt 0 ] || fail "profile.unwinder=check: no sample in the profiles"
+        [ "$disagreements" -eq 0 ] || fail "profile.unwinder=check: the walks differed on $disagreements stacks"
+        [ $((fallbacks * 10)) -le "$samples" ] ||
+            fail "profile.unwinder=check: sefer's walk left $fallbacks of $samples stacks to libgcc"
+    fi
 fi
 echo "PASS: $kind: same stdout and exit code under glibc and $stem"
 exit 0
