@@ -25,7 +25,9 @@
  *     block of its new size (a fresh process at 1 MiB per sample: 100
  *     blocks of 300 KiB, each sampled with p = 0.25, grown to 3.5 MiB in
  *     place, p = 0.97, then shrunk back; the live samples follow, within 5
- *     deviations, where they stayed near 25 before). */
+ *     deviations, where they stayed near 25 before);
+ *   - the spread of the estimates over 24 seeds is the binomial's (fresh
+ *     processes at 64 KiB per sample, profile.seed 1 to 24). */
 #include "sefer_test.h"
 
 #include <math.h>
@@ -296,6 +298,82 @@ START_TEST(test_realloc_in_place) {
 }
 END_TEST
 
+/* ---- the spread over seeds --------------------------------------------------- */
+
+#define SEED_RATE 65536.0
+#define SEED_BLOCKS 40000
+#define SEED_SIZE 448 /* a class nothing else here uses: its first list is charged at SEED_RATE */
+#define SEEDS 24
+
+START_TEST(test_seed_child_body) {
+    static void *v[SEED_BLOCKS];
+    ST_KNOB_SET("profile.sample_bytes", "65536");
+    uint64_t base = live_samples();
+    for (int i = 0; i < SEED_BLOCKS; i++) {
+        v[i] = sefer_malloc(SEED_SIZE);
+        if (v[i] == NULL) abort();
+    }
+    uint64_t k = live_samples() - base;
+    for (int i = 0; i < SEED_BLOCKS; i++) sefer_free(v[i]);
+    ck_assert_uint_eq(live_samples(), base);
+    printf("seed-samples=%llu\n", (unsigned long long)k);
+    fflush(stdout);
+}
+END_TEST
+
+/* The samples of SEED_BLOCKS blocks with profile.seed = seed, from a child. */
+static long seed_samples(unsigned seed) {
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%u", seed);
+        setenv("SEFER_PROFILE_SEED", v, 1);
+        dup2(fd[1], 1);
+        close(fd[0]);
+        execl("/proc/self/exe", "test_profile", "seed-child", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char out[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof out - 1 && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)r;
+    out[len] = '\0';
+    close(fd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "seed %u: status %#x: %s", seed, status, out);
+    const char *at = strstr(out, "seed-samples=");
+    ck_assert_msg(at != NULL, "seed %u: no count in %s", seed, out);
+    return strtol(at + strlen("seed-samples="), NULL, 10);
+}
+
+/* Over 24 seeds the count of samples is Binomial(N, p): each within 5
+ * deviations of N p, and their spread that of the binomial (the sample
+ * variance over N p (1 - p) is chi-square with 23 degrees of freedom over
+ * 23: below 0.25 or above 2.6 with a chance under 1e-4).  A sampler that
+ * fired at the same blocks whatever the seed, or one that sampled by a
+ * fixed stride, would have no spread. */
+START_TEST(test_seeds_spread) {
+    double p = 1 - exp(-(double)SEED_SIZE / SEED_RATE), mean = SEED_BLOCKS * p, var = mean * (1 - p);
+    double sum = 0, sum2 = 0;
+    for (unsigned seed = 1; seed <= SEEDS; seed++) {
+        long k = seed_samples(seed);
+        ck_assert_msg(fabs((double)k - mean) <= 5 * sqrt(var), "seed %u: %ld samples, %.1f expected (+-%.1f)", seed,
+                      k, mean, 5 * sqrt(var));
+        sum += (double)k;
+        sum2 += (double)k * (double)k;
+    }
+    double m = sum / SEEDS, s2 = (sum2 - SEEDS * m * m) / (SEEDS - 1);
+    printf("seeds: mean %.1f samples (binomial %.1f), variance %.1f (binomial %.1f)\n", m, mean, s2, var);
+    ck_assert_msg(s2 / var >= 0.25 && s2 / var <= 2.6, "the spread over %d seeds: variance %.1f, binomial %.1f",
+                  SEEDS, s2, var);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("profile");
     TCase *tc = tcase_create("rate1");
@@ -308,7 +386,10 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_armed_later_child_body);
     } else if (argc > 1 && strcmp(argv[1], "realloc-child") == 0) {
         tcase_add_test(tc, test_realloc_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "seed-child") == 0) {
+        tcase_add_test(tc, test_seed_child_body);
     } else {
+        tcase_add_test(tc, test_seeds_spread);
         tcase_add_test(tc, test_steady_class);
         tcase_add_test(tc, test_realloc_in_place);
         tcase_add_test(tc, test_threads_cross_frees);
