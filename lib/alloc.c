@@ -224,7 +224,7 @@ SF_INLINE void *realloc_move(void *p, size_t n, size_t usable) {
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;
     memcpy(q, p, n < usable ? n : usable);
-    sf_free_as(p, false); /* (not on top: the old block is not the next one of its size handed out) */
+    sf_free_as(p, SF_FREE_LOCAL); /* (not on top: the old block is not the next one of its size handed out) */
     return q;
 }
 

@@ -13,8 +13,8 @@
 #include "fastpath.h"
 
 static void *malloc_levels01(size_t n) { return sf_malloc(n); }
-static void free_levels01(void *p) { sf_free_as(p, true); }
-static void free_levels01_profiled(void *p) { sf_free_as(p, false); }
+static void free_levels01(void *p) { sf_free_as(p, SF_FREE_TOP); }
+static void free_levels01_profiled(void *p) { sf_free_as(p, SF_FREE_COUNTED); }
 static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
 static void free_level2(void *p) { sf_free_l2(p); }
 
@@ -22,10 +22,11 @@ void *(*sf_entry_malloc)(size_t) = malloc_levels01;
 void (*sf_entry_free)(void *) = free_levels01;
 
 /* At start-up, and again when the heap profile is armed at run time: from
- * then on levels 0-1's free() pushes on local_free (fastpath.h, "The ends of
- * the owner's free").  A thread that read the old pointer a moment before
- * frees on top once more, which costs a sample point or two, nothing else:
- * both pushes leave a valid page. */
+ * then on levels 0-1's free() counts what it pushes on top against the
+ * class's sampling count (fastpath.h, sf_free_owned_counted).  A thread
+ * that read the old pointer a moment before pushes once more uncounted,
+ * which moves a sample point by a block or two, nothing else: both pushes
+ * leave a valid page. */
 void sf_entry_choose(void) {
     if (sf_l2_fast) {
         __atomic_store_n(&sf_entry_malloc, malloc_level2, __ATOMIC_RELAXED);

@@ -171,16 +171,34 @@ SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
 }
 
 /* An owner's free of a block of an unguarded page at levels 0-1: on top
- * (lifo) or on local_free (the profile armed). */
+ * (lifo) or on local_free. */
 SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lifo) {
     sf_block_t *b = (sf_block_t *)p, **list = lifo ? &page->free : &page->local_free;
     b->next = *list;
     sf_free_onto(heap, page, b, list);
 }
 
-/* free() at levels 0-1: lifo is a constant, the entry chosen by whether the
- * profile is armed (entry.c); realloc's move passes false. */
-SF_INLINE void sf_free_as(void *p, bool lifo) {
+/* The same while the heap profile is armed: on top as long as the class's
+ * sampling count has room, each block pushed there taking one off it (the
+ * block is one the class hands out before its next sample: charged now
+ * rather than at a refill, profile.c); on local_free once the count is 0,
+ * so that the free list still runs dry at the sample.  Frees stay on top,
+ * as issue 19 wants for random sizes, at the cost of a load, a compare and
+ * a store on free (profile on only). */
+SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
+    uint64_t *left = &heap->prof.skip[page->class_idx];
+    uint64_t n = *left;
+    *left = n - (n != 0);
+    sf_free_owned(heap, page, p, n != 0);
+}
+
+/* How free() at levels 0-1 pushes the owner's block (a constant in each
+ * caller): on top, counted on top (the profile armed, entry.c), or on
+ * local_free (realloc's move: the old block is not the next one handed
+ * out). */
+enum sf_free_how { SF_FREE_LOCAL, SF_FREE_TOP, SF_FREE_COUNTED };
+
+SF_INLINE void sf_free_as(void *p, enum sf_free_how how) {
     sf_heap_t *heap = sf_tls_heap;
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
     if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
@@ -188,7 +206,8 @@ SF_INLINE void sf_free_as(void *p, bool lifo) {
         sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
         uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
         if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
-            sf_free_owned(heap, page, p, lifo);
+            if (how == SF_FREE_COUNTED) sf_free_owned_counted(heap, page, p);
+            else sf_free_owned(heap, page, p, how == SF_FREE_TOP);
             return;
         }
     } else {

@@ -148,7 +148,7 @@ void sf_free_medium(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p)) sf_free_generic(p);
 }
 
-void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p) { sf_free_owned(heap, page, p, false); }
+void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p) { sf_free_owned_counted(heap, page, p); }
 
 static void free_checked_uncounted(void *p);
 

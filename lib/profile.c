@@ -16,6 +16,10 @@
  *     length (capacity - used, O(1)) off the count; a list longer than the
  *     count is cut after `count` blocks, the rest going to local_free, so
  *     the fast path runs dry exactly at the class's next sample;
+ *   - the owner's frees stay on top of `free` (fastpath.h,
+ *     sf_free_owned_counted): each block pushed there takes one off the
+ *     count, as the charge would have, until the count is 0; then they go
+ *     to local_free, so the list still runs dry at the sample;
  *   - sf_page_malloc_class, reached when the class's current page has no
  *     free block, asks sf_prof_due: a count of 0 makes this allocation the
  *     sample, served from a page of sampled blocks (flag SF_PAGE_SAMPLED:
