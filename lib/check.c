@@ -492,9 +492,9 @@ static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsign
             (c != 0 && page->class_idx != c) || (c != 0 && sampled != !!(page->flags & SF_PAGE_SAMPLED)))
             report("page in the wrong queue", page);
         if (page->prev != prev) report("page queue's back link is wrong", page);
-        /* the bias marks the head of a class queue (sampled or not), and
-         * nothing else */
-        bool head_of_class = c != 0 && prev == NULL;
+        /* the bias marks the head of a class queue and of a medium class's
+         * queue of sampled pages (page.c), and nothing else */
+        bool head_of_class = c != 0 && prev == NULL && (!sampled || c >= SF_MEDIUM_CLASS_MIN);
         if (!!(page->used & SF_USED_BIAS) != head_of_class)
             report(head_of_class ? "class's current page lacks the bias" : "page behind the head carries the bias", page);
     }

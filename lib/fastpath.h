@@ -186,10 +186,13 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * as issue 19 wants for random sizes, at the cost of a load, a compare and
  * a store on free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
-    uint64_t *left = &heap->prof.skip[page->class_idx];
-    uint64_t n = *left;
-    *left = n - (n != 0);
-    sf_free_owned(heap, page, p, n != 0);
+    uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
+    if (SF_LIKELY(n != 0)) {
+        *left = n - 1;
+        sf_free_owned(heap, page, p, true);
+    } else { /* (the sample is next) */
+        sf_free_owned(heap, page, p, false);
+    }
 }
 
 /* How free() at levels 0-1 pushes the owner's block (a constant in each

@@ -43,12 +43,14 @@ static void queue_push_back(sf_page_queue_t *q, sf_page_t *page) {
 
 /* ---- class queues: the head carries the bias ------------------------------ */
 
-/* Class queues and the queues of pages for sampled blocks: a sampled page
- * taken and given back per sample cost a 1 MiB page's commit for each
- * sample of a 64-256 KiB class. */
+/* Class queues, and the queues of medium classes' pages for sampled
+ * blocks: a sampled page taken and given back per sample cost a 1 MiB
+ * page's commit for each sample of a 64-256 KiB class.  (Small classes'
+ * sampled pages go when they empty: kept, one per class and heap, they
+ * added half to the peak RSS of small programs of many sizes.) */
 static bool is_class_queue(const sf_heap_t *heap, const sf_page_queue_t *q) {
     return (q >= heap->queues && q < heap->queues + SF_CLASS_COUNT) ||
-           (q >= heap->sampled && q < heap->sampled + SF_CLASS_COUNT);
+           (q >= heap->sampled + SF_MEDIUM_CLASS_MIN && q < heap->sampled + SF_CLASS_COUNT);
 }
 
 /* After a change to queue q whose head was old_first: if q is a class
@@ -414,8 +416,9 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
 }
 
 /* A page whose count of blocks out fell to zero: never a class's current
- * page, nor the head of a class's pages for sampled blocks (their counts
- * carry the bias), so one behind it. */
+ * page, nor the head of a medium class's pages for sampled blocks (their
+ * counts carry the bias), so one behind it, or a small class's page of
+ * sampled blocks. */
 void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) { page_release(heap, page); }
 
 /* Takes in remote frees and returns every page with no live block to its

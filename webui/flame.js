@@ -12,7 +12,8 @@
 // sets them with textContent and SVG titles).
 //
 // The container's data-frames carries the number of boxes drawn and
-// data-total the bytes at the root (the browser test reads them).
+// data-total the bytes at the root (the browser test reads them, and that
+// the top row of boxes is at the top of the graph).
 
 import {bytes, count} from './format.js';
 
@@ -62,6 +63,10 @@ export class Flame {
     const chart = window.flamegraph.default()
         .width(width)
         .cellHeight(18)
+        // as tall as the stacks drawn, at every update: the library sizes
+        // the graph at its first draw only, so a process whose stacks grew
+        // shallower later drew a few rows at the bottom of an empty box
+        .resetHeightOnZoom(true)
         .minFrameSize(2)
         .transitionDuration(0)
         .sort(true)

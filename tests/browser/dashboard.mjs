@@ -805,7 +805,30 @@ async function sitesChecks(browser) {
     const stacks = await getJSON(url, '/profile/stacks');
     assert(frames >= 6 && total > 30 * MIB, 'flame graph: ' + frames + ' boxes, ' + total + ' bytes at the root');
     assert(Math.abs(total - stacks.total_bytes) < 2 * MIB, 'root ' + total + ', /profile/stacks total ' + stacks.total_bytes);
-    log('# flame graph: ' + frames + ' boxes, ' + (total / MIB).toFixed(1) + ' MiB at the root');
+    // as tall as its stacks: drawn first with a block 40 frames deep
+    // (deep_frame), which the host then frees; once the graph is redrawn
+    // without it, the deepest row left is within three rows of the top
+    // (d3-flame-graph's margin), not low in a box as tall as the first
+    await page.waitForFunction(() => document.querySelector('#flame svg g[name="deep_frame"]'), null,
+        {timeout: WAIT_MS});
+    const tall = await page.$eval('#flame svg', (svg) => Number(svg.getAttribute('height')));
+    host.p.stdin.write('drop-deep\n');
+    await host.waitFor(/^dropped$/m, WAIT_MS, 'out');
+    await page.waitForFunction(() => {
+      const svg = document.querySelector('#flame svg');
+      return svg && svg.querySelector('g[name="hold_big"]') && !svg.querySelector('g[name="deep_frame"]');
+    }, null, {timeout: WAIT_MS});
+    const [height, top] = await page.$eval('#flame svg', (svg) => {
+      const ys = [...svg.querySelectorAll('g[name]')].map((g) => {
+        const m = /translate\([^,]+,\s*([-0-9.]+)\)/.exec(g.getAttribute('transform') || '');
+        return m ? Number(m[1]) : NaN;
+      }).filter((y) => !Number.isNaN(y));
+      return [Number(svg.getAttribute('height')), Math.min(...ys)];
+    });
+    assert(top <= 3 * 18 + 1 && height < tall, 'flame graph ' + height + ' px tall (' + tall +
+        ' with the deep stack), its top row at ' + top + ' px');
+    log('# flame graph: ' + frames + ' boxes, ' + (total / MIB).toFixed(1) + ' MiB at the root; ' + tall +
+        ' px tall with a stack 40 frames deep, ' + height + ' px once it went, top row at ' + top + ' px');
   });
 
   await check('Sites: Set mark with the token gets a 200; the site that grows after it comes first by growth', async () => {

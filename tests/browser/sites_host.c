@@ -25,6 +25,7 @@
 
 /* Where the blocks are kept, so that they stay live (and reachable). */
 static void **keep_big, **keep_small, **keep_leak;
+static void *keep_deep;
 
 /* One block of n bytes, every byte written; a macro, not a function, so
  * that each site's own function is the innermost frame of its stack. */
@@ -57,7 +58,19 @@ __attribute__((noinline)) static void leak_steadily(void) {
     for (volatile size_t i = 0; i < n; i++) FILLED(keep_leak[i], 4 * KIB);
 }
 
+/* One 2 MiB block (sampled at once at 64 KiB per sample) 40 frames below
+ * main, freed on "drop-deep": the flame graph must shrink to the stacks
+ * left, not stay as tall as the first one it drew. */
+__attribute__((noinline)) static void *deep_frame(int d) {
+    void *p;
+    if (d <= 1) FILLED(p, 2 * MIB);
+    else p = deep_frame(d - 1);
+    __asm__ __volatile__("" : "+r"(p) : : "memory"); /* not a tail call */
+    return p;
+}
+
 int main(void) {
+    keep_deep = deep_frame(40);
     hold_big();
     hold_small();
     printf("ready\n");
@@ -67,6 +80,11 @@ int main(void) {
         if (strcmp(line, "leak\n") == 0 && keep_leak == NULL) {
             leak_steadily();
             printf("leaked\n");
+            fflush(stdout);
+        } else if (strcmp(line, "drop-deep\n") == 0 && keep_deep != NULL) {
+            free(keep_deep);
+            keep_deep = NULL;
+            printf("dropped\n");
             fflush(stdout);
         }
     }
