@@ -14,6 +14,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SITES_LIMIT_DEFAULT 20
@@ -92,22 +95,68 @@ static void history_take(uint64_t now) {
 }
 
 /* profile.output with each "%p" replaced by the process id (one file per
- * process when children inherit the setting). */
-static void write_output(void) {
-    char knob[SF_KNOB_STR_MAX], path[SF_KNOB_STR_MAX + 256];
-    if (sefer_config_get("profile.output", knob, sizeof knob) != 0 || knob[0] == '\0') return;
+ * process when children inherit the setting); false if unset. */
+static bool output_path(char *path, size_t size) {
+    char knob[SF_KNOB_STR_MAX];
+    if (sefer_config_get("profile.output", knob, sizeof knob) != 0 || knob[0] == '\0') return false;
     size_t n = 0;
-    for (const char *c = knob; *c && n + 24 < sizeof path; c++) {
+    for (const char *c = knob; *c && n + 24 < size; c++) {
         if (c[0] == '%' && c[1] == 'p') {
-            n += (size_t)snprintf(path + n, sizeof path - n, "%ld", (long)getpid());
+            n += (size_t)snprintf(path + n, size - n, "%ld", (long)getpid());
             c++;
         } else {
             path[n++] = *c;
         }
     }
     path[n] = '\0';
+    return true;
+}
+
+static void write_to(const char *path) {
     if (sf_pprof_write_file(path) != 0)
         fprintf(stderr, "sefer: profile.output %s: %s\n", path, strerror(errno));
+}
+
+static void write_output(void) {
+    char path[SF_KNOB_STR_MAX + 256];
+    if (output_path(path, sizeof path)) write_to(path);
+}
+
+/* A guard detection is about to abort the process (guard_report.c): the
+ * profile of what was live then, to profile.output.  Written by a child
+ * made with the raw fork system call, which runs no fork handlers: this
+ * thread may be inside the allocator holding one of its locks, which
+ * sefer's own handlers would wait for.  The child has this thread alone,
+ * its own copy of the heap (which the detection stopped before any
+ * damage), and writes the file as at exit; a lock that another thread held
+ * at the fork stays held in the child, so this process waits at most
+ * ABORT_DUMP_MS for it, kills it if it has not finished (no file: the
+ * write is to a temporary name, renamed when whole), and aborts. */
+#define ABORT_DUMP_MS 10000
+static void dump_before_abort(void) {
+    char path[SF_KNOB_STR_MAX + 256];
+    if (!output_path(path, sizeof path)) return; /* (the parent's pid for %p) */
+#if defined(SYS_fork)
+    pid_t pid = (pid_t)syscall(SYS_fork);
+#else
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+#endif
+    if (pid == 0) {
+        write_to(path);
+        _exit(0);
+    }
+    if (pid < 0) return;
+    for (int waited = 0; waited < ABORT_DUMP_MS; waited += 20) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            fprintf(stderr, "sefer: the heap profile of the process as it aborts: %s\n", path);
+            return;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fprintf(stderr, "sefer: no heap profile at abort: its writer did not finish in %d ms\n", ABORT_DUMP_MS);
 }
 
 void sf_profile_tick(void) {
@@ -378,6 +427,7 @@ void sf_profile_output_init(void) {
     const char *pid = secure_getenv("SEFER_INTROSPECT_PID");
     if (pid != NULL && *pid != '\0' && strtol(pid, NULL, 10) != (long)getpid()) return;
     atexit(output_at_exit);
+    __atomic_store_n(&sf_guard_abort_hook, dump_before_abort, __ATOMIC_RELEASE);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigusr2;

@@ -5,7 +5,9 @@
  * "abort", the default) or the caller refuses the operation and goes on
  * ("report").  At guard level 0 a detection (the fast path's checks run at
  * every level: they protect sefer's own lists) is counted and refused
- * silently.  Nothing here allocates. */
+ * silently.  Nothing here allocates; before an abort, the hook the
+ * introspection side sets (the heap profile written to profile.output)
+ * runs once, in a child process of its own (profile_views.c says why). */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -21,6 +23,16 @@ static const char *const kind_text[SF_GUARD_KINDS] = {
 };
 _Static_assert(SF_GUARD_KINDS == SF_GUARD_KINDS_COUNTED, "one counter per kind");
 static _Atomic bool reported[SF_GUARD_KINDS];
+
+void (*sf_guard_abort_hook)(void);
+
+/* The hook once, by the first thread to abort: a detection inside it (or
+ * in another thread meanwhile) aborts at once. */
+static void before_abort(void) {
+    static _Atomic bool ran;
+    void (*hook)(void) = __atomic_load_n(&sf_guard_abort_hook, __ATOMIC_ACQUIRE);
+    if (hook != NULL && !atomic_exchange(&ran, true)) hook();
+}
 
 void sf_guard_report(enum sf_guard_kind kind, const void *p) {
     sf_event_guard(kind, p, atomic_fetch_add_explicit(&sf_gstats.guard[kind], 1, memory_order_relaxed) + 1);
@@ -38,5 +50,8 @@ void sf_guard_report(enum sf_guard_kind kind, const void *p) {
                                  : ": refused (guard.on_error = report; reported once)\n");
         sf_write_stderr(msg);
     }
-    if (abort_now) abort();
+    if (abort_now) {
+        before_abort();
+        abort();
+    }
 }

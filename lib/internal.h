@@ -434,6 +434,9 @@ enum sf_guard_kind {
     SF_GUARD_KINDS
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
+/* Run once before a detection aborts the process (introspect/
+ * profile_views.c: the heap profile to profile.output); NULL: none. */
+SF_HIDDEN extern void (*sf_guard_abort_hook)(void);
 
 /* ---- guarded.c: guard levels 2 and 3 ------------------------------------- */
 /* A small or medium block at level >= 2 is laid out

@@ -69,7 +69,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(PROFILE_SEED, "profile.seed", SF_KNOB_UINT, 0, 0, UINT32_MAX, 0, NULL,                        \
       "heap profiling: seed of the sampling (0: a different one each run)")                       \
     X(PROFILE_OUTPUT, "profile.output", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                          \
-      "heap profiling: a pprof file written at exit and on SIGUSR2 (sefer run --profile)")        \
+      "heap profiling: a pprof file written at exit, on SIGUSR2 and before a guard check aborts (sefer run --profile)")        \
     X(INTROSPECT_ENABLED, "introspect.enabled", SF_KNOB_BOOL, 0, 0, 1, 0, NULL,                     \
       "start the introspection HTTP server")                                                       \
     X(INTROSPECT_LISTEN, "introspect.listen", SF_KNOB_STRING, 0, 0, 0, 0, NULL,                     \

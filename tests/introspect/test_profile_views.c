@@ -23,7 +23,8 @@
  *
  * Optional cases (exit 77 without Go's pprof, package golang-go):
  *   pprof-live  `go tool pprof -top` on /debug/pprof/heap of this process
- *   pprof-file  the same on the file `sefer run --profile FILE` writes */
+ *   pprof-file  the same on the file `sefer run --profile FILE` writes
+ *   pprof-abort the same when the program aborts on a double free */
 #include "itest.h"
 
 #include <math.h>
@@ -222,19 +223,25 @@ START_TEST(test_pprof_live) {
 }
 END_TEST
 
-START_TEST(test_pprof_file) {
-    char dir[] = "/tmp/sefer-prof-XXXXXX", file[96], out[8192];
+/* `sefer run --profile FILE -- this program MODE`: its exit status, the
+ * file's path in file (in a new directory), what it printed in out. */
+static int run_profiled(const char *mode, char *dir, char *file, size_t file_size, char *out, size_t out_size) {
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(file, sizeof file, "%s/heap.pb.gz", dir);
+    snprintf(file, file_size, "%s/heap.pb.gz", dir);
     char *argv[] = {getenv("SEFER_TEST_CLI"), "run", "--listen", "127.0.0.1:0", "--profile", file, "--",
-                    "/proc/self/exe", "hold", NULL};
+                    "/proc/self/exe", (char *)mode, NULL};
     ck_assert_ptr_nonnull(argv[0]);
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     ck_assert_int_gt(n, 0);
     self[n] = '\0';
     argv[7] = self;
-    int status = run_capture(argv, out, sizeof out);
+    return run_capture(argv, out, out_size);
+}
+
+START_TEST(test_pprof_file) {
+    char dir[] = "/tmp/sefer-prof-XXXXXX", file[96], out[8192];
+    int status = run_profiled("hold", dir, file, sizeof file, out, sizeof out);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sefer run failed:\n%s", out);
     ck_assert_msg(access(file, R_OK) == 0, "no %s after the program exited:\n%s", file, out);
     check_top(file);
@@ -243,10 +250,31 @@ START_TEST(test_pprof_file) {
 }
 END_TEST
 
+/* A guard detection aborts the program (a double free, guard.on_error =
+ * abort): no exit handler runs, and the file is there all the same, with
+ * what was live when it died. */
+START_TEST(test_pprof_abort) {
+    char dir[] = "/tmp/sefer-prof-XXXXXX", file[96], out[8192];
+    int status = run_profiled("hold-abort", dir, file, sizeof file, out, sizeof out);
+    ck_assert_msg(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "the program did not abort:\n%s", out);
+    ck_assert_msg(strstr(out, "double free") != NULL, "no report of the double free:\n%s", out);
+    ck_assert_msg(access(file, R_OK) == 0, "no %s after the program aborted:\n%s", file, out);
+    check_top(file);
+    unlink(file);
+    rmdir(dir);
+}
+END_TEST
+
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "hold") == 0) { /* the program `sefer run --profile` runs */
+    if (argc > 1 && (strcmp(argv[1], "hold") == 0 || strcmp(argv[1], "hold-abort") == 0)) {
+        /* the program `sefer run --profile` runs */
         for (int i = 0; i < N_1K; i++) held_1k[i] = hold_1k();
         for (int i = 0; i < N_100; i++) held_100[i] = hold_100();
+        if (strcmp(argv[1], "hold-abort") == 0) {
+            void *p = st_launder(malloc(64));
+            free(p);
+            free(p); /* (guard level 1 detects it and aborts) */
+        }
         return 0;
     }
     Suite *s = suite_create("introspect-profile");
@@ -261,5 +289,8 @@ int main(int argc, char **argv) {
     tc = st_optional_case(s, "pprof-file", go_why_not);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_pprof_file);
+    tc = st_optional_case(s, "pprof-abort", go_why_not);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_pprof_abort);
     return st_main(s, argc, argv);
 }
