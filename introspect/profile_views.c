@@ -112,9 +112,10 @@ static bool output_path(char *path, size_t size) {
     return true;
 }
 
-static void write_to(const char *path) {
-    if (sf_pprof_write_file(path) != 0)
-        fprintf(stderr, "sefer: profile.output %s: %s\n", path, strerror(errno));
+static bool write_to(const char *path) {
+    if (sf_pprof_write_file(path) == 0) return true;
+    fprintf(stderr, "sefer: profile.output %s: %s\n", path, strerror(errno));
+    return false;
 }
 
 static void write_output(void) {
@@ -141,14 +142,21 @@ static void dump_before_abort(void) {
 #else
     pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
 #endif
-    if (pid == 0) {
-        write_to(path);
-        _exit(0);
-    }
+    if (pid == 0) _exit(write_to(path) ? 0 : 1);
     if (pid < 0) return;
     for (int waited = 0; waited < ABORT_DUMP_MS; waited += 20) {
-        if (waitpid(pid, NULL, WNOHANG) == pid) {
-            fprintf(stderr, "sefer: the heap profile of the process as it aborts: %s\n", path);
+        int status = 0;
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) {
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                fprintf(stderr, "sefer: the heap profile of the process as it aborts: %s\n", path);
+            else
+                fprintf(stderr, "sefer: no heap profile at abort: its writer failed (status %#x)\n", (unsigned)status);
+            return;
+        }
+        if (w < 0) { /* (SIGCHLD ignored, or a handler of the program's reaped it) */
+            fprintf(stderr, "sefer: the heap profile at abort was written to %s if its writer, whose end was not "
+                            "seen, succeeded\n", path);
             return;
         }
         struct timespec ts = {0, 20 * 1000 * 1000};
@@ -156,6 +164,9 @@ static void dump_before_abort(void) {
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    char tmp[sizeof path + 32];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)pid); /* (sf_pprof_write_file's name) */
+    unlink(tmp);
     fprintf(stderr, "sefer: no heap profile at abort: its writer did not finish in %d ms\n", ABORT_DUMP_MS);
 }
 

@@ -25,7 +25,11 @@
  *   - the table is forgotten when an object is unloaded (dlclose, seen by
  *     the interposed dlclose in override_dl.c: another object may be loaded at
  *     the same addresses); entries carry the generation they were made in,
- *     so a rule derived while dlclose ran is not believed after it.  The
+ *     so a rule derived while dlclose ran is not believed after it.  (glibc
+ *     unloads iconv's and NSS's modules itself, by __libc_dlclose, which
+ *     this does not see: a rule could outlive such a module and be met
+ *     again only at the very address of a malloc call of whatever is
+ *     loaded there next; check mode would show it.)  The
  *     static library and a build without the standard names (sanitizer
  *     builds) cannot see dlclose, and keep no rules: every frame is derived
  *     from the tables there.
@@ -337,7 +341,8 @@ static bool run_cfa(cfa_run_t *s, const cie_t *c, const uint8_t *p, const uint8_
         case 0x10: /* expression */
         case 0x16: /* val_expression */
             reg = uleb(&p, end);
-            p += uleb(&p, end);
+            delta = uleb(&p, end); /* the expression's length: skipped */
+            p += delta;
             set_reg(&s->row, reg, HOW_OTHER, 0);
             break;
         case 0x11: /* offset_extended_sf */
@@ -391,7 +396,7 @@ static enum rule_kind derive(uintptr_t pc, cfa_row_t *row) {
         !read_encoded(&p, far, hdr[2], (uintptr_t)hdr, false, &count))
         return RULE_GIVE_UP;
     (void)eh_frame;
-    if (count == 0) return RULE_END;
+    if (hdr[2] == DW_EH_PE_omit || count == 0) return RULE_GIVE_UP; /* no table: libgcc searches */
     const int32_t *table = (const int32_t *)(const void *)p; /* pairs: initial location, FDE */
     intptr_t rel = (intptr_t)(pc - (uintptr_t)hdr);
     size_t lo = 0, hi = count;
@@ -415,7 +420,10 @@ static enum rule_kind derive(uintptr_t pc, cfa_row_t *row) {
         !read_encoded(&fp, fend, cie.fde_enc & 0x0f, 0, true, &range))
         return RULE_GIVE_UP;
     if (pc < start || pc >= start + range) return RULE_END; /* a gap between FDEs */
-    if (cie.has_aug_data) fp += uleb(&fp, fend);
+    if (cie.has_aug_data) {
+        uint64_t skip = uleb(&fp, fend);
+        fp += skip;
+    }
 
     cfa_run_t s;
     memset(&s, 0, sizeof s);
@@ -460,6 +468,7 @@ static inline size_t slot_of(uintptr_t pc) {
 /* A packed rule for the cache, or 0 when the rule does not fit the format
  * (it is then derived again each time: rare). */
 static uint64_t pack(uintptr_t pc, const cfa_row_t *r, bool end, unsigned gen) {
+    if (pc >> (TAG_BITS + SF_UNWIND_CACHE_BITS)) return 0; /* (past 47 bits the tag would not hold it) */
     uint64_t w = (UINT64_C(1) << 63) | ((uint64_t)(gen & 15) << 55) | ((uint64_t)(pc >> SF_UNWIND_CACHE_BITS) & TAG_MASK);
     if (end) return w | (UINT64_C(1) << 54);
     if (r->cfa_off <= 0 || r->cfa_off % 8 || r->cfa_off / 8 >= (1 << 14) || r->ra_off != -8) return 0;

@@ -165,8 +165,11 @@ import json, os, re, sys
 tests = [t for t in json.load(sys.stdin) if re.search(sys.argv[1], t["name"])]
 targets = set()
 for t in tests:
-    for arg in t["cmd"]:
-        # built files are given by absolute path inside the build dir
+    # built files are given by absolute path inside the build dir: in the
+    # command, or as a variable of its environment (a library a test
+    # dlopens); a search path (a directory, or several with ":") is not one
+    env = [v for v in (t.get("env") or {}).values() if ":" not in v and not os.path.isdir(v)]
+    for arg in t["cmd"] + env:
         if arg.startswith(os.getcwd() + os.sep):
             targets.add(os.path.relpath(arg))
 print(" ".join(sorted(t["name"] for t in tests)))
