@@ -237,9 +237,30 @@ static void steady_pairs(void) {
     sefer_free(keep);
 }
 
+/* A queue: the oldest block freed for each new one, so nearly every free
+ * lands on a page behind the class's current one (20 pages of 64 B
+ * blocks in the window); those frees go on top uncounted and the page's
+ * list is charged when it becomes current again. */
+#define FIFO_WINDOW 20000
+START_TEST(test_fifo_child_body) {
+    ck_assert_uint_eq(st_knob_ull("profile.sample_bytes"), 65536);
+    static void *window[FIFO_WINDOW];
+    for (int i = 0; i < FIFO_WINDOW; i++) window[i] = sefer_malloc(64);
+    uint64_t k0 = samples();
+    for (int i = 0; i < STEADY_PAIRS; i++) {
+        sefer_free(window[i % FIFO_WINDOW]);
+        window[i % FIFO_WINDOW] = sefer_malloc(64);
+        if (window[i % FIFO_WINDOW] == NULL) abort();
+    }
+    check_samples("a queue of 64 B blocks", samples() - k0, STEADY_PAIRS, 64);
+    for (int i = 0; i < FIFO_WINDOW; i++) sefer_free(window[i]);
+}
+END_TEST
+
 START_TEST(test_steady_class) {
     run_child("steady-child", "SEFER_PROFILE_SAMPLE_BYTES", "64KiB"); /* armed at start-up */
     run_child("armed-later-child", "SEFER_PROFILE_SAMPLE_BYTES", "0"); /* armed by a knob change */
+    run_child("fifo-child", "SEFER_PROFILE_SAMPLE_BYTES", "64KiB");
 }
 END_TEST
 
@@ -386,6 +407,8 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_armed_later_child_body);
     } else if (argc > 1 && strcmp(argv[1], "realloc-child") == 0) {
         tcase_add_test(tc, test_realloc_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "fifo-child") == 0) {
+        tcase_add_test(tc, test_fifo_child_body);
     } else if (argc > 1 && strcmp(argv[1], "seed-child") == 0) {
         tcase_add_test(tc, test_seed_child_body);
     } else {
