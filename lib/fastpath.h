@@ -191,8 +191,7 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * instructions a free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
     if (SF_UNLIKELY(!(SF_GET(page->used) & SF_USED_BIAS))) {
-        page->prof_charged = 0; /* (its list is charged when it becomes current) */
-        sf_free_owned(heap, page, p, true);
+        sf_free_owned(heap, page, p, true); /* (charged when the page becomes current) */
         return;
     }
     uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;

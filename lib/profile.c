@@ -219,10 +219,12 @@ void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page) {
 }
 
 void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
-    /* (a page that took uncounted frees holds no charged block on `free`:
-     * its charged ones were all handed out before it stopped being current,
-     * and the first uncounted push cleared prof_charged) */
-    if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0) return;
+    /* (only the class's current page, which carries the bias, holds charged
+     * blocks on `free`: a page behind it ran dry before it left the front,
+     * and what was pushed on it since went uncounted) */
+    if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0 ||
+        !(page->used & SF_USED_BIAS))
+        return;
     uint64_t n = 0;
     for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
     uint64_t *skip = &heap->prof.skip[page->class_idx];
