@@ -178,24 +178,19 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
     sf_free_onto(heap, page, b, list);
 }
 
-/* The same while the heap profile is armed.  On the class's current page
- * (the one whose `used` carries the bias, the fast path's): on top as long
- * as the class's sampling count has room, each block pushed there taking
- * one off it (the block is one the class hands out before its next sample:
- * charged now rather than at a refill, profile.c), on local_free once the
- * count is 0, so that the free list still runs dry at the sample.  On a
- * page behind it: on top, uncounted; such a page's list is charged when
- * the page becomes current (page_refill: a block counted at its push would
- * be handed out only after the sample the count had reached meanwhile).
- * Frees stay on top, as issue 19 wants for random sizes, for a few
- * instructions a free (profile on only). */
+/* The same while the heap profile is armed: on top of the class's current
+ * page (the one whose `used` carries the bias, the fast path's) as long as
+ * the class's sampling count has room, each block pushed there taking one
+ * off it (the block is one the class hands out before its next sample:
+ * charged now rather than at a refill, profile.c); on local_free once the
+ * count is 0, so that the free list still runs dry at the sample, and on
+ * pages behind the current one, whose lists are charged when they become
+ * current (a block counted there would be handed out after the sample the
+ * count had already reached).  Frees stay on top, as issue 19 wants for
+ * random sizes, for a few instructions a free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
-    if (SF_UNLIKELY(!(SF_GET(page->used) & SF_USED_BIAS))) {
-        sf_free_owned(heap, page, p, true); /* (charged when the page becomes current) */
-        return;
-    }
     uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
-    if (SF_LIKELY(n != 0)) {
+    if (SF_LIKELY(n != 0 && (SF_GET(page->used) & SF_USED_BIAS))) {
         *left = n - 1;
         sf_free_owned(heap, page, p, true);
     } else { /* (the sample is next) */

@@ -556,9 +556,6 @@ SF_HIDDEN void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page);
 /* page->free was just given a list (local_free now NULL): charge it. */
 SF_HIDDEN void sf_prof_charge(sf_heap_t *heap, sf_page_t *page);
-/* The same for a page whose `free` holds only uncounted blocks and whose
- * local_free may hold more: counted by walking it. */
-SF_HIDDEN void sf_prof_charge_list(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves its heap */
 /* sf_alloc_class: p came from a sampled page of class c: record its stack. */
 SF_HIDDEN void sf_prof_after_class_alloc(void *p);

@@ -230,15 +230,7 @@ static void swap_in_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
  * profiling, the new list is charged to the sampling countdown (and cut at
  * the next sample); pages of sampled blocks are not. */
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
-    if (page->free) {
-        /* a page behind the class's current one, about to become it (the
-         * current one comes here only dry): what its owner freed onto it
-         * meanwhile went on top uncounted (fastpath.h,
-         * sf_free_owned_counted), since a page leaves the front of its
-         * queue only once its own list ran dry */
-        if (SF_UNLIKELY(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge_list(heap, page);
-        return true;
-    }
+    if (page->free) return true;
     count_refill(heap);
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (page->local_free) {

@@ -180,29 +180,6 @@ void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
     *skip = 0;
 }
 
-void sf_prof_charge_list(sf_heap_t *heap, sf_page_t *page) {
-    page->prof_charged = 1;
-    heap_refresh(heap);
-    if (heap->prof.rate == 0) return;
-    uint64_t *skip = &heap->prof.skip[page->class_idx];
-    if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
-    sf_block_t *last = page->free;
-    uint64_t n = 1;
-    for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
-    sf_block_t *rest = sf_link_decode(page, last);
-    if (rest == NULL) { /* (the whole list, n blocks, fits the count) */
-        *skip -= n;
-        return;
-    }
-    /* the count's worth stays; the rest goes in front of local_free */
-    sf_link_set(page, last, NULL);
-    sf_block_t *tail = rest;
-    for (sf_block_t *next; (next = sf_link_decode(page, tail)) != NULL;) tail = next;
-    sf_link_set(page, tail, page->local_free);
-    page->local_free = rest;
-    *skip = 0;
-}
-
 void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page) {
     heap_refresh(heap);
     if (heap->prof.rate != 0 && heap->prof.skip[page->class_idx] == 0) return NULL;
@@ -219,12 +196,7 @@ void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page) {
 }
 
 void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
-    /* (only the class's current page, which carries the bias, holds charged
-     * blocks on `free`: a page behind it ran dry before it left the front,
-     * and what was pushed on it since went uncounted) */
-    if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0 ||
-        !(page->used & SF_USED_BIAS))
-        return;
+    if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0) return;
     uint64_t n = 0;
     for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
     uint64_t *skip = &heap->prof.skip[page->class_idx];

@@ -171,8 +171,7 @@ typedef struct sf_page_s {
         size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
         size_t prof_charged; /* class pages: `free` was charged to the heap's sampling
                                 countdown (profile.c), so what is left on it is refunded
-                                if the page goes away (the class's current page only:
-                                frees onto the pages behind it are uncounted, fastpath.h) */
+                                if the page goes away */
     };
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
     union {
