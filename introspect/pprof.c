@@ -333,10 +333,11 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len) 
     field_int(&t.out, 14, str_id(&t, heap ? "inuse_space" : "alloc_space"));
     /* how the stacks were read, for whoever doubts one (go tool pprof
      * -comments; tests/preload/run_one.sh reads it) */
-    static const char *const walks[] = {"table", "libgcc", "check"};
+    const char *const *walks = sf_knob_defs[SF_KNOB_PROFILE_UNWINDER].choices;
     char note[160];
     snprintf(note, sizeof note, "sefer: samples=%llu unwinder=%s unwind_fallbacks=%llu unwind_disagreements=%llu",
-             (unsigned long long)c->totals.samples, c->totals.unwinder < 3 ? walks[c->totals.unwinder] : "?",
+             (unsigned long long)c->totals.samples,
+             c->totals.unwinder <= SF_UNWINDER_CHECK ? walks[c->totals.unwinder] : "?",
              (unsigned long long)c->totals.unwind_fallbacks, (unsigned long long)c->totals.unwind_disagreements);
     field_int(&t.out, 13, str_id(&t, note));
     put(&t.out, t.strings.b, t.strings.len);
@@ -355,6 +356,10 @@ done:
     return result;
 }
 
+void sf_pprof_tmp_path(char *out, size_t size, const char *path, pid_t writer) {
+    snprintf(out, size, "%s.%ld.tmp", path, (long)writer);
+}
+
 int sf_pprof_write_file(const char *path) {
     sf_prof_copy_t c;
     if (!sf_prof_copy_take(&c)) {
@@ -371,7 +376,7 @@ int sf_pprof_write_file(const char *path) {
         return -1;
     }
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    sf_pprof_tmp_path(tmp, sizeof tmp, path, getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int rc = -1, err = 0;
     if (fd >= 0) {

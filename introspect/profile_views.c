@@ -165,7 +165,7 @@ static void dump_before_abort(void) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     char tmp[sizeof path + 32];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)pid); /* (sf_pprof_write_file's name) */
+    sf_pprof_tmp_path(tmp, sizeof tmp, path, pid);
     unlink(tmp);
     fprintf(stderr, "sefer: no heap profile at abort: its writer did not finish in %d ms\n", ABORT_DUMP_MS);
 }

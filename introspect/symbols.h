@@ -50,5 +50,8 @@ SF_HIDDEN unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, siz
 /* Writes the profile to path (atomically: a temporary file renamed).
  * 0, or -1 with errno. */
 SF_HIDDEN int sf_pprof_write_file(const char *path);
+/* The name sf_pprof_write_file writes to before renaming it to path, in
+ * the process `writer`. */
+SF_HIDDEN void sf_pprof_tmp_path(char *out, size_t size, const char *path, pid_t writer);
 
 #endif

@@ -106,6 +106,18 @@ static int64_t sleb(const uint8_t **pp, const uint8_t *end) {
     return (int64_t)v;
 }
 
+/* n little-endian bytes (1, 2, 4 or 8: this file is x86-64's only),
+ * sign-extended with `sign`; false past end. */
+static bool read_fixed(const uint8_t **pp, const uint8_t *end, unsigned n, bool sign, uint64_t *v) {
+    if ((size_t)(end - *pp) < n) return false;
+    uint64_t x = 0;
+    memcpy(&x, *pp, n);
+    if (sign && n < 8 && ((x >> (8 * n - 1)) & 1)) x |= ~(uint64_t)0 << (8 * n);
+    *pp += n;
+    *v = x;
+    return true;
+}
+
 #define DW_EH_PE_omit 0xff
 #define DW_EH_PE_indirect 0x80
 
@@ -130,27 +142,17 @@ static bool read_encoded(const uint8_t **pp, const uint8_t *end, uint8_t enc, ui
         default: return false;                 /* textrel, funcrel, aligned: not on x86-64 Linux */
         }
     }
-    size_t n;
-    switch (enc & 0x0f) {
-    case 0x00: n = 8; break; /* absptr */
-    case 0x02: case 0x0a: n = 2; break;
-    case 0x03: case 0x0b: n = 4; break;
-    case 0x04: case 0x0c: n = 8; break;
-    case 0x01: v = uleb(&p, end); n = 0; break;
-    case 0x09: v = (uint64_t)sleb(&p, end); n = 0; break;
+    unsigned format = enc & 0x0f; /* (bit 3: signed) */
+    bool ok = true;
+    switch (format) {
+    case 0x01: v = uleb(&p, end); break;
+    case 0x09: v = (uint64_t)sleb(&p, end); break;
+    case 0x00: case 0x04: case 0x0c: ok = read_fixed(&p, end, 8, false, &v); break; /* (0: absptr) */
+    case 0x02: case 0x0a: ok = read_fixed(&p, end, 2, format & 8, &v); break;
+    case 0x03: case 0x0b: ok = read_fixed(&p, end, 4, format & 8, &v); break;
     default: return false;
     }
-    if (n) {
-        if ((size_t)(end - p) < n) return false;
-        switch (enc & 0x0f) {
-        case 0x02: { uint16_t x; memcpy(&x, p, 2); v = x; break; }
-        case 0x0a: { int16_t x; memcpy(&x, p, 2); v = (uint64_t)(int64_t)x; break; }
-        case 0x03: { uint32_t x; memcpy(&x, p, 4); v = x; break; }
-        case 0x0b: { int32_t x; memcpy(&x, p, 4); v = (uint64_t)(int64_t)x; break; }
-        default: memcpy(&v, p, 8); break;
-        }
-        p += n;
-    }
+    if (!ok) return false;
     uintptr_t r = base + (uintptr_t)v;
     if (!value_only && (enc & DW_EH_PE_indirect)) memcpy(&r, (const void *)r, sizeof r);
     *pp = p;
@@ -284,19 +286,7 @@ static bool run_cfa(cfa_run_t *s, const cie_t *c, const uint8_t *p, const uint8_
             break;
         }
         case 0x02: case 0x03: case 0x04: /* advance_loc1, 2, 4 */
-            if (op == 0x02) {
-                delta = *p++;
-            } else if (op == 0x03) {
-                uint16_t d;
-                memcpy(&d, p, 2);
-                p += 2;
-                delta = d;
-            } else {
-                uint32_t d;
-                memcpy(&d, p, 4);
-                p += 4;
-                delta = d;
-            }
+            if (!read_fixed(&p, end, 1u << (op - 0x02), false, &delta)) return false;
             *loc += delta * c->code_align;
             if (*loc > target) return true;
             break;
@@ -314,6 +304,8 @@ static bool run_cfa(cfa_run_t *s, const cie_t *c, const uint8_t *p, const uint8_
             set_reg(&s->row, uleb(&p, end), HOW_SAME, 0);
             break;
         case 0x09: /* register */
+        case 0x14: /* val_offset */
+        case 0x15: /* val_offset_sf (the second operand skipped: a LEB128 either way) */
             reg = uleb(&p, end);
             (void)uleb(&p, end);
             set_reg(&s->row, reg, HOW_OTHER, 0);
@@ -355,16 +347,6 @@ static bool run_cfa(cfa_run_t *s, const cie_t *c, const uint8_t *p, const uint8_
             break;
         case 0x13: /* def_cfa_offset_sf */
             s->row.cfa_off = sleb(&p, end) * c->data_align;
-            break;
-        case 0x14: /* val_offset */
-            reg = uleb(&p, end);
-            (void)uleb(&p, end);
-            set_reg(&s->row, reg, HOW_OTHER, 0);
-            break;
-        case 0x15: /* val_offset_sf */
-            reg = uleb(&p, end);
-            (void)sleb(&p, end);
-            set_reg(&s->row, reg, HOW_OTHER, 0);
             break;
         case 0x2e: /* GNU_args_size */
             (void)uleb(&p, end);

@@ -344,28 +344,10 @@ END_TEST
 
 /* The samples of SEED_BLOCKS blocks with profile.seed = seed, from a child. */
 static long seed_samples(unsigned seed) {
-    int fd[2];
-    ck_assert_int_eq(pipe(fd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        char v[16];
-        snprintf(v, sizeof v, "%u", seed);
-        setenv("SEFER_PROFILE_SEED", v, 1);
-        dup2(fd[1], 1);
-        close(fd[0]);
-        execl("/proc/self/exe", "test_profile", "seed-child", (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    char out[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof out - 1 && (r = read(fd[0], out + len, sizeof out - 1 - len)) > 0) len += (size_t)r;
-    out[len] = '\0';
-    close(fd[0]);
-    int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    char env[32], out[4096];
+    snprintf(env, sizeof env, "SEFER_PROFILE_SEED=%u", seed);
+    char *const extra_env[] = {env, NULL}, *const args[] = {"seed-child", NULL};
+    int status = st_run_self(extra_env, args, out, sizeof out);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "seed %u: status %#x: %s", seed, status, out);
     const char *at = strstr(out, "seed-samples=");
     ck_assert_msg(at != NULL, "seed %u: no count in %s", seed, out);
@@ -421,9 +403,5 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_guard_levels);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return st_run_suite(s);
 }

@@ -195,9 +195,5 @@ int main(void) {
     tcase_add_test(tc, test_dlclose);
     tcase_add_test(tc, test_table_default);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return st_run_suite(s);
 }
