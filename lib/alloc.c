@@ -219,12 +219,17 @@ SF_INLINE bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, siz
     return n <= usable && n >= usable / 2;
 }
 
-/* Moves the block at p (usable bytes) to a new one of n bytes. */
-SF_INLINE void *realloc_move(void *p, size_t n, size_t usable) {
+/* Moves the block at p (usable bytes) to a new one of n bytes.  The old
+ * block is not the next one of its size handed out: at levels 0-1 it goes
+ * to local_free, not on top; at levels 2-3 (checked, a constant in each
+ * caller) through the checked path, whose quarantine holds it back (level
+ * 2's own push would put it where the next malloc of its size finds it). */
+SF_INLINE void *realloc_move(void *p, size_t n, size_t usable, bool checked) {
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;
     memcpy(q, p, n < usable ? n : usable);
-    sf_free_as(p, SF_FREE_LOCAL); /* (not on top: the old block is not the next one of its size handed out) */
+    if (checked) sf_free_checked(p);
+    else sf_free_as(p, SF_FREE_LOCAL);
     return q;
 }
 
@@ -237,7 +242,7 @@ static SF_NOINLINE void *realloc_special(void *p, size_t n, sf_segment_t *seg, s
                                          size_t usable, bool in_place) {
     unsigned m = sf_mode();
     if (m & SF_MODE_TRACKED) {
-        void *q = realloc_move(p, n, sf_track_usable(p, usable));
+        void *q = realloc_move(p, n, sf_track_usable(p, usable), false);
         if (m & SF_MODE_PHASE) sf_phase_count(SF_PHASE_REALLOC, 0);
         return q;
     }
@@ -246,7 +251,7 @@ static SF_NOINLINE void *realloc_special(void *p, size_t n, sf_segment_t *seg, s
         sf_phase_count(SF_PHASE_REALLOC, (int64_t)sf_block_bytes(p) - before);
         return p;
     }
-    void *q = realloc_move(p, n, usable);
+    void *q = realloc_move(p, n, usable, sf_guard_level >= 2);
     sf_phase_count(SF_PHASE_REALLOC, 0);
     return q;
 }
@@ -281,12 +286,13 @@ void *sf_realloc(void *p, size_t n) {
         usable = sf_guarded_usable(seg != NULL ? seg : sf_segment_of(p), page, p);
         sf_track_quiet_end();
         if (SF_UNLIKELY(sf_mode())) return realloc_special(p, n, seg, page, usable, false);
+        return realloc_move(p, n, usable, true);
     } else if (SF_UNLIKELY(sf_mode())) {
         return realloc_special(p, n, seg, page, usable, true);
     } else if (resize_in_place(seg, page, n, usable)) {
         return p;
     }
-    return realloc_move(p, n, usable);
+    return realloc_move(p, n, usable, false);
 }
 
 /* ---- the rest of the API, shared by api.c and override.c ---------------- */

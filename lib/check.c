@@ -73,6 +73,11 @@ static struct {
     uint64_t *set;         /* chunk + 1 of each listed segment (open addressing) */
     size_t set_cap, set_bytes;
     uint64_t seen[PAGE_BLOCKS_MAX / 64]; /* blocks of one page met on its free lists */
+    /* the exit sweep (guard levels 2-3, sf_guard_sweep): on in its pass;
+     * spans too when no other thread runs; the first damaged block found
+     * of each kind */
+    bool sweep, sweep_spans;
+    const void *sweep_overflow, *sweep_uaf;
 } ck;
 
 /* ---- reporting ------------------------------------------------------------- */
@@ -216,15 +221,22 @@ static bool owned_block(const sf_heap_t *heap, const void *p) {
 
 /* ---- pages of a checked heap ----------------------------------------------- */
 
+/* The exit sweep's finding (below): the first damaged block of a kind. */
+static void sweep_found(const void **first, const void *at) {
+    if (*first == NULL) *first = at;
+}
+
 /* Walks one free list; returns its length.  Ends at the first bad link or
  * at a block met twice (a cycle, or a block on both lists). */
 static size_t walk_free_list(const sf_page_t *page, const sf_block_t *b) {
     size_t n = 0;
+    const sf_block_t *prev = NULL;
     while (b != NULL) {
         uintptr_t off = (uintptr_t)b - (uintptr_t)page->block_start;
         if ((uintptr_t)b < (uintptr_t)page->block_start || off >= sf_page_carved_bytes(page) ||
             off % page->block_size != 0) {
             report("free list leaves its page's carved blocks", b);
+            if (ck.sweep && prev != NULL) sweep_found(&ck.sweep_uaf, prev); /* its link written over */
             return n;
         }
         size_t idx = off / page->block_size;
@@ -236,6 +248,7 @@ static size_t walk_free_list(const sf_page_t *page, const sf_block_t *b) {
         if (b->cookie != sf_page_cookie(page))
             report("block on a free list without the free mark", b);
         n++;
+        prev = b;
         b = sf_link_decode(page, b);
     }
     return n;
@@ -257,6 +270,54 @@ static void check_page_owner(const sf_page_t *page, const sf_heap_t *heap) {
               : (flags & (SF_PAGE_FULL | SF_PAGE_SAMPLED)) ? fast == 0
                                                             : owner == 0 || owner == (uintptr_t)heap;
     if (!ok) report("page's fast-path owner disagrees with its flags", page);
+}
+
+/* ---- the exit sweep (guard levels 2 and 3) --------------------------------- */
+
+/* The blocks of a guarded page of a heap no running thread owns, after its
+ * free lists were walked (ck.seen): every block's size word (an underflow
+ * of the block after it lands there first); a live block's canary; at
+ * level 3 a listed free block's zero fill.  A block carrying the free mark
+ * but on neither list is free elsewhere (the quarantine, checked with its
+ * heap, or waiting for its owner after another thread freed it, which
+ * checked it then).  Such a free writes the mark before it fills the block
+ * (guarded.c), so a canary that reads wrong is looked at again after the
+ * mark: a block freed meanwhile is not damage. */
+static void sweep_page(const sf_segment_t *seg, const sf_page_t *page) {
+    uint32_t bs = page->block_size;
+    for (uint32_t i = 0; i < page->capacity; i++) {
+        const sf_block_t *b = (const sf_block_t *)(page->block_start + (size_t)i * bs);
+        if (!sf_size_word_ok(*sf_size_word(page, b), bs)) {
+            sweep_found(&ck.sweep_overflow, b);
+            continue;
+        }
+        if (ck.seen[i / 64] >> (i % 64) & 1) {
+            if (sf_guard_level >= 3 && !sf_junk_intact(page, b)) sweep_found(&ck.sweep_uaf, b);
+            continue;
+        }
+        if (__atomic_load_n(&b->cookie, __ATOMIC_ACQUIRE) == sf_page_cookie(page)) continue;
+        if (!sf_guarded_tail_intact(seg, page, b) &&
+            __atomic_load_n(&b->cookie, __ATOMIC_ACQUIRE) != sf_page_cookie(page))
+            sweep_found(&ck.sweep_overflow, b);
+    }
+}
+
+/* Level 3's quarantine of a heap no running thread owns: each block's free
+ * mark and zero fill. */
+static void sweep_quarantine(const sf_heap_t *heap) {
+    size_t n = 0;
+    const sf_block_t *prev = NULL;
+    for (const sf_block_t *b = heap->quarantine_head; b != NULL && n++ < heap->quarantine_count;
+         prev = b, b = b->next) {
+        if (!owned_block(heap, b)) { /* the link of the block before written over */
+            if (prev != NULL) sweep_found(&ck.sweep_uaf, prev);
+            return;
+        }
+        const sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+        if (b->cookie != sf_page_cookie(page) || (sf_guard_level >= 3 && !sf_junk_intact(page, b)) ||
+            (b == heap->quarantine_tail && b->next != NULL))
+            sweep_found(&ck.sweep_uaf, b);
+    }
 }
 
 static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_heap_t *heap) {
@@ -287,6 +348,7 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     nfree += walk_free_list(page, page->local_free);
     if ((size_t)sf_page_used(page) + nfree > page->capacity)
         report("page's blocks in use plus free exceed its blocks carved", page);
+    if (ck.sweep && (page->flags & SF_PAGE_GUARDED)) sweep_page(seg, page);
 }
 
 static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
@@ -374,6 +436,10 @@ static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
         check_map_byte(chunk + i,
                        i == 0 ? SF_SEGMAP_OTHER_HEAD : sf_segmap_back_value(i), false,
                        seg);
+    /* a live large block's canary (spans have no owner: only when no other
+     * thread can be freeing it this instant) */
+    if (ck.sweep && ck.sweep_spans && sf_page_used(page) != 0 && !sf_guarded_tail_intact(seg, page, page->block_start))
+        sweep_found(&ck.sweep_overflow, page->block_start);
 }
 
 static void check_segment(const sf_segment_t *seg, const sf_segment_t *prev) {
@@ -621,6 +687,7 @@ static void check_heap(int64_t hi) {
     check_purge_queue(heap, t);
     check_remote(heap, t);
     check_quarantine(heap);
+    if (ck.sweep) sweep_quarantine(heap);
 }
 
 /* ---- one pass ------------------------------------------------------------- */
@@ -673,6 +740,23 @@ size_t sf_check_heap_consistency(char *why, size_t len) {
     size_t n = ck.problems;
     sf_unlock(&check_lock);
     return n;
+}
+
+/* One pass of the checker that also sweeps the guarded blocks of every heap
+ * it can read (guard_exit.c, at exit); spans: whether spans are swept too.
+ * The first damaged block of each kind, or NULL. */
+void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
+    char why[256];
+    sf_lock(&check_lock);
+    ck.nkept = 0;
+    ck.sweep = true;
+    ck.sweep_spans = spans;
+    ck.sweep_overflow = ck.sweep_uaf = NULL;
+    check_pass(why, sizeof why);
+    *overflow = ck.sweep_overflow;
+    *uaf = ck.sweep_uaf;
+    ck.sweep = false;
+    sf_unlock(&check_lock);
 }
 
 SEFER_EXPORT int sefer_check(void) {

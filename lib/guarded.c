@@ -49,7 +49,7 @@ void sf_guard_init(void) {
         }
     }
     sf_guard_secret = s[0] | 1;
-    sf_canary_secret = s[1] | 1;
+    sf_canary_secret = s[1] | 1; /* (odd: a canary's first byte is odd, internal.h) */
 }
 
 static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAGE_SPAN; }
@@ -58,7 +58,7 @@ static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAG
  * (small and medium blocks) or XOR a key made from the span's address. */
 static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
     uintptr_t key = is_span(page) ? sf_canary_secret ^ (uintptr_t)seg : page->canary_key;
-    return (uint64_t)((uintptr_t)p ^ key);
+    return (uint64_t)((uintptr_t)p ^ key); /* (bit 0 set: see sf_canary_value) */
 }
 
 /* Spans keep the request size in page->requested, and at level 3 how the
@@ -109,6 +109,24 @@ size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p) {
     (void)seg;
     size_t n = requested_size(page, (void *)p);
     return n == SIZE_MAX ? 0 : n;
+}
+
+/* Whether a live block's tail is as malloc left it: a size word that can
+ * be one and the canary after the request.  For the exit sweep (check.c),
+ * which may meet a block another thread freed a moment ago: canary bytes
+ * inside the first 8 (a request under 8 bytes) are not compared, since a
+ * remote free's link is written there. */
+bool sf_guarded_tail_intact(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
+    size_t n = requested_size(page, (void *)p);
+    if (n == SIZE_MAX) return false;
+    uint64_t want = canary_of(seg, page, p), got = 0;
+    memcpy(&got, (const uint8_t *)p + n, sizeof got);
+    if (!is_span(page) && n < sizeof(sf_block_t *)) {
+        if (n == 0) return true;
+        uint64_t keep = ~(uint64_t)0 << (8 * (sizeof(sf_block_t *) - n)); /* bytes at offset >= 8 */
+        return (want & keep) == (got & keep);
+    }
+    return want == got;
 }
 
 /* The fill stops short of the block's size word: no request reaches it

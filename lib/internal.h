@@ -455,9 +455,14 @@ SF_HIDDEN extern void (*sf_guard_abort_hook)(void);
 enum sf_family { SF_FAMILY_MALLOC, SF_FAMILY_NEW, SF_FAMILY_NEW_ARRAY };
 #define SF_JUNK 0 /* level 3 fills freed blocks with it (zero on free) */
 
+SF_HIDDEN bool sf_guarded_tail_intact(const sf_segment_t *seg, const sf_page_t *page, const void *p);
 SF_INLINE uint32_t *sf_size_word(const sf_page_t *page, const void *b) {
     return (uint32_t *)((uint8_t *)b + page->block_size - sizeof(uint32_t));
 }
+/* A canary's first byte (the one a 1-byte overflow writes) is always odd:
+ * blocks are 16-byte aligned and every canary key has bit 0 set (page.c,
+ * guarded.c).  So the NUL of an off-by-one string copy, or any even byte,
+ * is found every time, not 255 times in 256. */
 SF_INLINE uint64_t sf_canary_value(const sf_page_t *page, const void *b) {
     return (uint64_t)((uintptr_t)b ^ page->canary_key);
 }
@@ -605,6 +610,7 @@ SF_HIDDEN void sf_print_stats(void); /* malloc_stats() */
  * the first few, NUL-terminated.  Takes sf_fallback_lock, sf_cache_lock and
  * sf_seg_lock: never call it with one of them held. */
 SF_HIDDEN size_t sf_check_heap_consistency(char *why, size_t len);
+SF_HIDDEN void sf_guard_sweep(bool spans, const void **overflow, const void **uaf);
 
 /* ---- phase.c: phases begun and ended ------------------------------------- */
 SF_HIDDEN void sf_phase_snapshot(sf_phase_snap_t *out);

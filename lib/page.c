@@ -133,6 +133,8 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     SF_SET(page->flags, (uint8_t)(sf_pages_checked() ? SF_PAGE_GUARDED : 0));
     bool keyed = sf_guard_level >= 2;
     page->secret = keyed ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
+    /* (bit 0 stays the secret's, 1: a descriptor's address is a multiple of
+     * 128, so the product's is 0; a canary's first byte is then odd) */
     page->canary_key = keyed ? sf_canary_secret ^ ((uintptr_t)page * 0xc2b2ae3d27d4eb4full) : 0;
     page->class_idx = (uint8_t)class_idx; /* (before the fast owner: its word is the class's) */
     sf_page_set_fast_owner(page, sf_segment_of(page)->heap);
@@ -310,8 +312,9 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
 /* Pops the page's next free block.  At guard level >= 2 the link is
  * decoded and must stay inside the page (a write into a freed block that
  * hit its link is caught here, and the rest of the list is dropped rather
- * than followed); at level 3 the block's junk fill must be intact (a block
- * written after free is reported and never handed out).  NULL: try again. */
+ * than followed); at level 3 the block's junk fill and size word must be
+ * intact (a block written after free, or under by its neighbour, is
+ * reported and never handed out).  NULL: try again. */
 static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
     sf_block_t *b = page->free;
     sf_block_t *next = sf_link_decode(page, b);
@@ -326,6 +329,12 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
     /* level 3: the whole freed block is checked, its free mark included */
     if (sf_guard_level >= 3 && (b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b))) {
         sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        return NULL;
+    }
+    /* and its size word, which an underflow of the block after it reaches
+     * first: handing the block out would write over the evidence */
+    if (sf_guard_level >= 3 && !sf_size_word_ok(*sf_size_word(page, b), page->block_size)) {
+        sf_guard_report(SF_GUARD_OVERFLOW, b);
         return NULL;
     }
     SF_COUNT(heap->allocs);

@@ -18,6 +18,8 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 enum scenario {
@@ -344,6 +346,111 @@ static void check_usable(void)
     exit(0);
 }
 
+/* ---- the check at exit (guard.check_at_exit, lib/guard_exit.c) ---------- */
+
+enum exit_case {
+    EX_CLEAN_THREADS, /* no misuse; threads allocating and freeing across threads at exit */
+    EX_OVERFLOW,      /* 1 byte past a live small block, never freed */
+    EX_OVERFLOW_SPAN, /* the same for a large block */
+    EX_UAF,           /* a write into a freed block, then exit (level 3) */
+    EX_EXITED_THREAD, /* an overflow in the heap of a thread that ended */
+    EX_COUNT
+};
+
+static _Atomic long exit_ops;
+
+/* Allocates, frees and hands blocks to the next thread until the process
+ * ends: frees by other threads are in flight when main exits, tiny
+ * requests (whose canary shares a freed block's link word) among them. */
+static void *exit_churn(void *arg)
+{
+    _Atomic(void *) *slot = arg;
+    unsigned r = (unsigned)(uintptr_t)arg;
+    void *keep[64] = {0};
+    for (unsigned i = 0;; i++) {
+        r = r * 1103515245u + 12345u;
+        size_t n = (r >> 8) % 7 == 0 ? (r >> 4) % 300000 : (r >> 4) % 3000;
+        if ((r >> 20) % 5 == 0)
+            n = (r >> 12) % 8;
+        unsigned char *p = malloc(n);
+        if (p != NULL && n > 0)
+            p[n - 1] = (unsigned char)i;
+        unsigned k = i % 64;
+        free(keep[k]);
+        keep[k] = p;
+        free(atomic_exchange(slot, keep[(k + 7) % 64])); /* a block of another thread's, maybe */
+        keep[(k + 7) % 64] = NULL;
+        atomic_fetch_add(&exit_ops, 1);
+    }
+    return NULL;
+}
+
+static void *overflow_and_end(void *arg)
+{
+    (void)arg;
+    unsigned char *p = st_launder(malloc(40));
+    p[40] = 'x';
+    return NULL;
+}
+
+static void run_exit_case(enum exit_case c)
+{
+    if (c == EX_CLEAN_THREADS) {
+        static _Atomic(void *) slots[4];
+        for (int t = 0; t < 4; t++)
+            st_spawn(exit_churn, &slots[t], 0);
+        while (atomic_load(&exit_ops) < 200000) /* every thread under way: an event, not a time */
+            sched_yield();
+        exit(0); /* while they run */
+    }
+    if (c == EX_OVERFLOW) {
+        unsigned char *p = st_launder(malloc(40));
+        p[40] = 'x';
+    } else if (c == EX_OVERFLOW_SPAN) {
+        unsigned char *p = st_launder(malloc(300000));
+        p[300000] = 'x';
+    } else if (c == EX_UAF) {
+        unsigned char *p = malloc(200);
+        free(p);
+        ((volatile unsigned char *)st_launder(p))[100] ^= 1;
+    } else if (c == EX_EXITED_THREAD) {
+        pthread_join(st_spawn(overflow_and_end, NULL, 0), NULL);
+    }
+    exit(0);
+}
+
+/* loop index: case * 2 + (level 3 ? 1 : 0); each case also with the
+ * check off, where a misuse goes unseen and the process ends normally */
+START_TEST(test_check_at_exit)
+{
+    enum exit_case c = (enum exit_case)(_i / 2);
+    const char *level = _i % 2 ? "3" : "2";
+    if (c == EX_UAF && _i % 2 == 0)
+        return; /* level 2 has no zero fill to find it by */
+    for (int on = 1; on >= 0; on--) {
+        static char out[256];
+        char env_level[32], env_check[40], arg[16];
+        snprintf(env_level, sizeof env_level, "SEFER_GUARD_LEVEL=%s", level);
+        snprintf(env_check, sizeof env_check, "SEFER_GUARD_CHECK_AT_EXIT=%d", on);
+        snprintf(arg, sizeof arg, "%d", (int)c);
+        char *env[] = {env_level, env_check, NULL};
+        char *args[] = {(char *)"exitcase", arg, NULL};
+        /* the clean case five times: a false report would be a race */
+        for (int run = 0; run < (c == EX_CLEAN_THREADS ? 5 : 1); run++) {
+            int st = st_run_self(env, args, out, sizeof out);
+            bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+            bool clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+            if (c == EX_CLEAN_THREADS || !on)
+                ck_assert_msg(clean, "exit case %d at level %s, check %s: child %s", (int)c, level,
+                              on ? "on" : "off", st_describe_status(st));
+            else
+                ck_assert_msg(aborted, "exit case %d at level %s: child %s, not aborted", (int)c, level,
+                              st_describe_status(st));
+        }
+    }
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "scenario") == 0) {
@@ -354,6 +461,8 @@ int main(int argc, char **argv)
         touch_guard_page();
     if (argc >= 2 && strcmp(argv[1], "usable") == 0)
         check_usable();
+    if (argc >= 3 && strcmp(argv[1], "exitcase") == 0)
+        run_exit_case((enum exit_case)atoi(argv[2]));
     Suite *s = suite_create("guard");
     TCase *tc = tcase_create("levels");
     tcase_set_timeout(tc, ST_RUN_SELF_HANG_S + 60);
@@ -361,6 +470,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_guard_pages_around_metadata);
     tcase_add_test(tc, test_level2_blocks_usable);
     tcase_add_test(tc, test_level3_usable_is_request);
+    tcase_add_loop_test(tc, test_check_at_exit, 0, EX_COUNT * 2);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }

@@ -1,6 +1,7 @@
 /* security_suite.c - the misuse suite's matrix: every probe of misuse.c
- * (116: each misuse kind at each block size) on glibc and at guard levels
- * 0-3, with guard.on_error = abort and = report, each in a fresh process
+ * (each misuse kind at each of its block sizes, and each write with each
+ * follow-up: 1361 probes) on glibc and at guard levels 0-3, with
+ * guard.on_error = abort and = report, each in a fresh process
  * (docs/security.md, "The misuse suite").
  *
  * The probe program is linked with libc only; sefer comes in with
@@ -31,7 +32,7 @@
 #include <sys/personality.h>
 #include <sys/resource.h>
 
-#define MAX_PROBES 160
+#define MAX_PROBES 1600
 #define LEVELS 4
 /* configuration c: 0 glibc; 1 + 2 * level (abort), 2 + 2 * level (report) */
 #define CONFIGS (1 + 2 * LEVELS)
@@ -40,7 +41,7 @@
 #define PARALLEL 2
 
 struct sprobe {
-    char name[64], group[24], size[8], what[160];
+    char name[64], group[24], row[64], size[8], what[200];
 };
 static struct sprobe probes[MAX_PROBES];
 static int nprobes;
@@ -70,13 +71,15 @@ static void load_probes(void)
         struct sprobe *p = &probes[nprobes];
         line[strcspn(line, "\n")] = '\0';
         char *save = NULL, *f1 = strtok_r(line, "\t", &save), *f2 = strtok_r(NULL, "\t", &save),
-             *f3 = strtok_r(NULL, "\t", &save), *f4 = strtok_r(NULL, "\t", &save);
-        if (!f1 || !f2 || !f3 || !f4)
+             *f3 = strtok_r(NULL, "\t", &save), *f4 = strtok_r(NULL, "\t", &save),
+             *f5 = strtok_r(NULL, "\t", &save);
+        if (!f1 || !f2 || !f3 || !f4 || !f5)
             continue;
         snprintf(p->name, sizeof p->name, "%s", f1);
         snprintf(p->group, sizeof p->group, "%s", f2);
-        snprintf(p->size, sizeof p->size, "%s", f3);
-        snprintf(p->what, sizeof p->what, "%s", f4);
+        snprintf(p->row, sizeof p->row, "%s", f3);
+        snprintf(p->size, sizeof p->size, "%s", f4);
+        snprintf(p->what, sizeof p->what, "%s", f5);
         nprobes++;
     }
     if (pclose(f) != 0 || nprobes == 0)
@@ -261,22 +264,49 @@ size_t suite_table(char *buf, size_t len)
     size_t at = 0;
     int pass[CONFIGS] = {0};
 #define ADD(...) at += (size_t)snprintf(buf + at, at < len ? len - at : 0, __VA_ARGS__)
-    ADD("| probe | misuse | glibc | level 0 | level 1 | level 2 | level 3 |\n");
-    ADD("| --- | --- | --- | --- | --- | --- | --- |\n");
-    for (int i = 0; i < nprobes; i++) {
-        ADD("| `%s` | %s |", probes[i].name, probes[i].what);
-        for (int c = 0; c < CONFIGS; c++) {
-            if (!(mask & (1u << c)))
+    ADD("| misuse | what the probe does | sizes | glibc | level 0 | level 1 | level 2 | level 3 |\n");
+    ADD("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    /* a row per kind and follow-up: how many of its sizes each column
+     * catches (probes of a row are listed together) */
+    for (int i = 0; i < nprobes;) {
+        int end = i, row_pass[CONFIGS] = {0};
+        while (end < nprobes && strcmp(probes[end].row, probes[i].row) == 0)
+            end++;
+        for (int k = i; k < end; k++)
+            for (int c = 0; c < CONFIGS; c++)
+                if (mask & (1u << c)) {
+                    row_pass[c] += passes(table_results[k][c].out);
+                    pass[c] += passes(table_results[k][c].out);
+                }
+        ADD("| `%s` | %s | %d |", probes[i].row, probes[i].what, end - i);
+        for (int c = 0; c < CONFIGS; c++)
+            if (mask & (1u << c))
+                ADD(" %d |", row_pass[c]);
+        ADD("\n");
+        i = end;
+    }
+    ADD("| **caught** | | %d | **%d** | **%d** | **%d** | **%d** | **%d** |\n", nprobes, pass[GLIBC],
+        pass[CONF(0, false)], pass[CONF(1, false)], pass[CONF(2, false)], pass[CONF(3, false)]);
+    /* the probes behind the gap that matters most: what level 3 misses
+     * (glibc's column is left out: it is a reference, not checked) */
+    const struct {
+        const char *title;
+        int worse, better;
+    } gaps[] = {
+        {"Level 3 misses", CONF(3, false), -1},
+    };
+    for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
+        int count = 0;
+        ADD("\n%s:", gaps[g].title);
+        for (int i = 0; i < nprobes; i++) {
+            const struct sres *r = &table_results[i][gaps[g].worse];
+            if (passes(r->out) || (gaps[g].better >= 0 && !passes(table_results[i][gaps[g].better].out)))
                 continue;
             char tmp[32];
-            const struct sres *r = &table_results[i][c];
-            ADD(" %s |", r->out <= SO_FAULTED ? "detected" : outcome_text(r, tmp, sizeof tmp));
-            pass[c] += passes(table_results[i][c].out);
+            ADD("%s `%s` (%s)", count++ ? "," : "", probes[i].name, outcome_text(r, tmp, sizeof tmp));
         }
-        ADD("\n");
+        ADD("%s\n", count ? "." : " none.");
     }
-    ADD("| **passes** | of %d | **%d** | **%d** | **%d** | **%d** | **%d** |\n", nprobes, pass[GLIBC],
-        pass[CONF(0, false)], pass[CONF(1, false)], pass[CONF(2, false)], pass[CONF(3, false)]);
 #undef ADD
     return at < len ? at : len - 1;
 }
@@ -287,7 +317,7 @@ static struct sres matrix[MAX_PROBES][CONFIGS];
 
 /* Whatever level N detects, level N + 1 detects too, in both on_error
  * modes; both modes pass the same probes; level 0 never reports; level 2
- * passes every probe glibc passes; level 3 passes at least 100. */
+ * passes every probe glibc passes; level 3 passes every probe. */
 START_TEST(test_suite_nested)
 {
     run_matrix(~0u, matrix);
@@ -335,7 +365,7 @@ START_TEST(test_suite_nested)
     }
     printf("level 3 passes %d of %d\n", level3, nprobes);
     ck_assert_msg(problems == 0, "%d problem(s) in the misuse matrix (see the log)", problems);
-    ck_assert_msg(level3 >= 100, "level 3 passes only %d of %d", level3, nprobes);
+    ck_assert_msg(level3 == nprobes, "level 3 passes only %d of %d", level3, nprobes);
 }
 END_TEST
 

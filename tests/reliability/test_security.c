@@ -617,7 +617,7 @@ static bool splice_table(char **doc, size_t *len, const char *path, const char *
  * the probe table and the misuse suite's. */
 static int doc_table(const char *mode, const char *path)
 {
-    static char generated[1 << 15], suite[1 << 16];
+    static char generated[1 << 15], suite[1 << 17];
     size_t glen = table(generated, sizeof generated), slen = suite_table(suite, sizeof suite);
     size_t len;
     char *doc = slurp(path, &len);
@@ -627,8 +627,8 @@ static int doc_table(const char *mode, const char *path)
      * wrote the file: what glibc does when a write runs past a block
      * depends on what the memory after it is (a crash here, an abort there:
      * a 1 MiB overflow of a large block changed with the linker's -z now),
-     * so --check holds sefer's columns to the probes, not glibc's */
-    same &= splice_table(&doc, &len, path, SUITE_BEGIN_MARK, SUITE_END_MARK, suite, slen, check, 2);
+     * so --check holds sefer's columns to the probes, not glibc's (cell 3) */
+    same &= splice_table(&doc, &len, path, SUITE_BEGIN_MARK, SUITE_END_MARK, suite, slen, check, 3);
     if (check)
         return same ? 0 : 1;
     FILE *f = fopen(path, "wb");
@@ -704,7 +704,7 @@ int main(int argc, char **argv)
     if (argc >= 3 && strcmp(argv[1], "--probe") == 0)
         return run_probe_here(argv[2]);
     if (argc == 2 && strcmp(argv[1], "--table") == 0) {
-        static char t[1 << 16];
+        static char t[1 << 17];
         fwrite(t, 1, table(t, sizeof t), stdout);
         fwrite(t, 1, suite_table(t, sizeof t), stdout);
         return 0;
