@@ -189,7 +189,7 @@ size_t sf_usable_size(const void *p) {
 
 size_t sf_usable_size_quiet(const void *p) {
     sf_segment_t *seg = sf_segmap_header(p);
-    if (seg == NULL) return 0;
+    if (seg == NULL) return sf_gsample_on && sf_gsample_holds(p) ? sf_gsample_usable(p) : 0;
     sf_page_t *page = sf_page_of(seg, p);
     if (SF_GET(page->flags) & SF_PAGE_SPAN) {
         if (p != page->block_start) return 0;
@@ -271,6 +271,7 @@ void *sf_realloc(void *p, size_t n) {
             if (q != NULL) sf_free(p);
             return q;
         }
+        if (SF_UNLIKELY(sf_gsample_on) && sf_gsample_holds(p)) return sf_gsample_realloc(p, n);
         sf_track_quiet_begin(); /* (under valgrind: reads sefer's hidden fields) */
         page = sf_free_check_block(p, &seg);
         sf_track_quiet_end();

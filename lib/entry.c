@@ -18,6 +18,18 @@ static void free_levels01_profiled(void *p) { sf_free_as(p, SF_FREE_COUNTED); }
 static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
 static void free_level2(void *p) { sf_free_l2(p); }
 
+/* The sampled guard on (guard_sample.c): the same, after counting the
+ * thread's bytes down to its next sample. */
+static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
+static void *malloc_levels01_sampled(size_t n) {
+    if (SF_UNLIKELY((sample_left -= (int64_t)n) < 0)) return sf_gsample_malloc(n, &sample_left);
+    return sf_malloc(n);
+}
+static void *malloc_level2_sampled(size_t n) {
+    if (SF_UNLIKELY((sample_left -= (int64_t)n) < 0)) return sf_gsample_malloc(n, &sample_left);
+    return sf_malloc_l2(n);
+}
+
 void *(*sf_entry_malloc)(size_t) = malloc_levels01;
 void (*sf_entry_free)(void *) = free_levels01;
 
@@ -29,9 +41,10 @@ void (*sf_entry_free)(void *) = free_levels01;
  * leave a valid page. */
 void sf_entry_choose(void) {
     if (sf_l2_fast) {
-        __atomic_store_n(&sf_entry_malloc, malloc_level2, __ATOMIC_RELAXED);
+        __atomic_store_n(&sf_entry_malloc, sf_gsample_on ? malloc_level2_sampled : malloc_level2, __ATOMIC_RELAXED);
         __atomic_store_n(&sf_entry_free, free_level2, __ATOMIC_RELAXED);
-    } else if (sf_prof_is_armed()) {
-        __atomic_store_n(&sf_entry_free, free_levels01_profiled, __ATOMIC_RELAXED);
+    } else {
+        if (sf_gsample_on) __atomic_store_n(&sf_entry_malloc, malloc_levels01_sampled, __ATOMIC_RELAXED);
+        if (sf_prof_is_armed()) __atomic_store_n(&sf_entry_free, free_levels01_profiled, __ATOMIC_RELAXED);
     }
 }

@@ -197,6 +197,7 @@ void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
 
 static void free_checked_uncounted(void *p) {
     if (SF_UNLIKELY(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
+    if (SF_UNLIKELY(sf_gsample_on) && sf_gsample_free(p)) return;   /* a sampled block */
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_free_check_block(p, &seg);
     if (page == NULL) return;

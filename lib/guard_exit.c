@@ -42,7 +42,10 @@ static long thread_count(void) {
 }
 
 __attribute__((destructor)) static void guard_check_at_exit(void) {
-    if (sf_guard_level < 2 || !sf_knob(SF_KNOB_GUARD_CHECK_AT_EXIT)) return;
+    if (!sf_knob(SF_KNOB_GUARD_CHECK_AT_EXIT)) return;
+    const void *sampled = sf_gsample_on ? sf_gsample_damaged() : NULL; /* (any level) */
+    if (sampled != NULL) sf_guard_report(SF_GUARD_OVERFLOW, sampled);
+    if (sf_guard_level < 2) return;
     const void *overflow = NULL, *uaf = NULL;
     sf_track_quiet_begin(); /* under memcheck: reads freed blocks and hidden fields */
     sf_guard_sweep(thread_count() == 1, &overflow, &uaf);

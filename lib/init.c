@@ -26,6 +26,7 @@ void sf_init_slow(void) {
         sf_l2_fast = sf_guard_level == 2 && !sf_tracked;
         sf_mem_checked = sf_guard_level >= 3 && !sf_tracked;
         sf_prof_init();
+        sf_gsample_init();
         sf_entry_choose(); /* (after: the profile decides levels 0-1's free) */
         sf_thread_key_ok = pthread_key_create(&sf_thread_key, sf_heap_thread_done) == 0;
         atomic_store_explicit(&sf_initialized, 1, memory_order_release);
@@ -43,9 +44,11 @@ static void fork_prepare(void) {
     sf_lock(&sf_cache_lock);
     sf_lock(&sf_seg_lock);
     sf_prof_fork_prepare();
+    sf_gsample_fork_prepare();
 }
 
 static void fork_parent(void) {
+    sf_gsample_fork_parent();
     sf_prof_fork_parent();
     sf_unlock(&sf_seg_lock);
     sf_unlock(&sf_cache_lock);

@@ -519,6 +519,18 @@ SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 
+/* ---- guard_sample.c: the sampled guard (guard.sample_bytes) -------------- */
+SF_HIDDEN extern bool sf_gsample_on; /* set at start-up */
+SF_HIDDEN void sf_gsample_init(void);
+SF_HIDDEN void *sf_gsample_malloc(size_t n, int64_t *left);
+SF_HIDDEN bool sf_gsample_holds(const void *p);
+SF_HIDDEN bool sf_gsample_free(void *p); /* false: not a sampled block */
+SF_HIDDEN size_t sf_gsample_usable(const void *p);
+SF_HIDDEN void *sf_gsample_realloc(void *p, size_t n);
+SF_HIDDEN const void *sf_gsample_damaged(void);
+SF_HIDDEN void sf_gsample_fork_prepare(void);
+SF_HIDDEN void sf_gsample_fork_parent(void);
+
 /* ---- guarded_span.c: freed large blocks wait (guard level >= 2) ---------- */
 SF_HIDDEN extern pthread_mutex_t sf_span_quarantine_lock;
 SF_HIDDEN bool sf_span_quarantine_put(sf_segment_t *seg); /* false: not taken, release it */

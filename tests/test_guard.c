@@ -451,6 +451,154 @@ START_TEST(test_check_at_exit)
 }
 END_TEST
 
+/* ---- the sampled guard (guard.sample_bytes, lib/guard_sample.c) ---------- */
+
+enum sample_case {
+    GS_CLEAN,    /* every malloc sampled while a slot is free: no report, sampling seen */
+    GS_OVERFLOW, /* a write just past a sampled block: faults at once */
+    GS_UAF,      /* a write into a freed sampled block: faults */
+    GS_DOUBLE,   /* a sampled block freed twice */
+    GS_SLACK,    /* a write into the alignment bytes after the request: found on free */
+    GS_COUNT
+};
+
+/* The functions the reports' stacks must name: their addresses go to
+ * stdout, the report (stderr, joined to stdout in the child) must hold a
+ * frame inside each. */
+static __attribute__((noipa)) unsigned char *sample_alloc(size_t n)
+{
+    unsigned char *p = malloc(n);
+    st_escape(p);
+    return p;
+}
+
+static __attribute__((noipa)) void sample_free(void *p)
+{
+    free(p);
+    st_escape(p);
+}
+
+static void *sample_churn(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 2000; i++) {
+        size_t n = 1 + (size_t)(i * 37 % 5000);
+        unsigned char *p = malloc(n);
+        memset(p, 7, n);
+        p = realloc(p, n + 100);
+        for (size_t k = 0; k < n; k++)
+            if (p[k] != 7)
+                abort();
+        free(p);
+    }
+    return NULL;
+}
+
+static void run_sample_case(enum sample_case c)
+{
+    dup2(1, 2); /* the report, to the parent with the rest */
+    printf("alloc_fn=%p free_fn=%p\n", (void *)sample_alloc, (void *)sample_free);
+    fflush(stdout);
+    for (int i = 0; i < 8; i++) /* a thread's first malloc only starts its count */
+        free(malloc(16));
+    if (c == GS_CLEAN) {
+        /* sampled blocks have exactly the request as usable size; class
+         * blocks of 100 bytes have 112 */
+        int exact = 0;
+        void *v[256];
+        for (int i = 0; i < 256; i++) {
+            v[i] = sample_alloc(100);
+            exact += malloc_usable_size(v[i]) == 100;
+        }
+        for (int i = 0; i < 256; i++)
+            sample_free(v[i]);
+        pthread_t t[3];
+        for (int i = 0; i < 3; i++)
+            t[i] = st_spawn(sample_churn, NULL, 0);
+        sample_churn(NULL);
+        for (int i = 0; i < 3; i++)
+            pthread_join(t[i], NULL);
+        printf("exact=%d\n", exact);
+        exit(0);
+    }
+    unsigned char *p = sample_alloc(100);
+    if (malloc_usable_size(p) != 100) {
+        printf("not sampled\n");
+        exit(3);
+    }
+    volatile unsigned char *v = st_launder(p);
+    if (c == GS_OVERFLOW)
+        v[112] = 1;
+    else if (c == GS_UAF) {
+        sample_free(p);
+        v[10] = 1;
+    } else if (c == GS_DOUBLE) {
+        sample_free(p);
+        sample_free(p);
+    } else if (c == GS_SLACK) {
+        v[100] = 1;
+        sample_free(p);
+    }
+    exit(0);
+}
+
+/* Whether some "#k 0x..." frame of the report's section that starts with
+ * `section` (up to the next section) lies in [fn, fn + 512), fn being the
+ * address printed after `key`. */
+static bool frame_in(const char *out, const char *section, const char *key)
+{
+    const char *at = strstr(out, key), *from = strstr(out, section);
+    void *fn = NULL;
+    if (at == NULL || from == NULL || sscanf(at + strlen(key), "%p", &fn) != 1)
+        return false;
+    const char *end = strstr(from + 1, "  freed by");
+    if (end == NULL)
+        end = from + strlen(from);
+    for (const char *f = strstr(from, "    #"); f != NULL && f < end; f = strstr(f + 1, "    #")) {
+        unsigned k;
+        unsigned long long a;
+        if (sscanf(f, "    #%u %llx", &k, &a) == 2 && a >= (uintptr_t)fn && a < (uintptr_t)fn + 512)
+            return true;
+    }
+    return false;
+}
+
+/* loop index: case * 3 + level - 1 (levels 1-3) */
+START_TEST(test_sampled_guard)
+{
+    enum sample_case c = (enum sample_case)(_i / 3);
+    char env_level[32], arg[16];
+    snprintf(env_level, sizeof env_level, "SEFER_GUARD_LEVEL=%d", _i % 3 + 1);
+    snprintf(arg, sizeof arg, "%d", (int)c);
+    char *env[] = {env_level, (char *)"SEFER_GUARD_SAMPLE_BYTES=1", NULL};
+    char *args[] = {(char *)"samplecase", arg, NULL};
+    static char out[16384];
+    int st = st_run_self(env, args, out, sizeof out);
+    if (c == GS_CLEAN) {
+        int exact = -1;
+        const char *e = strstr(out, "exact=");
+        if (e != NULL)
+            exact = atoi(e + 6);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "sampled guard") == NULL,
+                      "%s: child %s: %s", env_level, st_describe_status(st), out);
+        /* 64 slots: the first 64 of 256 blocks at least */
+        ck_assert_msg(exact >= 64, "%s: only %d of 256 blocks sampled: %s", env_level, exact, out);
+        return;
+    }
+    static const char *const what[GS_COUNT] = {
+        [GS_OVERFLOW] = "access past a block's bounds", [GS_UAF] = "access to a freed block",
+        [GS_DOUBLE] = "double free", [GS_SLACK] = "write past a block's bounds (found on free)"};
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %d %s: child %s: %s", (int)c, env_level,
+                  st_describe_status(st), out);
+    ck_assert_msg(strstr(out, what[c]) != NULL, "case %d %s: no \"%s\" in: %s", (int)c, env_level, what[c], out);
+    ck_assert_msg(frame_in(out, "  allocated by", "alloc_fn="), "case %d %s: the allocation's stack lacks its function: %s", (int)c,
+                  env_level, out);
+    if (c == GS_UAF || c == GS_DOUBLE)
+        ck_assert_msg(frame_in(out, "  freed by", "free_fn="),
+                      "case %d %s: the free's stack lacks its function: %s", (int)c, env_level, out);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "scenario") == 0) {
@@ -461,6 +609,8 @@ int main(int argc, char **argv)
         touch_guard_page();
     if (argc >= 2 && strcmp(argv[1], "usable") == 0)
         check_usable();
+    if (argc >= 3 && strcmp(argv[1], "samplecase") == 0)
+        run_sample_case((enum sample_case)atoi(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "exitcase") == 0)
         run_exit_case((enum exit_case)atoi(argv[2]));
     Suite *s = suite_create("guard");
@@ -471,6 +621,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_level2_blocks_usable);
     tcase_add_test(tc, test_level3_usable_is_request);
     tcase_add_loop_test(tc, test_check_at_exit, 0, EX_COUNT * 2);
+    tcase_add_loop_test(tc, test_sampled_guard, 0, GS_COUNT * 3);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }

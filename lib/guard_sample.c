@@ -1,0 +1,356 @@
+/* guard_sample.c - the sampled guard: one allocation in about
+ * guard.sample_bytes bytes placed against an inaccessible page, at any
+ * guard level (GWP-ASan's idea, as TCMalloc, Android and Chrome use it).
+ *
+ * A pool of SLOTS one-page slots is reserved at the first sample, each
+ * page between two inaccessible ones:
+ *
+ *     [guard][slot 0][guard][slot 1][guard] ... [slot SLOTS-1][guard]
+ *
+ * A sampled block of n bytes (n <= one page) ends where its page ends,
+ * rounded to malloc's 16-byte alignment, so a write past its end faults at
+ * once, beyond the alignment's few bytes; those and the bytes before the
+ * block are filled with a pattern checked on free (and at exit).  A freed
+ * slot is made inaccessible again with its page dropped (a fresh PROT_NONE
+ * mapping over it) and is reused only when no slot was never used, the one
+ * freed longest ago first: a read or write after free faults for as long
+ * as possible.  The fault handler (SIGSEGV, SIGBUS; a fault elsewhere goes
+ * to the handler that was there before) names the slot's block, the stacks
+ * that allocated and freed it (the heap profile's unwinder, profile_stack.c)
+ * and the access, then stops the process as a guard detection does
+ * (guard_report.c).  A double free or an invalid free of a slot is reported
+ * with the same stacks.
+ *
+ * Which allocations: malloc's entry (entry.c) counts each thread's bytes
+ * down from a random draw of mean guard.sample_bytes (uniform in [1, 2R]),
+ * one subtraction and a branch per malloc, and only while the knob is not
+ * 0; the one that crosses zero is sampled if it fits a page and a slot is
+ * free.  calloc, realloc, operator new and aligned requests are not
+ * sampled.  The pool is 2 * SLOTS + 1 pages of address space; at most
+ * SLOTS pages (256 KiB) are ever resident, and the slots' records (stacks
+ * included) are 17 KiB of .bss. */
+#include "fastpath.h"
+#include "profile.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SLOTS 64
+#define SLOT_PAGE 4096
+#define POOL_BYTES ((size_t)(2 * SLOTS + 1) * SLOT_PAGE)
+#define STACK_MAX 16
+#define FILL 0xa5
+
+enum { SLOT_EMPTY, SLOT_LIVE, SLOT_FREED };
+
+struct slot {
+    uint8_t state;
+    uint32_t size;           /* the request */
+    uintptr_t addr;          /* the block */
+    uint64_t freed_seq;      /* when it was freed: the oldest is reused first */
+    int alloc_tid, free_tid; /* threads */
+    unsigned alloc_depth, free_depth;
+    uintptr_t alloc_stack[STACK_MAX], free_stack[STACK_MAX];
+};
+
+bool sf_gsample_on;
+static uint64_t sample_rate;
+static uint8_t *pool;          /* NULL until the first sample */
+static _Atomic int pool_state; /* 0 none, 1 being made, 2 ready, 3 failed */
+static struct slot slots[SLOTS];
+static uint64_t free_seq;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction old_segv, old_bus;
+static __thread bool drawn __attribute__((tls_model("initial-exec")));
+static __thread bool busy __attribute__((tls_model("initial-exec")));
+static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
+
+void sf_gsample_init(void) {
+    sample_rate = sf_knob(SF_KNOB_GUARD_SAMPLE_BYTES);
+    sf_gsample_on = sample_rate != 0 && !sf_tracked; /* (under memcheck, memcheck does this) */
+}
+
+static uint8_t *slot_page(unsigned i) { return pool + (size_t)(2 * i + 1) * SLOT_PAGE; }
+
+bool sf_gsample_holds(const void *p) {
+    uint8_t *base = __atomic_load_n(&pool, __ATOMIC_ACQUIRE);
+    return base != NULL && (const uint8_t *)p >= base && (const uint8_t *)p < base + POOL_BYTES;
+}
+
+/* ---- reports ------------------------------------------------------------------ */
+
+static void add_frames(sf_str_t *s, const uintptr_t *f, unsigned n) {
+    for (unsigned i = 0; i < n; i++) {
+        sf_str_add(s, "    #");
+        sf_str_addu(s, i);
+        sf_str_add(s, " ");
+        sf_str_addx(s, f[i]);
+        Dl_info info;
+        if (dladdr((void *)f[i], &info) != 0 && info.dli_fname != NULL) {
+            const char *name = strrchr(info.dli_fname, '/');
+            sf_str_add(s, " ");
+            sf_str_add(s, name != NULL ? name + 1 : info.dli_fname);
+            sf_str_add(s, "+");
+            sf_str_addx(s, f[i] - (uintptr_t)info.dli_fbase);
+            if (info.dli_sname != NULL) {
+                sf_str_add(s, " ");
+                sf_str_add_clean(s, info.dli_sname, strlen(info.dli_sname), 80);
+            }
+        }
+        sf_str_add(s, "\n");
+    }
+}
+
+/* What the sampled guard saw, with the block's stacks, on stderr. */
+static void describe(const char *what, uintptr_t at, const struct slot *sl) {
+    char msg[6144];
+    sf_str_t s;
+    sf_str_init(&s, msg, sizeof msg - 1);
+    sf_str_add(&s, "sefer: sampled guard: ");
+    sf_str_add(&s, what);
+    sf_str_add(&s, " at ");
+    sf_str_addx(&s, at);
+    if (sl != NULL && sl->state != SLOT_EMPTY) {
+        sf_str_add(&s, ", block of ");
+        sf_str_addu(&s, sl->size);
+        sf_str_add(&s, " bytes at ");
+        sf_str_addx(&s, sl->addr);
+        if (at >= sl->addr + sl->size) {
+            sf_str_add(&s, " (");
+            sf_str_addu(&s, at - sl->addr - sl->size);
+            sf_str_add(&s, " bytes past its end)");
+        } else if (at < sl->addr) {
+            sf_str_add(&s, " (");
+            sf_str_addu(&s, sl->addr - at);
+            sf_str_add(&s, " bytes before it)");
+        }
+        sf_str_add(&s, "\n  allocated by thread ");
+        sf_str_addu(&s, (uint64_t)sl->alloc_tid);
+        sf_str_add(&s, " at:\n");
+        add_frames(&s, sl->alloc_stack, sl->alloc_depth);
+        if (sl->state == SLOT_FREED) {
+            sf_str_add(&s, "  freed by thread ");
+            sf_str_addu(&s, (uint64_t)sl->free_tid);
+            sf_str_add(&s, " at:\n");
+            add_frames(&s, sl->free_stack, sl->free_depth);
+        }
+    } else {
+        sf_str_add(&s, "\n");
+    }
+    msg[s.len] = '\0';
+    sf_write_stderr(msg);
+}
+
+/* ---- the fault handler ------------------------------------------------------ */
+
+/* The slot an address in the pool concerns: its own page, or for a guard
+ * page the nearer of the two slots beside it (an overflow of the one
+ * before, whose block ends at the guard, or an underflow of the one
+ * after). */
+static int slot_near(uintptr_t a) {
+    size_t page = (a - (uintptr_t)pool) / SLOT_PAGE;
+    if (page % 2 == 1) return (int)(page / 2);
+    size_t off = (a - (uintptr_t)pool) % SLOT_PAGE;
+    int before = (int)(page / 2) - 1, after = (int)(page / 2);
+    if (before < 0) return after;
+    if (after >= SLOTS) return before;
+    return off < SLOT_PAGE / 2 ? before : after;
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    if (sf_gsample_holds((void *)a)) {
+        int i = slot_near(a);
+        const struct slot *sl = &slots[i];
+        bool freed = sl->state == SLOT_FREED && a >= (uintptr_t)slot_page((unsigned)i) &&
+                     a < (uintptr_t)slot_page((unsigned)i) + SLOT_PAGE;
+        enum sf_guard_kind kind = freed ? SF_GUARD_USE_AFTER_FREE : SF_GUARD_OVERFLOW;
+        describe(freed ? "access to a freed block" : "access past a block's bounds", a, sl);
+        sf_guard_report(kind, (void *)a); /* (aborts, unless guard.on_error = report) */
+        /* report mode cannot refuse an access: stop with the signal */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        return;
+    }
+    const struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction != NULL) {
+        old->sa_sigaction(sig, si, uc);
+    } else if (old->sa_handler == SIG_DFL || old->sa_handler == SIG_IGN) {
+        sigaction(sig, old, NULL); /* the fault happens again, as if we were never here */
+    } else {
+        old->sa_handler(sig);
+    }
+}
+
+/* ---- the pool --------------------------------------------------------------- */
+
+static bool pool_ready(void) {
+    int st = atomic_load_explicit(&pool_state, memory_order_acquire);
+    if (st == 2) return true;
+    if (st == 3) return false;
+    int none = 0;
+    if (st == 0 && atomic_compare_exchange_strong(&pool_state, &none, 1)) {
+        uint8_t *p = sf_os_reserve_none(POOL_BYTES);
+        if (p != NULL) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_sigaction = on_fault;
+            sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGSEGV, &sa, &old_segv);
+            sigaction(SIGBUS, &sa, &old_bus);
+            __atomic_store_n(&pool, p, __ATOMIC_RELEASE);
+        }
+        atomic_store_explicit(&pool_state, p != NULL ? 2 : 3, memory_order_release);
+        return p != NULL;
+    }
+    return false; /* another thread is making it: this one is not sampled */
+}
+
+static void fill(uint8_t *from, uint8_t *to) {
+    if (to > from) memset(from, FILL, (size_t)(to - from));
+}
+
+static bool filled(const uint8_t *from, const uint8_t *to) {
+    for (; from < to; from++)
+        if (*from != FILL) return false;
+    return true;
+}
+
+static size_t placed(size_t n) { return ((n == 0 ? 1 : n) + 15) & ~(size_t)15; }
+
+static void *pool_alloc(size_t n) {
+    if (!pool_ready()) return NULL;
+    pthread_mutex_lock(&pool_lock);
+    int pick = -1;
+    for (int i = 0; i < SLOTS && pick < 0; i++) /* a slot never used */
+        if (slots[i].state == SLOT_EMPTY) pick = i;
+    if (pick < 0) /* else the one freed longest ago */
+        for (int i = 0; i < SLOTS; i++)
+            if (slots[i].state == SLOT_FREED && (pick < 0 || slots[i].freed_seq < slots[pick].freed_seq)) pick = i;
+    if (pick < 0) { /* every slot holds a live block */
+        pthread_mutex_unlock(&pool_lock);
+        return NULL;
+    }
+    struct slot *sl = &slots[pick];
+    uint8_t *page = slot_page((unsigned)pick);
+    if (mprotect(page, SLOT_PAGE, PROT_READ | PROT_WRITE) != 0) {
+        pthread_mutex_unlock(&pool_lock);
+        return NULL;
+    }
+    uint8_t *p = page + SLOT_PAGE - placed(n);
+    sl->state = SLOT_LIVE;
+    sl->size = (uint32_t)n;
+    sl->addr = (uintptr_t)p;
+    sl->alloc_tid = (int)syscall(SYS_gettid);
+    sl->free_depth = 0;
+    pthread_mutex_unlock(&pool_lock);
+    fill(page, p);
+    fill(p + n, page + SLOT_PAGE);
+    sl->alloc_depth = sf_prof_capture(sl->alloc_stack, STACK_MAX);
+    return p;
+}
+
+void *sf_gsample_malloc(size_t n, int64_t *left) {
+    if (rng == 0) rng = ((uintptr_t)&rng ^ (uint64_t)sf_now_ms() * 0x9e3779b97f4a7c15ull) | 1;
+    rng ^= rng >> 12; /* xorshift64 */
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    uint64_t draw = 1 + (rng * 0x2545f4914f6cdd1dull) % (2 * sample_rate);
+    *left = draw > INT64_MAX ? INT64_MAX : (int64_t)draw;
+    bool first = !drawn; /* (a thread's first malloc only starts its count) */
+    drawn = true;
+    void *p = NULL;
+    if (!first && !busy && n <= SLOT_PAGE) {
+        busy = true; /* (the unwinder may allocate) */
+        p = pool_alloc(n);
+        busy = false;
+    }
+    if (p != NULL) return p;
+    return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc(n);
+}
+
+/* ---- free, realloc, usable size ---------------------------------------------------- */
+
+static int slot_of_block(const void *p) {
+    size_t page = ((uintptr_t)p - (uintptr_t)pool) / SLOT_PAGE;
+    return page % 2 == 1 ? (int)(page / 2) : -1;
+}
+
+bool sf_gsample_free(void *p) {
+    if (!sf_gsample_holds(p)) return false;
+    int i = slot_of_block(p);
+    struct slot *sl = i >= 0 ? &slots[i] : NULL;
+    uintptr_t stack[STACK_MAX];
+    unsigned depth = 0;
+    if (!busy) {
+        busy = true;
+        depth = sf_prof_capture(stack, STACK_MAX);
+        busy = false;
+    }
+    pthread_mutex_lock(&pool_lock);
+    if (sl == NULL || sl->state != SLOT_LIVE || sl->addr != (uintptr_t)p) {
+        bool twice = sl != NULL && sl->state == SLOT_FREED && sl->addr == (uintptr_t)p;
+        pthread_mutex_unlock(&pool_lock);
+        describe(twice ? "double free" : "free of a pointer that is no sampled block", (uintptr_t)p, sl);
+        sf_guard_report(twice ? SF_GUARD_DOUBLE : SF_GUARD_INTERIOR, p);
+        return true; /* refused */
+    }
+    uint8_t *page = slot_page((unsigned)i);
+    if (!filled(page, (uint8_t *)p) || !filled((uint8_t *)p + sl->size, page + SLOT_PAGE)) {
+        pthread_mutex_unlock(&pool_lock);
+        describe("write past a block's bounds (found on free)", (uintptr_t)p, sl);
+        sf_guard_report(SF_GUARD_OVERFLOW, p);
+        return true; /* refused: the slot stays as it is */
+    }
+    sl->state = SLOT_FREED;
+    sl->freed_seq = ++free_seq;
+    sl->free_tid = (int)syscall(SYS_gettid);
+    memcpy(sl->free_stack, stack, sizeof stack);
+    sl->free_depth = depth;
+    /* its page dropped and inaccessible in one call */
+    mmap(page, SLOT_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    pthread_mutex_unlock(&pool_lock);
+    return true;
+}
+
+size_t sf_gsample_usable(const void *p) {
+    int i = slot_of_block(p);
+    if (i < 0) return 0;
+    const struct slot *sl = &slots[i];
+    return sl->state == SLOT_LIVE && sl->addr == (uintptr_t)p ? sl->size : 0;
+}
+
+void *sf_gsample_realloc(void *p, size_t n) {
+    size_t old = sf_gsample_usable(p);
+    void *q = sf_malloc(n);
+    if (q == NULL) return NULL;
+    memcpy(q, p, old < n ? old : n);
+    sf_gsample_free(p);
+    return q;
+}
+
+/* The first live sampled block whose filled bytes were written, or NULL
+ * (guard_exit.c). */
+const void *sf_gsample_damaged(void) {
+    if (!sf_gsample_holds(pool)) return NULL;
+    const void *bad = NULL;
+    pthread_mutex_lock(&pool_lock);
+    for (unsigned i = 0; i < SLOTS && bad == NULL; i++) {
+        const struct slot *sl = &slots[i];
+        uint8_t *page = slot_page(i), *p = (uint8_t *)sl->addr;
+        if (sl->state == SLOT_LIVE && (!filled(page, p) || !filled(p + sl->size, page + SLOT_PAGE)))
+            bad = p;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (bad != NULL) describe("write past a block's bounds (found at exit)", (uintptr_t)bad, &slots[slot_of_block(bad)]);
+    return bad;
+}
+
+void sf_gsample_fork_prepare(void) { pthread_mutex_lock(&pool_lock); }
+void sf_gsample_fork_parent(void) { pthread_mutex_unlock(&pool_lock); }
