@@ -11,10 +11,10 @@
  * rounded to malloc's 16-byte alignment, so a write past its end faults at
  * once, beyond the alignment's few bytes; those and the bytes before the
  * block are filled with a pattern checked on free (and at exit).  A freed
- * slot is made inaccessible again with its page dropped (a fresh PROT_NONE
- * mapping over it) and is reused only when no slot was never used, the one
- * freed longest ago first: a read or write after free faults for as long
- * as possible.  The fault handler (SIGSEGV, SIGBUS; a fault elsewhere goes
+ * slot is made inaccessible again (its page stays resident, so that its
+ * next use costs one mprotect and no fault) and is reused only when no
+ * slot was never used, the one freed longest ago first: a read or write
+ * after free faults for as long as possible.  The fault handler (SIGSEGV, SIGBUS; a fault elsewhere goes
  * to the handler that was there before) names the slot's block, the stacks
  * that allocated and freed it (the heap profile's unwinder, profile_stack.c)
  * and the access, then stops the process as a guard detection does
@@ -74,6 +74,14 @@ void sf_gsample_init(void) {
 }
 
 static uint8_t *slot_page(unsigned i) { return pool + (size_t)(2 * i + 1) * SLOT_PAGE; }
+
+/* The calling thread's id, for the report: its heap knows it (a system
+ * call per sample and per free cost as much as the stack). */
+static int my_tid(void) {
+    sf_heap_t *heap = sf_tls_heap;
+    int tid = heap->kind == SF_HEAP_REAL ? atomic_load_explicit(&heap->tid, memory_order_relaxed) : 0;
+    return tid != 0 ? tid : (int)syscall(SYS_gettid);
+}
 
 bool sf_gsample_holds(const void *p) {
     uint8_t *base = __atomic_load_n(&pool, __ATOMIC_ACQUIRE);
@@ -247,7 +255,7 @@ static void *pool_alloc(size_t n) {
     sl->state = SLOT_LIVE;
     sl->size = (uint32_t)n;
     sl->addr = (uintptr_t)p;
-    sl->alloc_tid = (int)syscall(SYS_gettid);
+    sl->alloc_tid = my_tid();
     sl->free_depth = 0;
     pthread_mutex_unlock(&pool_lock);
     fill(page, p);
@@ -310,11 +318,12 @@ bool sf_gsample_free(void *p) {
     }
     sl->state = SLOT_FREED;
     sl->freed_seq = ++free_seq;
-    sl->free_tid = (int)syscall(SYS_gettid);
+    sl->free_tid = my_tid();
     memcpy(sl->free_stack, stack, sizeof stack);
     sl->free_depth = depth;
-    /* its page dropped and inaccessible in one call */
-    mmap(page, SLOT_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    /* inaccessible; the page stays resident (at most SLOTS of them), so
+     * that its next use costs one mprotect and no page fault */
+    mprotect(page, SLOT_PAGE, PROT_NONE);
     pthread_mutex_unlock(&pool_lock);
     return true;
 }
