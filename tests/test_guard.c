@@ -510,6 +510,22 @@ static void run_sample_case(enum sample_case c)
             v[i] = sample_alloc(100);
             exact += malloc_usable_size(v[i]) == 100;
         }
+        /* a child of a fork frees the parent's sampled blocks and samples
+         * its own: its pool is a copy, locks and markers included */
+        pid_t child = fork();
+        if (child == 0) {
+            for (int i = 0; i < 256; i++)
+                sample_free(v[i]);
+            for (int i = 0; i < 64; i++)
+                free(sample_alloc(200));
+            _exit(0);
+        }
+        int cst = 0;
+        waitpid(child, &cst, 0);
+        if (!WIFEXITED(cst) || WEXITSTATUS(cst) != 0) {
+            printf("fork child %s\n", st_describe_status(cst));
+            exit(4);
+        }
         for (int i = 0; i < 256; i++)
             sample_free(v[i]);
         pthread_t t[3];
