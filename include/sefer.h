@@ -101,9 +101,11 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(bytes_exited_waiting, "bytes of empty pages kept committed for the threads that adopt the heaps of exited threads (at most decommit.exited_keep)") \
     X(bytes_remote_pending, "bytes of blocks other threads freed that wait on their pages' remote lists for their owner to take them back") \
     X(profile_unwind_fallbacks, "heap profiling: stacks sefer's table walk could not follow, read by libgcc's unwinder instead, cumulative") \
-    X(profile_unwind_disagreements, "heap profiling, profile.unwinder = check: stacks where sefer's walk and libgcc's differed, cumulative")
+    X(profile_unwind_disagreements, "heap profiling, profile.unwinder = check: stacks where sefer's walk and libgcc's differed, cumulative") \
+    X(guard_samples, "sampled guard (guard.sample_bytes): allocations placed against an inaccessible page, cumulative") \
+    X(guard_samples_live, "sampled guard: such blocks live now (at most 64)")
 
-#define SEFER_STATS_VERSION 9
+#define SEFER_STATS_VERSION 10
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -59,7 +59,9 @@ enum metric_type { GAUGE, COUNTER };
     X(bytes_exited_waiting, "sefer_exited_waiting_bytes", GAUGE, NULL)                \
     X(bytes_remote_pending, "sefer_remote_pending_bytes", GAUGE, NULL)                \
     X(profile_unwind_fallbacks, "sefer_profile_unwind_fallbacks_total", COUNTER, NULL) \
-    X(profile_unwind_disagreements, "sefer_profile_unwind_disagreements_total", COUNTER, NULL)
+    X(profile_unwind_disagreements, "sefer_profile_unwind_disagreements_total", COUNTER, NULL) \
+    X(guard_samples, "sefer_guard_samples_total", COUNTER, NULL)                      \
+    X(guard_samples_live, "sefer_guard_samples_live", GAUGE, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */

@@ -63,6 +63,7 @@ static uint8_t *pool;          /* NULL until the first sample */
 static _Atomic int pool_state; /* 0 none, 1 being made, 2 ready, 3 failed */
 static struct slot slots[SLOTS];
 static uint64_t free_seq;
+static uint64_t sampled, sampled_live; /* sefer_stats (written under pool_lock) */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_segv, old_bus;
 static __thread bool drawn __attribute__((tls_model("initial-exec")));
@@ -296,6 +297,8 @@ static void *pool_alloc(size_t n) {
     sl->addr = (uintptr_t)p;
     sl->alloc_tid = my_tid();
     sl->free_depth = 0;
+    __atomic_store_n(&sampled, sampled + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&sampled_live, sampled_live + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pool_lock);
     fill(page, p);
     fill(p + n, page + SLOT_PAGE);
@@ -357,6 +360,7 @@ bool sf_gsample_free(void *p) {
     }
     sl->state = SLOT_FREED;
     sl->freed_seq = ++free_seq;
+    __atomic_store_n(&sampled_live, sampled_live - 1, __ATOMIC_RELAXED);
     sl->free_tid = my_tid();
     memcpy(sl->free_stack, stack, sizeof stack);
     sl->free_depth = depth;
@@ -396,6 +400,11 @@ const void *sf_gsample_damaged(void) {
     pthread_mutex_unlock(&pool_lock);
     if (bad != NULL) describe("write past a block's bounds (found at exit)", (uintptr_t)bad, &slots[slot_of_block(bad)]);
     return bad;
+}
+
+void sf_gsample_counts(uint64_t *samples, uint64_t *live) {
+    *samples = __atomic_load_n(&sampled, __ATOMIC_RELAXED);
+    *live = __atomic_load_n(&sampled_live, __ATOMIC_RELAXED);
 }
 
 void sf_gsample_fork_prepare(void) { pthread_mutex_lock(&pool_lock); }

@@ -528,6 +528,7 @@ SF_HIDDEN bool sf_gsample_free(void *p); /* false: not a sampled block */
 SF_HIDDEN size_t sf_gsample_usable(const void *p);
 SF_HIDDEN void *sf_gsample_realloc(void *p, size_t n);
 SF_HIDDEN const void *sf_gsample_damaged(void);
+SF_HIDDEN void sf_gsample_counts(uint64_t *samples, uint64_t *live);
 SF_HIDDEN void sf_gsample_fork_prepare(void);
 SF_HIDDEN void sf_gsample_fork_parent(void);
 

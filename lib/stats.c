@@ -96,6 +96,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->profile_bytes = prof.bytes;
     out->profile_unwind_fallbacks = prof.unwind_fallbacks;
     out->profile_unwind_disagreements = prof.unwind_disagreements;
+    sf_gsample_counts(&out->guard_samples, &out->guard_samples_live);
 }
 
 SEFER_EXPORT int sefer_stats_get(struct sefer_stats *out, size_t size) {

@@ -534,7 +534,10 @@ static void run_sample_case(enum sample_case c)
         sample_churn(NULL);
         for (int i = 0; i < 3; i++)
             pthread_join(t[i], NULL);
-        printf("exact=%d\n", exact);
+        struct sefer_stats sst = {.size = sizeof sst};
+        sefer_stats_get(&sst, sizeof sst);
+        printf("exact=%d samples=%llu live=%llu\n", exact, (unsigned long long)sst.guard_samples,
+               (unsigned long long)sst.guard_samples_live);
         exit(0);
     }
     unsigned char *p = sample_alloc(100);
@@ -597,8 +600,14 @@ START_TEST(test_sampled_guard)
             exact = atoi(e + 6);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "sampled guard") == NULL,
                       "%s: child %s: %s", env_level, st_describe_status(st), out);
-        /* 64 slots: the first 64 of 256 blocks at least */
+        /* 64 slots: the first 64 of 256 blocks at least; sefer_stats
+         * counts them (and the churn's) */
         ck_assert_msg(exact >= 64, "%s: only %d of 256 blocks sampled: %s", env_level, exact, out);
+        unsigned long long samples = 0, live = 99;
+        const char *sm = strstr(out, "samples=");
+        ck_assert_msg(sm != NULL && sscanf(sm, "samples=%llu live=%llu", &samples, &live) == 2, "%s", out);
+        ck_assert_msg(samples >= (unsigned long long)exact && live <= 64, "%s: samples %llu, live %llu", env_level,
+                      samples, live);
         return;
     }
     static const char *const what[GS_COUNT] = {

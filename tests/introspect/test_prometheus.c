@@ -67,6 +67,8 @@ static const struct {
     {"bytes_remote_pending", "sefer_remote_pending_bytes", NULL, false},
     {"profile_unwind_fallbacks", "sefer_profile_unwind_fallbacks_total", NULL, true},
     {"profile_unwind_disagreements", "sefer_profile_unwind_disagreements_total", NULL, true},
+    {"guard_samples", "sefer_guard_samples_total", NULL, true},
+    {"guard_samples_live", "sefer_guard_samples_live", NULL, false},
     {"guard_invalid_free", "sefer_guard_detections_total", "invalid_free", true},
     {"guard_interior_free", "sefer_guard_detections_total", "interior_free", true},
     {"guard_double_free", "sefer_guard_detections_total", "double_free", true},

@@ -124,7 +124,12 @@ static void start(struct job *j, int probe, int config)
     unsetenv("MALLOC_CHECK_");
     unsetenv("GLIBC_TUNABLES");
     if (config == GLIBC) {
-        unsetenv("LD_PRELOAD");
+        /* (test_security --table --ref NAME=LIB: another allocator there) */
+        const char *ref = getenv("SECURITY_REF_PRELOAD");
+        if (ref != NULL)
+            setenv("LD_PRELOAD", ref, 1);
+        else
+            unsetenv("LD_PRELOAD");
     } else {
         char level[2] = {(char)('0' + (config - 1) / 2), '\0'};
         setenv("LD_PRELOAD", SEFER_SO_PATH, 1);
@@ -264,7 +269,9 @@ size_t suite_table(char *buf, size_t len)
     size_t at = 0;
     int pass[CONFIGS] = {0};
 #define ADD(...) at += (size_t)snprintf(buf + at, at < len ? len - at : 0, __VA_ARGS__)
-    ADD("| misuse | what the probe does | sizes | glibc | level 0 | level 1 | level 2 | level 3 |\n");
+    const char *ref_name = getenv("SECURITY_REF_NAME");
+    ADD("| misuse | what the probe does | sizes | %s | level 0 | level 1 | level 2 | level 3 |\n",
+        ref_name != NULL ? ref_name : "glibc");
     ADD("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     /* a row per kind and follow-up: how many of its sizes each column
      * catches (probes of a row are listed together) */

@@ -23,6 +23,8 @@
  *                                the right kind; level 0 never reports; a
  *                                refused misuse leaves sefer consistent
  *   test_security --table        the markdown table of outcomes
+ *   test_security --table --ref NAME=LIB   the misuse suite's reference
+ *                                column under LD_PRELOAD=LIB, not glibc
  *   test_security --check FILE   exit 1 if FILE's table (between the
  *                                security-probes markers) differs
  *   test_security --write FILE   replace FILE's table
@@ -703,6 +705,16 @@ int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "--probe") == 0)
         return run_probe_here(argv[2]);
+    /* --table --ref NAME=LIB: the reference column under another
+     * allocator (LD_PRELOAD=LIB) instead of glibc, for comparisons in
+     * docs/security.md; never checked */
+    if (argc == 4 && strcmp(argv[1], "--table") == 0 && strcmp(argv[2], "--ref") == 0 && strchr(argv[3], '=')) {
+        static char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(argv[3], '=') - argv[3]), argv[3]);
+        setenv("SECURITY_REF_NAME", name, 1);
+        setenv("SECURITY_REF_PRELOAD", strchr(argv[3], '=') + 1, 1);
+        argc = 2;
+    }
     if (argc == 2 && strcmp(argv[1], "--table") == 0) {
         static char t[1 << 17];
         fwrite(t, 1, table(t, sizeof t), stdout);
