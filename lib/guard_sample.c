@@ -25,8 +25,8 @@
  * Which allocations: malloc's entry (entry.c) counts each thread's bytes
  * down from a random draw of mean guard.sample_bytes (uniform in [1, 2R]),
  * one subtraction and a branch per malloc, and only while the knob is not
- * 0; the one that crosses zero is sampled if it fits a page and a slot is
- * free.  calloc, realloc, operator new and aligned requests are not
+ * 0; the one that crosses zero is sampled if it fits a page, a slot is
+ * free and guard.sample_max_rate allows one now.  calloc, realloc, operator new and aligned requests are not
  * sampled.  The pool is 2 * SLOTS + 1 pages of address space; at most
  * SLOTS pages (256 KiB) are ever resident, and the slots' records (stacks
  * included) are 17 KiB of .bss. */
@@ -66,6 +66,7 @@ static uint64_t free_seq;
 static uint64_t sampled, sampled_live; /* sefer_stats (written under pool_lock) */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_segv, old_bus;
+static _Atomic uint64_t next_sample_ms; /* guard.sample_max_rate: none before this */
 static __thread bool drawn __attribute__((tls_model("initial-exec")));
 static __thread bool busy __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
@@ -306,6 +307,19 @@ static void *pool_alloc(size_t n) {
     return p;
 }
 
+/* guard.sample_max_rate: a sample costs some microseconds (two page-table
+ * changes, two stack captures, a page's fill and check), so a program that
+ * allocates gigabytes a second would pay in proportion; past the cap a
+ * sample falls to the next draw instead.  One sample per 1000/cap ms,
+ * process-wide (the coarse clock: a few ms of resolution). */
+static bool rate_allows(void) {
+    uint64_t cap = sf_knob(SF_KNOB_GUARD_SAMPLE_MAX_RATE);
+    if (cap == 0) return true;
+    uint64_t now = sf_now_ms(), next = atomic_load_explicit(&next_sample_ms, memory_order_relaxed);
+    return now >= next && atomic_compare_exchange_strong_explicit(&next_sample_ms, &next, now + 1000 / cap,
+                                                                  memory_order_relaxed, memory_order_relaxed);
+}
+
 void *sf_gsample_malloc(size_t n, int64_t *left) {
     if (rng == 0) rng = ((uintptr_t)&rng ^ (uint64_t)sf_now_ms() * 0x9e3779b97f4a7c15ull) | 1;
     rng ^= rng >> 12; /* xorshift64 */
@@ -316,7 +330,7 @@ void *sf_gsample_malloc(size_t n, int64_t *left) {
     bool first = !drawn; /* (a thread's first malloc only starts its count) */
     drawn = true;
     void *p = NULL;
-    if (!first && !busy && n <= SLOT_PAGE) {
+    if (!first && !busy && n <= SLOT_PAGE && rate_allows()) {
         busy = true; /* (the unwinder may allocate) */
         p = pool_alloc(n);
         busy = false;

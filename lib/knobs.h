@@ -58,6 +58,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "with guard.level >= 2: bytes of freed large blocks made inaccessible a second, at most (0: all)") \
     X(GUARD_SAMPLE_BYTES, "guard.sample_bytes", SF_KNOB_SIZE, 0, 0, 1ull << 40, 0, NULL,              \
       "sampled guard, at any level: about one malloc in this many bytes placed against an inaccessible page and kept inaccessible after free (0: off)") \
+    X(GUARD_SAMPLE_MAX_RATE, "guard.sample_max_rate", SF_KNOB_UINT, 100, 0, 1000, 1, NULL,            \
+      "sampled guard: at most this many samples a second, process-wide, whatever the allocation rate (0: no cap)") \
     X(GUARD_CHECK_AT_EXIT, "guard.check_at_exit", SF_KNOB_BOOL, 1, 0, 1, 1, NULL,                   \
       "with guard.level >= 2: at exit, check the canary of every block still allocated (and at level 3 the fill of every freed one), as a free would") \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \

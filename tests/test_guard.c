@@ -459,6 +459,7 @@ enum sample_case {
     GS_UAF,      /* a write into a freed sampled block: faults */
     GS_DOUBLE,   /* a sampled block freed twice */
     GS_SLACK,    /* a write into the alignment bytes after the request: found on free */
+    GS_CAPPED,   /* guard.sample_max_rate: no more samples than the elapsed time allows */
     GS_COUNT
 };
 
@@ -540,6 +541,20 @@ static void run_sample_case(enum sample_case c)
                (unsigned long long)sst.guard_samples_live);
         exit(0);
     }
+    if (c == GS_CAPPED) {
+        /* the promise is relative to the time that passed, measured here
+         * on the clock sefer uses: the machine's speed does not matter */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &t0);
+        for (int i = 0; i < 3000000; i++)
+            sample_free(sample_alloc(100));
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &t1);
+        struct sefer_stats sst = {.size = sizeof sst};
+        sefer_stats_get(&sst, sizeof sst);
+        long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        printf("capped samples=%llu elapsed_ms=%ld\n", (unsigned long long)sst.guard_samples, ms);
+        exit(0);
+    }
     unsigned char *p = sample_alloc(100);
     if (malloc_usable_size(p) != 100) {
         printf("not sampled\n");
@@ -589,7 +604,8 @@ START_TEST(test_sampled_guard)
     char env_level[32], arg[16];
     snprintf(env_level, sizeof env_level, "SEFER_GUARD_LEVEL=%d", _i % 3 + 1);
     snprintf(arg, sizeof arg, "%d", (int)c);
-    char *env[] = {env_level, (char *)"SEFER_GUARD_SAMPLE_BYTES=1", NULL};
+    char *env[] = {env_level, (char *)"SEFER_GUARD_SAMPLE_BYTES=1",
+                   (char *)(c == GS_CAPPED ? "SEFER_GUARD_SAMPLE_MAX_RATE=100" : "SEFER_GUARD_SAMPLE_MAX_RATE=0"), NULL};
     char *args[] = {(char *)"samplecase", arg, NULL};
     static char out[16384];
     int st = st_run_self(env, args, out, sizeof out);
@@ -608,6 +624,19 @@ START_TEST(test_sampled_guard)
         ck_assert_msg(sm != NULL && sscanf(sm, "samples=%llu live=%llu", &samples, &live) == 2, "%s", out);
         ck_assert_msg(samples >= (unsigned long long)exact && live <= 64, "%s: samples %llu, live %llu", env_level,
                       samples, live);
+        return;
+    }
+    if (c == GS_CAPPED) {
+        unsigned long long samples = 0;
+        long ms = -1;
+        const char *cp = strstr(out, "capped ");
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && cp != NULL &&
+                          sscanf(cp, "capped samples=%llu elapsed_ms=%ld", &samples, &ms) == 2,
+                      "%s: child %s: %s", env_level, st_describe_status(st), out);
+        /* one every 10 ms, the first at once; the coarse clock's few ms of
+         * resolution on both ends */
+        ck_assert_msg(samples >= 1 && samples <= (unsigned long long)(ms / 10 + 3),
+                      "%s: %llu samples in %ld ms at 100 a second", env_level, samples, ms);
         return;
     }
     static const char *const what[GS_COUNT] = {
