@@ -104,13 +104,20 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
     return counted((m & SF_MODE_TRACKED) ? sf_tracked_malloc(n, 0) : sf_malloc_slow(n, heap));
 }
 
+/* Level 2's fast path for requests above SF_GDIRECT_MAX - tail, up to a
+ * small block (fastpath.h, sf_malloc_l2). */
+SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
+    void *b = sf_l2_pop(heap, heap->gdirect_hi[(n + SF_GUARD_TAIL + 255) >> 8], n);
+    return SF_LIKELY(b != NULL) ? b : sf_malloc_generic(n, heap);
+}
+
 /* Guard level >= 2 (out of line: what levels 0-1 run in sf_malloc_slow
  * does not grow with it). */
 SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     /* level 2: its fast pop (callers other than malloc come straight
      * here), after the same local_free swap on its own table */
-    if (sf_l2_fast && n <= SF_GDIRECT_MAX - SF_GUARD_TAIL) {
-        sf_page_t *page = heap->gdirect[sf_l2_index(n)];
+    sf_page_t *page = sf_l2_fast ? sf_l2_page(heap, n) : NULL;
+    if (page != NULL) {
         if (page->free == NULL && page->local_free != NULL && !sf_prof_is_armed()) {
             page->free = page->local_free;
             page->local_free = NULL;

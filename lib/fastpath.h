@@ -289,11 +289,25 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
  * entries name the SF_GUARD_MIN_BLOCK class (sf_page_update_direct). */
 SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
 
+SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap); /* alloc.c */
+
+/* The page level 2's fast path pops from for a request of n bytes: gdirect
+ * to SF_GDIRECT_MAX, gdirect_hi above it to SF_SMALL_MAX; NULL beyond. */
+SF_INLINE sf_page_t *sf_l2_page(sf_heap_t *heap, size_t n) {
+    if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) return heap->gdirect[sf_l2_index(n)];
+    if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) return heap->gdirect_hi[(n + SF_GUARD_TAIL + 255) >> 8];
+    return NULL;
+}
+
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
+    /* (the larger sizes out of line: inlined, the compiler merged the two
+     * pops and the small sizes paid three moves) */
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
         void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n);
         if (SF_LIKELY(b != NULL)) return b;
+    } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
+        return sf_malloc_l2_hi(n, heap);
     }
     return sf_malloc_generic(n, heap);
 }

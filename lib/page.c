@@ -97,6 +97,11 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
         table = heap->mdirect;
         lo = hi = class_idx - SF_MEDIUM_CLASS_MIN;
         unused = sf_request_is_span(sf_class_size[class_idx]);
+    } else if (table == heap->gdirect && sf_class_size[class_idx] > SF_GDIRECT_MAX) {
+        if (sf_class_size[class_idx] > SF_SMALL_MAX) return;
+        table = heap->gdirect_hi; /* (by 256-byte steps: every class here is a multiple of 256) */
+        lo = sf_class_size[class_idx - 1] / 256 + 1;
+        hi = sf_class_size[class_idx] / 256;
     } else {
         if (sf_class_size[class_idx] > (table == heap->gdirect ? SF_GDIRECT_MAX : SF_DIRECT_MAX)) return;
         lo = class_idx == 1 ? 0 : sf_class_size[class_idx - 1] / 16 + 1;

@@ -89,6 +89,9 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 #define SF_DIRECT_COUNT (SF_DIRECT_MAX / 16 + 1)
 #define SF_GDIRECT_MAX 1024
 #define SF_GDIRECT_COUNT (SF_GDIRECT_MAX / 16 + 1)
+/* above SF_GDIRECT_MAX, up to SF_SMALL_MAX: by 256-byte steps (every class
+ * there is a multiple of 256) */
+#define SF_GDIRECT_HI_COUNT (SF_SMALL_MAX / 256 + 1)
 #define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
 /* Medium classes (above SF_SMALL_MAX) have a table of their own, by class:
  * by size in 16-byte steps it would be 16 K entries. */
@@ -372,6 +375,9 @@ typedef struct sf_heap_s {
      * that their fields keep the offsets they had (churn-16 and -64 ran
      * 4-5 % slower with it after gdirect[], same instructions) */
     sf_page_t *mdirect[SF_MDIRECT_COUNT];
+    /* guard level 2's fast path above SF_GDIRECT_MAX, up to SF_SMALL_MAX:
+     * the class page by (size + tail + 255) / 256 (here for the same reason) */
+    sf_page_t *gdirect_hi[SF_GDIRECT_HI_COUNT];
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;
