@@ -582,6 +582,13 @@ static void check_direct(const sf_heap_t *heap) {
         if (d != &sf_empty_page && d != heap->queues[SF_MEDIUM_CLASS_MIN + i].first)
             report("mdirect[] names a page that does not head its class queue", &heap->mdirect[i]);
     }
+    /* level 2's table above SF_GDIRECT_MAX: entry i serves blocks of up to
+     * i * 256 bytes, tail included */
+    for (unsigned i = 0; i < SF_GDIRECT_HI_COUNT; i++) {
+        const sf_page_t *d = heap->gdirect_hi[i];
+        if (d != &sf_empty_page && (i * 256 <= SF_GDIRECT_MAX || d != heap->queues[sf_class_of((size_t)i * 256)].first))
+            report("gdirect_hi[] names a page that does not head its class queue", &heap->gdirect_hi[i]);
+    }
 }
 
 static void check_free_segs(const sf_heap_t *heap, const struct heap_tally *t) {
