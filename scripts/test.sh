@@ -136,7 +136,11 @@ fi
 # profile (guarded.c and profile.c are under UBSan in guard, security,
 # size-classes-l2/l3, soak and profile-*).  141 of the 506 s of UBSan test
 # time at 2a020ad, and the run is to stay under 15 minutes (issue 23).
-UBSAN_SKIP='browser-dashboard|preload-.*-(guard2|guard3|profile|sampled)'
+# Nor security-doc: docs/security.md's table is the release build's; under
+# UBSan the sanitizer's runtime frees at exit, so a probe that smashed a
+# segment header and ended without freeing is caught there and not in the
+# release build (the 'security' test's nesting runs under UBSan too).
+UBSAN_SKIP='browser-dashboard|security-doc|preload-.*-(guard2|guard3|profile|sampled)'
 step "ubsan: configure and compile build-ubsan"
 if configure build-ubsan -Db_sanitize=undefined -Dbuildtype=debugoptimized -Doverride=true \
     -Dintrospect=enabled && ninja -C build-ubsan meson-test-prereq; then
