@@ -35,6 +35,7 @@
 #include "internal.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -77,6 +78,7 @@ static struct {
      * spans too when no other thread runs; the first damaged block found
      * of each kind */
     bool sweep, sweep_spans;
+    bool sweep_heap; /* the sweep reads the pages of the heap being checked */
     const void *sweep_overflow, *sweep_uaf;
 } ck;
 
@@ -348,12 +350,24 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     nfree += walk_free_list(page, page->local_free);
     if ((size_t)sf_page_used(page) + nfree > page->capacity)
         report("page's blocks in use plus free exceed its blocks carved", page);
-    if (ck.sweep && (page->flags & SF_PAGE_GUARDED)) sweep_page(seg, page);
+    if (ck.sweep_heap && (page->flags & SF_PAGE_GUARDED)) sweep_page(seg, page);
+}
+
+/* Whether the exit sweep reads heap hi's blocks: not the fallback heap's
+ * (threads without a heap of their own allocate from it and write a
+ * block's tail after its lock is released), and in the child of a fork
+ * only the forking thread's own (the other heaps were abandoned in
+ * whatever state the parent's threads left them, a block half handed out
+ * among them). */
+static bool sweep_reads(int64_t hi) {
+    if (!ck.sweep || hi == FALLBACK_IDX) return false;
+    return !sf_fork_child || hi == ck.mine;
 }
 
 static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
     sf_heap_t *heap = heap_at(hi);
     unsigned in_use = 0;
+    ck.sweep_heap = sweep_reads(hi);
     if (seg->page_count < 64 && (seg->free_mask >> seg->page_count) != 0)
         report("segment's free-page mask names pages past its end", seg);
     for (unsigned i = 0; i < seg->page_count; i++) {
@@ -694,10 +708,22 @@ static void check_heap(int64_t hi) {
     check_purge_queue(heap, t);
     check_remote(heap, t);
     check_quarantine(heap);
-    if (ck.sweep) sweep_quarantine(heap);
+    if (sweep_reads(hi)) sweep_quarantine(heap);
 }
 
 /* ---- one pass ------------------------------------------------------------- */
+
+/* The exit sweep takes its locks with a bounded wait: the exiting thread
+ * may hold one itself (exit() from a signal handler that interrupted it
+ * inside sefer), and waiting for itself would hang the exit.  Past the
+ * bound the sweep is skipped. */
+static bool lock_bounded(pthread_mutex_t *m) {
+    for (int i = 0; i < 20000; i++) {
+        if (pthread_mutex_trylock(m) == 0) return true;
+        sched_yield();
+    }
+    return false;
+}
 
 static void check_pass(char *why, size_t len) {
     static char scratch[8];
@@ -711,9 +737,22 @@ static void check_pass(char *why, size_t len) {
         report("no memory for the check's heap tables", NULL);
         return;
     }
-    sf_lock(&sf_fallback_lock);
-    sf_lock(&sf_cache_lock);
-    sf_lock(&sf_seg_lock);
+    if (ck.sweep) {
+        if (!lock_bounded(&sf_fallback_lock)) goto none;
+        if (!lock_bounded(&sf_cache_lock)) {
+            sf_unlock(&sf_fallback_lock);
+            goto none;
+        }
+        if (!lock_bounded(&sf_seg_lock)) {
+            sf_unlock(&sf_cache_lock);
+            sf_unlock(&sf_fallback_lock);
+            goto none;
+        }
+    } else {
+        sf_lock(&sf_fallback_lock);
+        sf_lock(&sf_cache_lock);
+        sf_lock(&sf_seg_lock);
+    }
     check_segments();
     if (ck.set != NULL) { /* without it pointers cannot be validated before use */
         for (int64_t i = 0; i <= FALLBACK_IDX; i++)
@@ -724,6 +763,7 @@ static void check_pass(char *why, size_t len) {
     sf_unlock(&sf_seg_lock);
     sf_unlock(&sf_cache_lock);
     sf_unlock(&sf_fallback_lock);
+none:
     release_heaps();
     set_free();
 }
@@ -754,7 +794,8 @@ size_t sf_check_heap_consistency(char *why, size_t len) {
  * The first damaged block of each kind, or NULL. */
 void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
     char why[256];
-    sf_lock(&check_lock);
+    *overflow = *uaf = NULL;
+    if (!lock_bounded(&check_lock)) return;
     ck.nkept = 0;
     ck.sweep = true;
     ck.sweep_spans = spans;
@@ -765,6 +806,11 @@ void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
     ck.sweep = false;
     sf_unlock(&check_lock);
 }
+
+/* fork's child: a thread of the parent may have been inside a check (it
+ * holds check_lock for up to about 127 ms); the child has only the
+ * forking thread, which was not. */
+void sf_check_after_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
 
 SEFER_EXPORT int sefer_check(void) {
     char why[1024], line[1200];

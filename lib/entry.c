@@ -21,12 +21,20 @@ static void free_level2(void *p) { sf_free_l2(p); }
 /* The sampled guard on (guard_sample.c): the same, after counting the
  * thread's bytes down to its next sample. */
 static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
+/* (the subtraction unsigned, read back signed: the same two instructions
+ * without signed overflow; a request above 2^63 that lifts the count
+ * instead fails with ENOMEM anyway, and only that thread's samples wait) */
+static bool sample_due(size_t n) {
+    int64_t left = (int64_t)((uint64_t)sample_left - n);
+    sample_left = left;
+    return left < 0;
+}
 static void *malloc_levels01_sampled(size_t n) {
-    if (SF_UNLIKELY((sample_left -= (int64_t)n) < 0)) return sf_gsample_malloc(n, &sample_left);
+    if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc(n);
 }
 static void *malloc_level2_sampled(size_t n) {
-    if (SF_UNLIKELY((sample_left -= (int64_t)n) < 0)) return sf_gsample_malloc(n, &sample_left);
+    if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc_l2(n);
 }
 

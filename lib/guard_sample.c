@@ -34,9 +34,11 @@
 #include "profile.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SLOTS 64
@@ -45,7 +47,7 @@
 #define STACK_MAX 16
 #define FILL 0xa5
 
-enum { SLOT_EMPTY, SLOT_LIVE, SLOT_FREED };
+enum { SLOT_EMPTY, SLOT_LIVE, SLOT_FREED, SLOT_FILLING /* taken, being set up: not yet handed out */ };
 
 struct slot {
     uint8_t state;
@@ -66,7 +68,7 @@ static uint64_t free_seq;
 static uint64_t sampled, sampled_live; /* sefer_stats (written under pool_lock) */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_segv, old_bus;
-static _Atomic uint64_t next_sample_ms; /* guard.sample_max_rate: none before this */
+static _Atomic uint64_t next_sample_ns; /* guard.sample_max_rate: none before this */
 static __thread bool drawn __attribute__((tls_model("initial-exec")));
 static __thread bool busy __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
@@ -117,14 +119,22 @@ static void add_frames(sf_str_t *s, const uintptr_t *f, unsigned n) {
 
 /* What the sampled guard saw, with the block's stacks, on stderr. */
 static void describe(const char *what, uintptr_t at, const struct slot *sl) {
-    char msg[6144];
+    /* static, not on the stack: the fault handler may run on a small
+     * alternate signal stack.  One report at a time; another thread's
+     * meanwhile says only its first line. */
+    static char msg[6144];
+    static _Atomic bool in_use;
+    if (atomic_exchange(&in_use, true)) {
+        sf_write_stderr("sefer: sampled guard: another detection (see above)\n");
+        return;
+    }
     sf_str_t s;
     sf_str_init(&s, msg, sizeof msg - 1);
     sf_str_add(&s, "sefer: sampled guard: ");
     sf_str_add(&s, what);
     sf_str_add(&s, " at ");
     sf_str_addx(&s, at);
-    if (sl != NULL && sl->state != SLOT_EMPTY) {
+    if (sl != NULL && (sl->state == SLOT_LIVE || sl->state == SLOT_FREED)) {
         sf_str_add(&s, ", block of ");
         sf_str_addu(&s, sl->size);
         sf_str_add(&s, " bytes at ");
@@ -153,6 +163,7 @@ static void describe(const char *what, uintptr_t at, const struct slot *sl) {
     }
     msg[s.len] = '\0';
     sf_write_stderr(msg);
+    atomic_store(&in_use, false);
 }
 
 /* ---- the fault handler ------------------------------------------------------ */
@@ -181,11 +192,9 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
         enum sf_guard_kind kind = freed ? SF_GUARD_USE_AFTER_FREE : SF_GUARD_OVERFLOW;
         describe(freed ? "access to a freed block" : "access past a block's bounds", a, sl);
         sf_guard_report(kind, (void *)a); /* (aborts, unless guard.on_error = report) */
-        /* report mode cannot refuse an access: stop with the signal */
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigaction(sig, &dfl, NULL);
+        /* report mode cannot refuse an access: the fault happens again, and
+         * goes to whatever handled it before the pool was made */
+        sigaction(sig, sig == SIGBUS ? &old_bus : &old_segv, NULL);
         return;
     }
     const struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;
@@ -240,7 +249,7 @@ static bool pool_ready(void) {
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
             sa.sa_sigaction = on_fault;
-            sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+            sa.sa_flags = SA_SIGINFO | SA_ONSTACK; /* (a fault inside it: killed by the kernel) */
             sigemptyset(&sa.sa_mask);
             sigaction(SIGSEGV, &sa, &old_segv);
             sigaction(SIGBUS, &sa, &old_bus);
@@ -293,30 +302,40 @@ static void *pool_alloc(size_t n) {
         return NULL;
     }
     uint8_t *p = page + SLOT_PAGE - placed(n);
-    sl->state = SLOT_LIVE;
-    sl->size = (uint32_t)n;
-    sl->addr = (uintptr_t)p;
-    sl->alloc_tid = my_tid();
-    sl->free_depth = 0;
-    __atomic_store_n(&sampled, sampled + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&sampled_live, sampled_live + 1, __ATOMIC_RELAXED);
+    sl->state = SLOT_FILLING; /* taken; the exit check and reports skip it until it is live */
     pthread_mutex_unlock(&pool_lock);
     fill(page, p);
     fill(p + n, page + SLOT_PAGE);
-    sl->alloc_depth = sf_prof_capture(sl->alloc_stack, STACK_MAX);
+    uintptr_t stack[STACK_MAX];
+    unsigned depth = sf_prof_capture(stack, STACK_MAX);
+    pthread_mutex_lock(&pool_lock);
+    sl->size = (uint32_t)n;
+    sl->addr = (uintptr_t)p;
+    sl->alloc_tid = my_tid();
+    memcpy(sl->alloc_stack, stack, sizeof stack);
+    sl->alloc_depth = depth;
+    sl->free_depth = 0;
+    sl->state = SLOT_LIVE;
+    __atomic_store_n(&sampled, sampled + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&sampled_live, sampled_live + 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&pool_lock);
     return p;
 }
 
 /* guard.sample_max_rate: a sample costs some microseconds (two page-table
  * changes, two stack captures, a page's fill and check), so a program that
  * allocates gigabytes a second would pay in proportion; past the cap a
- * sample falls to the next draw instead.  One sample per 1000/cap ms,
- * process-wide (the coarse clock: a few ms of resolution). */
+ * sample falls to the next draw instead.  One sample per 1/cap s,
+ * process-wide, on the coarse clock (a few ms of resolution: never more
+ * than the cap, fewer above a few hundred). */
 static bool rate_allows(void) {
     uint64_t cap = sf_knob(SF_KNOB_GUARD_SAMPLE_MAX_RATE);
     if (cap == 0) return true;
-    uint64_t now = sf_now_ms(), next = atomic_load_explicit(&next_sample_ms, memory_order_relaxed);
-    return now >= next && atomic_compare_exchange_strong_explicit(&next_sample_ms, &next, now + 1000 / cap,
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t next = atomic_load_explicit(&next_sample_ns, memory_order_relaxed);
+    return now >= next && atomic_compare_exchange_strong_explicit(&next_sample_ns, &next, now + 1000000000u / cap,
                                                                   memory_order_relaxed, memory_order_relaxed);
 }
 
@@ -404,7 +423,12 @@ void *sf_gsample_realloc(void *p, size_t n) {
 const void *sf_gsample_damaged(void) {
     if (!sf_gsample_holds(pool)) return NULL;
     const void *bad = NULL;
-    pthread_mutex_lock(&pool_lock);
+    /* a bounded wait: exit() may come from a signal handler that
+     * interrupted this thread inside the pool's lock */
+    int tries = 0;
+    while (pthread_mutex_trylock(&pool_lock) != 0)
+        if (++tries > 20000) return NULL;
+        else sched_yield();
     for (unsigned i = 0; i < SLOTS && bad == NULL; i++) {
         const struct slot *sl = &slots[i];
         uint8_t *page = slot_page(i), *p = (uint8_t *)sl->addr;

@@ -9,6 +9,7 @@
 #include "internal.h"
 
 _Atomic int sf_initialized;
+bool sf_fork_child;
 pthread_key_t sf_thread_key;
 bool sf_thread_key_ok;
 static atomic_flag init_busy = ATOMIC_FLAG_INIT;
@@ -60,7 +61,9 @@ static void fork_parent(void) {
 /* The forking thread is the child's only thread and holds every lock, so
  * it can release them as the parent does. */
 static void fork_child(void) {
+    sf_fork_child = true;
     fork_parent();
+    sf_check_after_fork_child();
     sf_heaps_after_fork_child();
     sf_events_after_fork_child();
     sf_memlimit_after_fork_child();

@@ -624,6 +624,8 @@ SF_HIDDEN void sf_print_stats(void); /* malloc_stats() */
  * sf_seg_lock: never call it with one of them held. */
 SF_HIDDEN size_t sf_check_heap_consistency(char *why, size_t len);
 SF_HIDDEN void sf_guard_sweep(bool spans, const void **overflow, const void **uaf);
+SF_HIDDEN void sf_check_after_fork_child(void);
+SF_HIDDEN extern bool sf_fork_child; /* set in the child of a fork (init.c) */
 
 /* ---- phase.c: phases begun and ended ------------------------------------- */
 SF_HIDDEN void sf_phase_snapshot(sf_phase_snap_t *out);

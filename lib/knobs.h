@@ -61,7 +61,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(GUARD_SAMPLE_MAX_RATE, "guard.sample_max_rate", SF_KNOB_UINT, 100, 0, 1000, 1, NULL,            \
       "sampled guard: at most this many samples a second, process-wide, whatever the allocation rate (0: no cap)") \
     X(GUARD_CHECK_AT_EXIT, "guard.check_at_exit", SF_KNOB_BOOL, 1, 0, 1, 1, NULL,                   \
-      "with guard.level >= 2: at exit, check the canary of every block still allocated (and at level 3 the fill of every freed one), as a free would") \
+      "at exit, check every block still allocated as a free would (canary, size word; level 3: every freed block's fill), with guard.level >= 2, and the sampled guard's blocks at any level") \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \
       "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
     X(PROFILE_SAMPLE_BYTES, "profile.sample_bytes", SF_KNOB_SIZE, 0, 0, 1ull << 40, 1, NULL,         \
