@@ -809,8 +809,12 @@ void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
 
 /* fork's child: a thread of the parent may have been inside a check (it
  * holds check_lock for up to about 127 ms); the child has only the
- * forking thread, which was not. */
-void sf_check_after_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
+ * forking thread, which was not.  (Registered here, not among init.c's
+ * handlers: the core does not call up into the checker.) */
+static void check_after_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }
+__attribute__((constructor)) static void check_register_fork(void) {
+    pthread_atfork(NULL, NULL, check_after_fork_child);
+}
 
 SEFER_EXPORT int sefer_check(void) {
     char why[1024], line[1200];

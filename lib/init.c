@@ -63,7 +63,6 @@ static void fork_parent(void) {
 static void fork_child(void) {
     sf_fork_child = true;
     fork_parent();
-    sf_check_after_fork_child();
     sf_heaps_after_fork_child();
     sf_events_after_fork_child();
     sf_memlimit_after_fork_child();

@@ -604,6 +604,7 @@ SF_HIDDEN extern _Atomic uint64_t sf_phase_orphan_counts[4];
 
 /* ---- init.c: start-up and fork ------------------------------------------- */
 SF_HIDDEN extern _Atomic int sf_initialized;
+SF_HIDDEN extern bool sf_fork_child; /* set in the child of a fork */
 SF_HIDDEN void sf_init_slow(void);
 SF_INLINE void sf_ensure_init(void) {
     if (SF_UNLIKELY(!atomic_load_explicit(&sf_initialized, memory_order_acquire))) sf_init_slow();
@@ -624,8 +625,6 @@ SF_HIDDEN void sf_print_stats(void); /* malloc_stats() */
  * sf_seg_lock: never call it with one of them held. */
 SF_HIDDEN size_t sf_check_heap_consistency(char *why, size_t len);
 SF_HIDDEN void sf_guard_sweep(bool spans, const void **overflow, const void **uaf);
-SF_HIDDEN void sf_check_after_fork_child(void);
-SF_HIDDEN extern bool sf_fork_child; /* set in the child of a fork (init.c) */
 
 /* ---- phase.c: phases begun and ended ------------------------------------- */
 SF_HIDDEN void sf_phase_snapshot(sf_phase_snap_t *out);
