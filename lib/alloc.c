@@ -107,7 +107,7 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
 /* Level 2's fast path for requests above SF_GDIRECT_MAX - tail, up to a
  * small block (fastpath.h, sf_malloc_l2). */
 SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
-    void *b = sf_l2_pop(heap, heap->gdirect_hi[(n + SF_GUARD_TAIL + 255) >> 8], n);
+    void *b = sf_l2_pop(heap, heap->gdirect_hi[sf_l2_hi_index(n)], n);
     return SF_LIKELY(b != NULL) ? b : sf_malloc_generic(n, heap);
 }
 

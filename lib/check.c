@@ -35,7 +35,6 @@
 #include "internal.h"
 
 #include <limits.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -713,16 +712,26 @@ static void check_heap(int64_t hi) {
 
 /* ---- one pass ------------------------------------------------------------- */
 
-/* The exit sweep takes its locks with a bounded wait: the exiting thread
- * may hold one itself (exit() from a signal handler that interrupted it
- * inside sefer), and waiting for itself would hang the exit.  Past the
- * bound the sweep is skipped. */
-static bool lock_bounded(pthread_mutex_t *m) {
-    for (int i = 0; i < 20000; i++) {
-        if (pthread_mutex_trylock(m) == 0) return true;
-        sched_yield();
+/* The locks a pass holds, taken in this order and released in the other.
+ * The exit sweep takes them with a bounded wait (sf_lock_bounded); past it
+ * the sweep is skipped. */
+static pthread_mutex_t *const pass_locks[] = {&sf_fallback_lock, &sf_cache_lock, &sf_seg_lock};
+#define PASS_LOCKS (sizeof pass_locks / sizeof pass_locks[0])
+
+static bool take_pass_locks(void) {
+    for (size_t i = 0; i < PASS_LOCKS; i++) {
+        if (!ck.sweep) {
+            sf_lock(pass_locks[i]);
+        } else if (!sf_lock_bounded(pass_locks[i])) {
+            while (i-- > 0) sf_unlock(pass_locks[i]);
+            return false;
+        }
     }
-    return false;
+    return true;
+}
+
+static void drop_pass_locks(void) {
+    for (size_t i = PASS_LOCKS; i-- > 0;) sf_unlock(pass_locks[i]);
 }
 
 static void check_pass(char *why, size_t len) {
@@ -737,22 +746,7 @@ static void check_pass(char *why, size_t len) {
         report("no memory for the check's heap tables", NULL);
         return;
     }
-    if (ck.sweep) {
-        if (!lock_bounded(&sf_fallback_lock)) goto none;
-        if (!lock_bounded(&sf_cache_lock)) {
-            sf_unlock(&sf_fallback_lock);
-            goto none;
-        }
-        if (!lock_bounded(&sf_seg_lock)) {
-            sf_unlock(&sf_cache_lock);
-            sf_unlock(&sf_fallback_lock);
-            goto none;
-        }
-    } else {
-        sf_lock(&sf_fallback_lock);
-        sf_lock(&sf_cache_lock);
-        sf_lock(&sf_seg_lock);
-    }
+    if (!take_pass_locks()) goto none;
     check_segments();
     if (ck.set != NULL) { /* without it pointers cannot be validated before use */
         for (int64_t i = 0; i <= FALLBACK_IDX; i++)
@@ -760,9 +754,7 @@ static void check_pass(char *why, size_t len) {
                 check_heap(i);
         scan_map();
     }
-    sf_unlock(&sf_seg_lock);
-    sf_unlock(&sf_cache_lock);
-    sf_unlock(&sf_fallback_lock);
+    drop_pass_locks();
 none:
     release_heaps();
     set_free();
@@ -795,7 +787,7 @@ size_t sf_check_heap_consistency(char *why, size_t len) {
 void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
     char why[256];
     *overflow = *uaf = NULL;
-    if (!lock_bounded(&check_lock)) return;
+    if (!sf_lock_bounded(&check_lock)) return;
     ck.nkept = 0;
     ck.sweep = true;
     ck.sweep_spans = spans;

@@ -289,13 +289,17 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
  * entries name the SF_GUARD_MIN_BLOCK class (sf_page_update_direct). */
 SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
 
+/* The gdirect_hi index of a request above SF_GDIRECT_MAX - tail: by its
+ * size with the tail, in 256-byte steps. */
+SF_INLINE size_t sf_l2_hi_index(size_t n) { return (n + SF_GUARD_TAIL + 255) >> 8; }
+
 SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap); /* alloc.c */
 
 /* The page level 2's fast path pops from for a request of n bytes: gdirect
  * to SF_GDIRECT_MAX, gdirect_hi above it to SF_SMALL_MAX; NULL beyond. */
 SF_INLINE sf_page_t *sf_l2_page(sf_heap_t *heap, size_t n) {
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) return heap->gdirect[sf_l2_index(n)];
-    if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) return heap->gdirect_hi[(n + SF_GUARD_TAIL + 255) >> 8];
+    if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) return heap->gdirect_hi[sf_l2_hi_index(n)];
     return NULL;
 }
 

@@ -34,11 +34,9 @@
 #include "profile.h"
 
 #include <dlfcn.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SLOTS 64
@@ -68,7 +66,7 @@ static uint64_t free_seq;
 static uint64_t sampled, sampled_live; /* sefer_stats (written under pool_lock) */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction old_segv, old_bus;
-static _Atomic uint64_t next_sample_ns; /* guard.sample_max_rate: none before this */
+static _Atomic uint64_t next_sample_us; /* guard.sample_max_rate: none before this */
 static __thread bool drawn __attribute__((tls_model("initial-exec")));
 static __thread bool busy __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
@@ -282,6 +280,13 @@ static bool filled(const uint8_t *from, const uint8_t *to) {
 
 static size_t placed(size_t n) { return ((n == 0 ? 1 : n) + 15) & ~(size_t)15; }
 
+/* Whether a live slot's pattern around its block is intact. */
+static bool slot_intact(unsigned i) {
+    const struct slot *sl = &slots[i];
+    uint8_t *page = slot_page(i), *p = (uint8_t *)sl->addr;
+    return filled(page, p) && filled(p + sl->size, page + SLOT_PAGE);
+}
+
 static void *pool_alloc(size_t n) {
     if (!pool_ready()) return NULL;
     pthread_mutex_lock(&pool_lock);
@@ -326,16 +331,14 @@ static void *pool_alloc(size_t n) {
  * changes, two stack captures, a page's fill and check), so a program that
  * allocates gigabytes a second would pay in proportion; past the cap a
  * sample falls to the next draw instead.  One sample per 1/cap s,
- * process-wide, on the coarse clock (a few ms of resolution: never more
- * than the cap, fewer above a few hundred). */
+ * process-wide, on sf_now_ms's coarse clock (a few ms of resolution: never
+ * more than the cap, fewer above a few hundred). */
 static bool rate_allows(void) {
     uint64_t cap = sf_knob(SF_KNOB_GUARD_SAMPLE_MAX_RATE);
     if (cap == 0) return true;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    uint64_t next = atomic_load_explicit(&next_sample_ns, memory_order_relaxed);
-    return now >= next && atomic_compare_exchange_strong_explicit(&next_sample_ns, &next, now + 1000000000u / cap,
+    /* in microseconds, so that 1/cap s is not truncated to whole ms */
+    uint64_t now = sf_now_ms() * 1000u, next = atomic_load_explicit(&next_sample_us, memory_order_relaxed);
+    return now >= next && atomic_compare_exchange_strong_explicit(&next_sample_us, &next, now + 1000000u / cap,
                                                                   memory_order_relaxed, memory_order_relaxed);
 }
 
@@ -384,8 +387,7 @@ bool sf_gsample_free(void *p) {
         sf_guard_report(twice ? SF_GUARD_DOUBLE : SF_GUARD_INTERIOR, p);
         return true; /* refused */
     }
-    uint8_t *page = slot_page((unsigned)i);
-    if (!filled(page, (uint8_t *)p) || !filled((uint8_t *)p + sl->size, page + SLOT_PAGE)) {
+    if (!slot_intact((unsigned)i)) {
         pthread_mutex_unlock(&pool_lock);
         describe("write past a block's bounds (found on free)", (uintptr_t)p, sl);
         sf_guard_report(SF_GUARD_OVERFLOW, p);
@@ -397,7 +399,7 @@ bool sf_gsample_free(void *p) {
     sl->free_tid = my_tid();
     memcpy(sl->free_stack, stack, sizeof stack);
     sl->free_depth = depth;
-    set_access(page, false);
+    set_access(slot_page((unsigned)i), false);
     pthread_mutex_unlock(&pool_lock);
     return true;
 }
@@ -423,18 +425,9 @@ void *sf_gsample_realloc(void *p, size_t n) {
 const void *sf_gsample_damaged(void) {
     if (!sf_gsample_holds(pool)) return NULL;
     const void *bad = NULL;
-    /* a bounded wait: exit() may come from a signal handler that
-     * interrupted this thread inside the pool's lock */
-    int tries = 0;
-    while (pthread_mutex_trylock(&pool_lock) != 0)
-        if (++tries > 20000) return NULL;
-        else sched_yield();
-    for (unsigned i = 0; i < SLOTS && bad == NULL; i++) {
-        const struct slot *sl = &slots[i];
-        uint8_t *page = slot_page(i), *p = (uint8_t *)sl->addr;
-        if (sl->state == SLOT_LIVE && (!filled(page, p) || !filled(p + sl->size, page + SLOT_PAGE)))
-            bad = p;
-    }
+    if (!sf_lock_bounded(&pool_lock)) return NULL; /* (at exit) */
+    for (unsigned i = 0; i < SLOTS && bad == NULL; i++)
+        if (slots[i].state == SLOT_LIVE && !slot_intact(i)) bad = (const void *)slots[i].addr;
     pthread_mutex_unlock(&pool_lock);
     if (bad != NULL) describe("write past a block's bounds (found at exit)", (uintptr_t)bad, &slots[slot_of_block(bad)]);
     return bad;

@@ -15,6 +15,8 @@
 
 #include "types.h"
 
+#include <sched.h>
+
 #define SF_LS_RMW_KINDS(X)                                                                 \
     X(RING_TAIL_CAS, "ring_tail_cas", "a producer claims a ring position (the owner's ring tail)") \
     X(RING_POP, "ring_pop", "the owner takes a ring cell (cell line and head, read by producers)") \
@@ -56,5 +58,18 @@ SF_INLINE void sf_unlock(pthread_mutex_t *m) { sf_ls_unlock(m); }
 SF_INLINE void sf_lock(pthread_mutex_t *m) { pthread_mutex_lock(m); }
 SF_INLINE void sf_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
 #endif
+
+/* A lock taken at exit (guard.check_at_exit): a bounded wait, since the
+ * exiting thread may hold it itself (exit() from a signal handler that
+ * interrupted it inside sefer), and waiting for itself would hang the
+ * exit.  False past the bound: the caller skips its work.  (Not counted by
+ * the counter build; sf_unlock releases it as any other.) */
+SF_INLINE bool sf_lock_bounded(pthread_mutex_t *m) {
+    for (int i = 0; i < 20000; i++) {
+        if (pthread_mutex_trylock(m) == 0) return true;
+        sched_yield();
+    }
+    return false;
+}
 
 #endif /* SEFER_LOCKSTAT_H */
