@@ -10,8 +10,8 @@
  * RSS comes from /proc/self/statm; it does not depend on the machine's
  * load.  docs/scaling.md, "Threads beyond cores", has the figures.
  *
- *   idle_threads [-t THREADS] [-c]
- * Prints: idle_threads threads=T control=0|1 before_kib=B idle_kib=I
+ *   idle_threads [-t THREADS] [-k SIZES] [-c]
+ * Prints: idle_threads threads=T sizes=K control=0|1 before_kib=B idle_kib=I
  *         exited_kib=E allocator=... (whichalloc.h) */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,8 +21,11 @@
 
 #include "whichalloc.h"
 
+#define SIZES_MAX 30
+
 static pthread_barrier_t parked, go;
-static int control;
+static int control, nsizes = 1;
+static size_t sizes[SIZES_MAX];
 
 static long rss_kib(void) {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -35,25 +38,30 @@ static long rss_kib(void) {
 
 static void *worker(void *arg) {
     (void)arg;
-    char *p = control ? NULL : malloc(64);
-    if (p != NULL) memset(p, 1, 64);
+    char *p[SIZES_MAX] = {NULL};
+    for (int i = 0; i < nsizes && !control; i++) {
+        p[i] = malloc(sizes[i]);
+        if (p[i] != NULL) memset(p[i], 1, sizes[i] < 64 ? sizes[i] : 64);
+    }
     pthread_barrier_wait(&parked);
     pthread_barrier_wait(&go);
-    free(p);
+    for (int i = 0; i < nsizes; i++) free(p[i]);
     return NULL;
 }
 
 int main(int argc, char **argv) {
     int n = 1000, c;
-    while ((c = getopt(argc, argv, "t:c")) != -1) {
+    while ((c = getopt(argc, argv, "t:k:c")) != -1) {
         if (c == 't') n = atoi(optarg);
+        else if (c == 'k') nsizes = atoi(optarg);
         else if (c == 'c') control = 1;
         else {
-            fprintf(stderr, "usage: idle_threads [-t THREADS] [-c]\n");
+            fprintf(stderr, "usage: idle_threads [-t THREADS] [-k SIZES] [-c]\n");
             return 2;
         }
     }
-    if (n < 1 || n > 100000) return 2;
+    if (n < 1 || n > 100000 || nsizes < 1 || nsizes > SIZES_MAX) return 2;
+    for (int i = 0; i < nsizes; i++) sizes[i] = i == 0 ? 64 : sizes[i - 1] + sizes[i - 1] / 4;
     pthread_t *t = calloc((size_t)n, sizeof *t);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -74,8 +82,8 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&go);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     long exited = rss_kib();
-    printf("idle_threads threads=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld", n, control, before,
-           idle, exited);
+    printf("idle_threads threads=%d sizes=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld", n, nsizes,
+           control, before, idle, exited);
     wa_print(stdout);
     putchar('\n');
     free(warm);

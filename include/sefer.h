@@ -80,7 +80,7 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(enomem, "allocations refused with ENOMEM")                                            \
     X(heaps_live, "heap registry slots owned by a running thread")                         \
     X(heaps_abandoned, "heap registry slots whose thread exited with blocks still live")   \
-    X(fallback_allocs, "allocations served by the locked fallback heap")                   \
+    X(fallback_allocs, "allocations served by the locked fallback heap (threads that allocate rarely, threads.heap_after, included)") \
     X(guard_invalid_free, "frees of pointers sefer does not own (and, level 3, deletes not matching new)") \
     X(guard_interior_free, "frees of pointers inside a block")                             \
     X(guard_double_free, "double frees detected")                                          \

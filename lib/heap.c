@@ -372,12 +372,51 @@ static void heap_fallback_thread(void) {
     sf_write_stderr(line);
 }
 
+/* The heap a new thread would adopt holds blocks of an exited thread: the
+ * new thread takes it at once, so that its frees of those blocks (a
+ * thread-per-request server's successor freeing what its predecessor
+ * left) are its own, not frees into an abandoned heap. */
+static bool ownerless_holds_blocks(void) {
+    uint64_t top = atomic_load_explicit(&ownerless_top, memory_order_acquire);
+    if ((top & STACK_SLOT_MASK) == 0) return false;
+    sf_heap_t *heap = sf_heap_at((uint32_t)(top & STACK_SLOT_MASK) - 1);
+    return atomic_load_explicit(&heap->state, memory_order_relaxed) == SF_HEAP_ABANDONED;
+}
+
+/* A thread that allocates rarely (threads.heap_after, docs/design.md,
+ * "Threads that allocate rarely"): its allocations in the current second,
+ * and when that second began. */
+static __thread uint32_t rare_count __attribute__((tls_model("initial-exec")));
+static __thread uint64_t rare_since_ms __attribute__((tls_model("initial-exec")));
+static __thread int8_t rare_is_main __attribute__((tls_model("initial-exec"))); /* 0: not asked yet, 1, -1 */
+
+/* True while the calling thread (with no heap yet) should allocate from the
+ * shared heap: it has made at most threads.heap_after allocations in the
+ * current second.  The process's first thread gets its heap at once: there
+ * is one of it, and a single-threaded program keeps exactly the paths it
+ * had.  Guard levels 2-3 and valgrind's tracking give every thread its heap
+ * at once too (their checks at exit and their reports read heaps, not the
+ * shared one). */
+static bool allocates_rarely(void) {
+    uint64_t after = sf_knob(SF_KNOB_THREADS_HEAP_AFTER);
+    if (after == 0 || sf_guard_level >= 2 || sf_tracked) return false;
+    if (rare_is_main == 0) rare_is_main = syscall(SYS_gettid) == syscall(SYS_getpid) ? 1 : -1;
+    if (rare_is_main > 0 || ownerless_holds_blocks()) return false;
+    uint64_t now = sf_now_ms();
+    if (now - rare_since_ms >= 1000) {
+        rare_since_ms = now;
+        rare_count = 0;
+    }
+    return ++rare_count <= after;
+}
+
 /* The heap the calling thread should allocate from: its own (claimed now
  * if need be) or &sf_heap_fallback (the caller must hold sf_fallback_lock). */
 sf_heap_t *sf_heap_for_thread(void) {
     sf_ensure_init();
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind == SF_HEAP_REAL) return heap;
+    if (heap->kind == SF_HEAP_UNCLAIMED && allocates_rarely()) return &sf_heap_fallback;
     if (heap->kind == SF_HEAP_UNCLAIMED) {
         heap = heap_acquire();
         if (heap != NULL) {

@@ -225,10 +225,10 @@ static const struct bad_line {
     {"[guard]\nlevel = 3\nlevel = 2\n", 3, "guard.level: set twice (first on line 2): both ignored", "guard.level"},
     {"guard.level = 3\n[guard]\nlevel = 2\n", 3, "guard.level: set twice (first on line 1): both ignored", "guard.level"},
     {"[nosuch]\nlevel = 1\n", 1,
-     "[nosuch]: unknown table (known: segments, large_cache, decommit, memory, rings, guard, valgrind, profile, introspect); keys up to the next [table] are ignored",
+     "[nosuch]: unknown table (known: segments, large_cache, decommit, threads, memory, rings, guard, valgrind, profile, introspect); keys up to the next [table] are ignored",
      NULL},
     {"[guard.deep]\nlevel = 3\n", 1,
-     "[guard.deep]: unknown table (known: segments, large_cache, decommit, memory, rings, guard, valgrind, profile, introspect); keys up to the next [table] are ignored",
+     "[guard.deep]: unknown table (known: segments, large_cache, decommit, threads, memory, rings, guard, valgrind, profile, introspect); keys up to the next [table] are ignored",
      "guard.level"},
     {"[guard]\nlevle = 3\n", 2, "guard.levle: unknown key", NULL},
     {"level = 3\n", 1, "level: unknown key", "guard.level"},
@@ -334,7 +334,7 @@ START_TEST(test_file_many_errors)
     char want[2048];
     snprintf(want, sizeof want,
              "%s:5: large_cache.slots: out of range 0-64 (default kept)\n"
-             "%s:7: [bogus]: unknown table (known: segments, large_cache, decommit, memory, rings, guard, "
+             "%s:7: [bogus]: unknown table (known: segments, large_cache, decommit, threads, memory, rings, guard, "
              "valgrind, profile, introspect); keys up to the next [table] are ignored (default kept)\n"
              "%s:11: guard.on_error: expected a value (strings need quotes) (default kept)\n",
              path, path, path);

@@ -1050,12 +1050,202 @@ END_TEST
 
 /* ====================================================================== */
 
+/* ======================================================================
+ * Threads that allocate rarely (threads.heap_after, docs/design.md)
+ * ==================================================================== */
+
+#define RARE_THREADS 64
+#define RARE_BLOCKS 10 /* below threads.heap_after = 16: none gets a heap */
+static pthread_barrier_t rare_parked, rare_go;
+static unsigned char *rare_p[RARE_THREADS][RARE_BLOCKS];
+static atomic_int rare_bad;
+
+static size_t rare_size(int j)
+{
+    return (size_t)24 << (j / 2) | (size_t)(j & 1) * 8; /* 24 B to 400 B, ten classes */
+}
+
+static void *rare_thread(void *arg)
+{
+    int t = (int)(uintptr_t)arg;
+    for (int j = 0; j < RARE_BLOCKS; j++) {
+        rare_p[t][j] = malloc(rare_size(j));
+        st_block_fill(rare_p[t][j], rare_size(j));
+    }
+    pthread_barrier_wait(&rare_parked);
+    pthread_barrier_wait(&rare_go);
+    for (int j = 0; j < RARE_BLOCKS; j += 2) { /* the odd ones the main thread freed */
+        if (!st_block_ok(rare_p[t][j], rare_size(j)))
+            atomic_fetch_add(&rare_bad, 1);
+        free(rare_p[t][j]);
+    }
+    return NULL;
+}
+
+/* RARE_THREADS threads make RARE_BLOCKS allocations each (ten sizes) and park.
+ * Returns the memory committed meanwhile; checks heaps_live against
+ * `own_heaps` (whether each thread is expected to have one) and that every
+ * block survives frees by the main thread and by its own thread. */
+static int64_t run_rare_threads(bool own_heaps)
+{
+    pthread_t t[RARE_THREADS];
+    sefer_trim();
+    struct sefer_stats s0 = st_stats();
+    pthread_barrier_init(&rare_parked, NULL, RARE_THREADS + 1);
+    pthread_barrier_init(&rare_go, NULL, RARE_THREADS + 1);
+    for (int i = 0; i < RARE_THREADS; i++)
+        t[i] = st_spawn(rare_thread, (void *)(uintptr_t)i, 0);
+    pthread_barrier_wait(&rare_parked);
+    struct sefer_stats s1 = st_stats();
+    ck_assert_int_eq(sefer_check(), 0);
+    if (own_heaps)
+        ck_assert_uint_ge(s1.heaps_live, s0.heaps_live + RARE_THREADS);
+    else {
+        ck_assert_msg(s1.heaps_live == s0.heaps_live, "heaps_live %" PRIu64 " -> %" PRIu64 " for threads that allocated %d blocks each",
+                      s0.heaps_live, s1.heaps_live, RARE_BLOCKS);
+        ck_assert_int_ge(ST_DELTA(s1, s0, fallback_allocs), RARE_THREADS * RARE_BLOCKS);
+    }
+    for (int i = 0; i < RARE_THREADS; i++)
+        for (int j = 1; j < RARE_BLOCKS; j += 2) {
+            ck_assert(st_block_ok(rare_p[i][j], rare_size(j)));
+            free(rare_p[i][j]); /* another thread's block, of the shared heap or of its own */
+        }
+    pthread_barrier_wait(&rare_go);
+    for (int i = 0; i < RARE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&rare_parked);
+    pthread_barrier_destroy(&rare_go);
+    ck_assert_int_eq(atomic_load(&rare_bad), 0);
+    ck_assert_int_eq(sefer_check(), 0);
+    struct sefer_stats s2 = st_stats();
+    ck_assert_msg(ST_DELTA(s2, s0, bytes_in_blocks) <= 0, "own_heaps %d: bytes_in_blocks %" PRIu64 " -> %" PRIu64 " after every block was freed", own_heaps, s0.bytes_in_blocks, s2.bytes_in_blocks);
+    return ST_DELTA(s1, s0, bytes_committed);
+}
+
+/* Threads that made a few allocations share pages: no heap each, and a
+ * fraction of the memory a heap each takes (the control, in the same test:
+ * threads.heap_after = 0 gives each of them a heap and a page per size). */
+static void *rare_nothing(void *unused) { return unused; }
+
+START_TEST(test_rare_threads_share_a_heap)
+{
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "16"), 0);
+    /* glibc keeps joined threads' stacks for reuse, with the TLS vectors it
+     * allocated for them: made here, before the counts are read */
+    pthread_t t[RARE_THREADS];
+    for (int i = 0; i < RARE_THREADS; i++)
+        t[i] = st_spawn(rare_nothing, NULL, 0);
+    for (int i = 0; i < RARE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    int64_t shared = run_rare_threads(false);
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "0"), 0);
+    int64_t own = run_rare_threads(true);
+    printf("rare threads: %d threads x %d sizes committed %" PRId64 " KiB on the shared heap, %" PRId64
+           " KiB with a heap each\n",
+           RARE_THREADS, RARE_BLOCKS, shared >> 10, own >> 10);
+    ck_assert_msg(shared * 4 < own, "shared %" PRId64 " KiB, a heap each %" PRId64 " KiB", shared >> 10, own >> 10);
+}
+END_TEST
+
+static atomic_int rare_stage;
+
+/* In a thread of stats_while_parked: waits until the statistics are read. */
+static void park_until_read(void)
+{
+    atomic_store(&rare_stage, 1);
+    while (atomic_load(&rare_stage) != 2)
+        sched_yield();
+}
+
+/* Runs fn in a thread and returns the statistics read while it waits in
+ * park_until_read. */
+static struct sefer_stats stats_while_parked(void *(*fn)(void *))
+{
+    atomic_store(&rare_stage, 0);
+    pthread_t t = st_spawn(fn, NULL, 0);
+    while (atomic_load(&rare_stage) != 1)
+        sched_yield();
+    struct sefer_stats s = st_stats();
+    atomic_store(&rare_stage, 2);
+    pthread_join(t, NULL);
+    return s;
+}
+
+static void *rare_busy_thread(void *unused)
+{
+    (void)unused;
+    /* far more than threads.heap_after allocations: within some second it
+     * passes the bound, however slowly the machine runs it */
+    for (int i = 0; i < 200000; i++) {
+        void *p = malloc(64 + (size_t)(i & 7) * 16);
+        st_escape(p);
+        free(p);
+    }
+    park_until_read();
+    return NULL;
+}
+
+/* A thread that allocates often gets its own heap. */
+START_TEST(test_busy_thread_gets_its_heap)
+{
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "16"), 0);
+    struct sefer_stats s0 = st_stats();
+    struct sefer_stats s1 = stats_while_parked(rare_busy_thread);
+    ck_assert_uint_eq(s1.heaps_live, s0.heaps_live + 1);
+    ck_assert_int_ge(ST_DELTA(s1, s0, allocs), 100000); /* (its own heap's counter) */
+}
+END_TEST
+
+static void *rare_leave_blocks(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < 100; i++)
+        st_escape(malloc(48)); /* 100 allocations: a heap of its own, left with blocks in it */
+    return NULL;
+}
+
+static void *one_block(void *unused)
+{
+    (void)unused;
+    void *p = malloc(48);
+    st_escape(p);
+    park_until_read();
+    free(p);
+    return NULL;
+}
+
+/* A heap left with blocks by an exited thread is taken at once by the next
+ * thread, however rarely it allocates (its frees of what the last thread
+ * left are then its own). */
+START_TEST(test_abandoned_heap_taken_at_once)
+{
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "16"), 0);
+    pthread_join(st_spawn(rare_leave_blocks, NULL, 0), NULL);
+    struct sefer_stats s0 = st_stats();
+    ck_assert_uint_ge(s0.heaps_abandoned, 1);
+    struct sefer_stats s1 = stats_while_parked(one_block);
+    ck_assert_uint_eq(s1.heaps_live, s0.heaps_live + 1);
+    ck_assert_uint_eq(s1.heaps_abandoned, s0.heaps_abandoned - 1);
+    ck_assert_int_eq(ST_DELTA(s1, s0, fallback_allocs), 0);
+}
+END_TEST
+
+/* These cases are about each thread's own heap (its remote frees, its ring,
+ * its life after the thread): every thread gets it at its first malloc,
+ * rather than after threads.heap_after allocations in a second, which
+ * the tcase "rare" tests. */
+static void heap_per_thread(void)
+{
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "0"), 0);
+}
+
 static Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc;
 
     tc = tcase_create("stress");
+    tcase_add_checked_fixture(tc, heap_per_thread, NULL);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_cross_thread_stress);
     tcase_add_test(tc, test_ring_overflow_storm);
@@ -1063,6 +1253,7 @@ static Suite *threads_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("lifecycle");
+    tcase_add_checked_fixture(tc, heap_per_thread, NULL);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_short_lived_threads);
     tcase_add_test(tc, test_abandoned_heap_accounting);
@@ -1073,7 +1264,15 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_atexit_allocates);
     suite_add_tcase(s, tc);
 
+    tc = tcase_create("rare");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_rare_threads_share_a_heap);
+    tcase_add_test(tc, test_busy_thread_gets_its_heap);
+    tcase_add_test(tc, test_abandoned_heap_taken_at_once);
+    suite_add_tcase(s, tc);
+
     tc = tcase_create("fork");
+    tcase_add_checked_fixture(tc, heap_per_thread, NULL);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_fork_while_busy);
     suite_add_tcase(s, tc);

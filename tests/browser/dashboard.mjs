@@ -453,7 +453,8 @@ async function setKnob(page, name, value, expect) {
 
 async function manySegmentsChecks(browser) {
   const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', HOST, '10000', '300000', '--misuse', '--threads', '3000'],
-    {SEFER_GUARD_ON_ERROR: 'report'});
+    // (a heap for each parked thread, which allocates once: threads.heap_after)
+    {SEFER_GUARD_ON_ERROR: 'report', SEFER_THREADS_HEAP_AFTER: '0'});
   const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, WAIT_MS))[1];
   await host.waitFor(/ready/, WAIT_MS, 'out');
   const page = await browser.newPage({viewport: {width: 1400, height: 1000}});

@@ -448,6 +448,8 @@ static void *parked(void *arg)
 
 START_TEST(test_heaps_and_rings_page_thousands)
 {
+    /* a heap for every thread at its first malloc (these threads make one) */
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "0"), 0);
     int port = it_start();
     pthread_t *t = malloc(PARKED * sizeof *t);
     pthread_barrier_init(&parked_in, NULL, PARKED + 1);

@@ -9,7 +9,10 @@ out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 fail() { echo "lockstats: FAIL: $*"; [ -s "$out" ] && cat "$out"; exit 1; }
 
-SEFER_LOCK_STATS="$out" LD_PRELOAD="$lib" "$work" >/dev/null || fail "work failed under the counter build"
+# (threads.heap_after=0: the second thread's first blocks come from its own
+# heap too, so that every one of them is a remote free of the main thread)
+SEFER_THREADS_HEAP_AFTER=0 SEFER_LOCK_STATS="$out" LD_PRELOAD="$lib" "$work" >/dev/null ||
+    fail "work failed under the counter build"
 [ "$(grep -c '^sefer-lockstats ' "$out")" = 1 ] || fail "expected one sefer-lockstats line in $out"
 line=$(grep '^sefer-lockstats ' "$out")
 # get KEY: the value of KEY=V on the line

@@ -543,10 +543,20 @@ START_TEST(test_segment_cap_threads)
 }
 END_TEST
 
+/* These cases are about each thread's own heap (its remote frees, its ring,
+ * its life after the thread): every thread gets it at its first malloc,
+ * rather than after threads.heap_after allocations in a second, which
+ * test_rare_threads.c tests. */
+static void heap_per_thread(void)
+{
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "0"), 0);
+}
+
 int main(void)
 {
     Suite *s = suite_create("many_threads");
     TCase *tc = tcase_create("many_threads");
+    tcase_add_checked_fixture(tc, heap_per_thread, NULL);
     tcase_set_timeout(tc, 300); /* a hang guard only (the whole test took 117 s beside two CPU hogs) */
     tcase_add_test(tc, test_thousands_of_live_threads);
     tcase_add_test(tc, test_thread_generations);
