@@ -1,12 +1,14 @@
 /* introspect_poll.c - a client that polls every introspection endpoint of
  * a process, for bench/introspect-cost.
  *
- *   introspect_poll URL RATE SECONDS
+ *   introspect_poll URL RATE SECONDS [PATH...]
  *
  * Waits (up to 10 s) until URL answers /healthz, then RATE times a second
  * fetches /stats, /segments, /heaps, /rings, /config, /metrics, /healthz,
- * /history (all of it) and /events, one after another, for SECONDS (or until a whole round fails:
- * the program has exited; that round is not counted).
+ * /history (all of it) and /events (or the PATHs given: a profiler's
+ * scrape is /debug/pprof/heap /debug/pprof/allocs), one after another, for
+ * SECONDS (or until a whole round fails: the program has exited; that
+ * round is not counted).
  * Prints one line:
  *   poll rounds=R requests=N errors=E bytes=B median_round_ms=M max_round_ms=X
  * Links libc and cJSON only (tools/sefer_http.c is the HTTP client). */
@@ -39,14 +41,16 @@ static bool get(const char *url, const char *path, size_t *bytes) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: introspect_poll URL RATE SECONDS\n");
+    if (argc < 4) {
+        fprintf(stderr, "usage: introspect_poll URL RATE SECONDS [PATH...]\n");
         return 2;
     }
     const char *url = argv[1];
     double rate = atof(argv[2]), seconds = atof(argv[3]);
-    static const char *const paths[] = {"/stats",   "/segments", "/heaps",   "/rings", "/config",
+    static const char *const every[] = {"/stats",   "/segments", "/heaps",   "/rings", "/config",
                                         "/metrics", "/healthz",  "/history", "/events"};
+    const char *const *paths = argc > 4 ? (const char *const *)argv + 4 : every;
+    size_t npaths = argc > 4 ? (size_t)argc - 4 : sizeof every / sizeof *every;
     size_t bytes = 0;
     double t0 = now();
     while (!get(url, "/healthz", &bytes)) {
@@ -62,11 +66,11 @@ int main(int argc, char **argv) {
     while (rounds < max_rounds && now() - start < seconds) {
         double t = now();
         size_t failed = 0;
-        for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        for (size_t i = 0; i < npaths; i++) {
             requests++;
             failed += !get(url, paths[i], &bytes);
         }
-        if (failed == sizeof paths / sizeof *paths) break; /* the program has exited */
+        if (failed == npaths) break; /* the program has exited */
         errors += failed;
         took[rounds++] = now() - t;
         double next = start + (double)rounds * period - now();

@@ -49,6 +49,8 @@ typedef struct {
     __typeof__(MHD_run) *run;
     __typeof__(MHD_get_timeout) *get_timeout;
     __typeof__(MHD_get_daemon_info) *daemon_info;
+    __typeof__(MHD_suspend_connection) *suspend;
+    __typeof__(MHD_resume_connection) *resume;
 } sf_mhd_t;
 /* NULL (with the reason in why) if the library cannot be loaded.  Called
  * with server.c's srv_lock held, like sf_cjson_load: that lock, which the
@@ -176,6 +178,25 @@ SF_HIDDEN cJSON *sf_knob_json_value(const struct sf_knob_def *d, uint64_t v, con
 SF_HIDDEN sf_endpoint_fn sf_ep_profile_sites, sf_ep_profile_stacks, sf_ep_profile_mark, sf_ep_pprof_heap,
     sf_ep_pprof_allocs;
 #define SF_PROFILE_TICK_MS 1000 /* the server's thread calls sf_profile_tick at least this often */
+/* ?seconds=N on /debug/pprof/heap and /allocs (profile_views.c; server.c
+ * holds the connection in between) */
+#define SF_PPROF_SECONDS_MAX 3600
+#define SF_PPROF_DELTAS_MAX 4 /* waiting at once; more are answered 503 */
+typedef struct sf_pprof_delta sf_pprof_delta_t;
+/* N, 0 without the parameter, -1 after filling r with a 400 */
+SF_HIDDEN int sf_pprof_seconds(const sf_query_t *q, sf_reply_t *r);
+/* The profile now, kept for the delta (NULL: out of memory). */
+SF_HIDDEN sf_pprof_delta_t *sf_pprof_delta_begin(bool heap);
+/* The profile now less the one begin kept, as the pprof reply. */
+SF_HIDDEN void sf_pprof_delta_reply(sf_pprof_delta_t *d, sf_reply_t *r);
+SF_HIDDEN void sf_pprof_delta_free(sf_pprof_delta_t *d);
+/* server.c, for the server's thread: resumes the requests whose delta is
+ * due, and with `stopping` every one of that daemon's (libmicrohttpd must
+ * not be stopped with a connection suspended); ms until the next is due,
+ * -1 for none */
+SF_HIDDEN void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping);
+SF_HIDDEN uint64_t sf_mono_ms(void); /* CLOCK_MONOTONIC in ms (loop.c) */
+SF_HIDDEN int sf_delta_due_ms(uint64_t now_ms);
 SF_HIDDEN void sf_profile_tick(void);
 /* profile.output: the file written at exit and on SIGUSR2 (autostart.c) */
 SF_HIDDEN void sf_profile_output_init(void);

@@ -185,7 +185,7 @@ static void release_low_fds(const int *held, int n, const struct stat *st) {
         if (same_file(held[i], st->st_dev, st->st_ino)) close(held[i]);
 }
 
-static uint64_t now_ms(void) {
+uint64_t sf_mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
@@ -277,7 +277,7 @@ static bool accept_some(struct sf_loop *lp) {
         if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL) return false;
         /* EMFILE, ENFILE, ENOBUFS, ENOMEM, or a network error of the new
          * connection: the rest waits in the backlog, tried again soon */
-        lp->backoff_until = now_ms() + SF_LOOP_BACKOFF_MS;
+        lp->backoff_until = sf_mono_ms() + SF_LOOP_BACKOFF_MS;
         return true;
     }
     return true;
@@ -293,11 +293,13 @@ static int poll_timeout(struct sf_loop *lp, bool *listen_ready) {
     long long ms = lp->mhd->get_timeout(lp->daemon, &t) == MHD_YES
                        ? (long long)(t > INT32_MAX ? INT32_MAX : t)
                        : -1;
-    int sample = sf_sampler_due_ms(now_ms());
+    int sample = sf_sampler_due_ms(sf_mono_ms());
     if (sample >= 0 && (ms < 0 || sample < ms)) ms = sample;
+    int delta = sf_delta_due_ms(sf_mono_ms()); /* a suspended ?seconds=N request */
+    if (delta >= 0 && (ms < 0 || delta < ms)) ms = delta;
     *listen_ready = lp->open < SF_CONN_MAX;
     if (lp->backoff_until != 0) {
-        uint64_t now = now_ms();
+        uint64_t now = sf_mono_ms();
         if (now < lp->backoff_until) {
             long long left = (long long)(lp->backoff_until - now);
             *listen_ready = false;
@@ -363,7 +365,8 @@ static bool loop_once(struct sf_loop *lp) {
     if (p[0].revents != 0) return mark_lost(lp), false; /* only stop writes there: replaced */
     if ((p[2].revents & (POLLIN | POLLERR | POLLHUP)) && !accept_some(lp))
         return mark_lost(lp), false;
-    sf_sampler_tick(now_ms());
+    sf_sampler_tick(sf_mono_ms());
+    sf_delta_tick(sf_mono_ms(), NULL);
     lp->mhd->run(lp->daemon);
     if (n > 0) pass_eofs(p + 3, which, conns);
     return true;
@@ -415,7 +418,10 @@ static bool make_daemon(struct sf_loop *lp, sf_daemon_fn *create) {
 }
 
 static void loop_free(struct sf_loop *lp) {
-    if (lp->daemon != NULL) lp->mhd->stop_daemon(lp->daemon);
+    if (lp->daemon != NULL) {
+        sf_delta_tick(sf_mono_ms(), lp->daemon); /* (libmicrohttpd panics on a suspended connection) */
+        lp->mhd->stop_daemon(lp->daemon);
+    }
     close_if_ours(&lp->listen);
     close_if_ours(&lp->wake_r);
     close_if_ours(&lp->wake_w);

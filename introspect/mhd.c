@@ -50,7 +50,9 @@ static bool load_locked(char *why, size_t whylen) {
               resolve(lib, "MHD_add_connection", (void **)&m.add_connection, why, whylen) &&
               resolve(lib, "MHD_run", (void **)&m.run, why, whylen) &&
               resolve(lib, "MHD_get_timeout", (void **)&m.get_timeout, why, whylen) &&
-              resolve(lib, "MHD_get_daemon_info", (void **)&m.daemon_info, why, whylen);
+              resolve(lib, "MHD_get_daemon_info", (void **)&m.daemon_info, why, whylen) &&
+              resolve(lib, "MHD_suspend_connection", (void **)&m.suspend, why, whylen) &&
+              resolve(lib, "MHD_resume_connection", (void **)&m.resume, why, whylen);
     if (!ok) {
         dlclose(lib);
         return false;

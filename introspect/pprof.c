@@ -262,7 +262,16 @@ static uint64_t function_id(strtab_t *t, locs_t *funcs, const sf_sym_t *s, buf_t
     return id;
 }
 
-unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len) {
+/* A site's figures go out as pprof's int64s: the copy's fields are
+ * unsigned, and a delta (sf_pprof_delta_reply) wraps a fall below zero, so
+ * bytes are written as they are (varint of the two's complement) and
+ * objects, kept in 1/SF_PROF_OBJ_UNIT, rounded as signed. */
+static uint64_t objects(uint64_t fixed) {
+    double x = (double)(int64_t)fixed / SF_PROF_OBJ_UNIT;
+    return (uint64_t)(int64_t)(x < 0 ? x - 0.5 : x + 0.5); /* (to the nearest, halves away from 0) */
+}
+
+unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t duration_ns, size_t *len) {
     strtab_t t = {0};
     buf_t m = {0}, line = {0};
     locs_t locs = {0}, funcs = {0};
@@ -315,9 +324,9 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len) 
             }
             field_msg(&t.out, 4, &m);
         }
-        varint(&vals, (uint64_t)(s->alloc_objs / SF_PROF_OBJ_UNIT + 0.5));
+        varint(&vals, objects(s->alloc_objs));
         varint(&vals, s->alloc_bytes);
-        varint(&vals, (uint64_t)(s->live_objs / SF_PROF_OBJ_UNIT + 0.5));
+        varint(&vals, objects(s->live_objs));
         varint(&vals, s->live_bytes);
         field_msg(&m, 1, &ids);
         field_msg(&m, 2, &vals);
@@ -328,6 +337,7 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len) 
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     field_int(&t.out, 9, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+    if (duration_ns > 0) field_int(&t.out, 10, (uint64_t)duration_ns); /* (a delta: ?seconds=N) */
     value_type(&t, 11, "space", "bytes", &m);
     field_int(&t.out, 12, c->totals.rate);
     field_int(&t.out, 14, str_id(&t, heap ? "inuse_space" : "alloc_space"));
@@ -368,7 +378,7 @@ int sf_pprof_write_file(const char *path) {
     }
     sf_sym_begin();
     size_t len = 0;
-    unsigned char *gz = sf_pprof_encode(&c, true, &len);
+    unsigned char *gz = sf_pprof_encode(&c, true, 0, &len);
     sf_sym_end();
     sf_prof_copy_free(&c);
     if (gz == NULL) {

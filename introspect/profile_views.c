@@ -10,6 +10,7 @@
 #include "cjson_calls.h"
 #include "symbols.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -394,19 +395,104 @@ void sf_ep_profile_mark(const sf_query_t *q, const char *body, size_t len, sf_re
 
 /* ---- pprof ----------------------------------------------------------------------- */
 
-static void pprof_reply(sf_reply_t *r, bool heap) {
-    sf_prof_copy_t c;
-    if (!sf_prof_copy_take(&c)) return sf_reply_error(r, 503, "out of memory", "no room to copy the profile");
+/* Takes c (frees it). */
+static void encode_reply(sf_prof_copy_t *c, bool heap, int64_t duration_ns, sf_reply_t *r) {
     sf_sym_begin();
     size_t len = 0;
-    unsigned char *gz = sf_pprof_encode(&c, heap, &len);
+    unsigned char *gz = sf_pprof_encode(c, heap, duration_ns, &len);
     sf_sym_end();
-    sf_prof_copy_free(&c);
+    sf_prof_copy_free(c);
     if (gz == NULL) return sf_reply_error(r, 503, "out of memory", "no room to encode the profile");
     r->status = 200;
     r->type = "application/octet-stream";
     r->body = (char *)gz;
     r->len = len;
+}
+
+static void pprof_reply(sf_reply_t *r, bool heap) {
+    sf_prof_copy_t c;
+    if (!sf_prof_copy_take(&c)) return sf_reply_error(r, 503, "out of memory", "no room to copy the profile");
+    encode_reply(&c, heap, 0, r);
+}
+
+/* ---- ?seconds=N: a delta, as Go's net/http/pprof serves it ---------------------------
+ *
+ * The profile when the request came, and N seconds later the profile then
+ * less it, site by site: what was allocated meanwhile (alloc_*) and how
+ * much more or less is live (inuse_*, negative where more was freed than
+ * allocated), sites where nothing changed left out (pprof's merge drops
+ * all-zero samples), the duration set.  server.c holds the connection
+ * suspended in between, so the server answers other requests. */
+struct sf_pprof_delta {
+    sf_prof_copy_t before;
+    uint64_t before_ns; /* CLOCK_REALTIME, as the profile's time */
+    bool heap;
+};
+
+static uint64_t realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int sf_pprof_seconds(const sf_query_t *q, sf_reply_t *r) {
+    const char *text = query_text(q, "seconds");
+    if (text == NULL) return 0;
+    char *end;
+    errno = 0;
+    unsigned long v = text[0] >= '0' && text[0] <= '9' ? strtoul(text, &end, 10) : 0;
+    if (v == 0 || *end != '\0' || errno != 0 || v > SF_PPROF_SECONDS_MAX) {
+        char why[128];
+        snprintf(why, sizeof why, "invalid value for \"seconds\": a whole number from 1 to %d",
+                 SF_PPROF_SECONDS_MAX);
+        sf_reply_error(r, 400, "bad request", why);
+        return -1;
+    }
+    return (int)v;
+}
+
+sf_pprof_delta_t *sf_pprof_delta_begin(bool heap) {
+    sf_pprof_delta_t *d = calloc(1, sizeof *d);
+    if (d == NULL) return NULL;
+    if (!sf_prof_copy_take(&d->before)) {
+        free(d);
+        return NULL;
+    }
+    d->before_ns = realtime_ns();
+    d->heap = heap;
+    return d;
+}
+
+static int by_id(const void *a, const void *b) {
+    uint32_t x = ((const sf_prof_site_t *)a)->id, y = ((const sf_prof_site_t *)b)->id;
+    return (x > y) - (x < y);
+}
+
+void sf_pprof_delta_reply(sf_pprof_delta_t *d, sf_reply_t *r) {
+    sf_prof_copy_t now;
+    if (!sf_prof_copy_take(&now)) return sf_reply_error(r, 503, "out of memory", "no room to copy the profile");
+    int64_t duration = (int64_t)(realtime_ns() - d->before_ns);
+    qsort(d->before.sites, d->before.nsites, sizeof *d->before.sites, by_id);
+    size_t kept = 0;
+    for (size_t i = 0; i < now.nsites; i++) {
+        sf_prof_site_t s = now.sites[i];
+        const sf_prof_site_t *b = bsearch(&s, d->before.sites, d->before.nsites, sizeof s, by_id);
+        if (b != NULL) { /* (unsigned: a fall wraps, read back as negative) */
+            s.alloc_bytes -= b->alloc_bytes;
+            s.alloc_objs -= b->alloc_objs;
+            s.live_bytes -= b->live_bytes;
+            s.live_objs -= b->live_objs;
+        }
+        if (s.alloc_bytes != 0 || s.alloc_objs != 0 || s.live_bytes != 0 || s.live_objs != 0) now.sites[kept++] = s;
+    }
+    now.nsites = kept;
+    encode_reply(&now, d->heap, duration > 0 ? duration : 1, r);
+}
+
+void sf_pprof_delta_free(sf_pprof_delta_t *d) {
+    if (d == NULL) return;
+    sf_prof_copy_free(&d->before);
+    free(d);
 }
 
 void sf_ep_pprof_heap(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {

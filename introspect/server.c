@@ -35,6 +35,7 @@
  * leaves autostart.o out, gets them too. */
 #include "introspect.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -84,12 +85,20 @@ static const struct route routes[] = {
 };
 #define ROUTES (sizeof routes / sizeof *routes)
 
-/* The body of a POST, gathered across calls of the access handler. */
+/* What a request keeps across calls of the access handler: the body of a
+ * POST, gathered; or a pprof delta (?seconds=N) waiting, its connection
+ * suspended. */
 struct post {
     const struct route *route;
     sf_query_t query; /* checked in begin(); its strings live as long as the connection */
     size_t len;
     bool too_big;
+    sf_pprof_delta_t *delta; /* the profile when the request came */
+    struct MHD_Connection *conn;
+    struct MHD_Daemon *daemon;
+    uint64_t due_ms;     /* CLOCK_MONOTONIC */
+    bool waiting;        /* in `deltas`, suspended */
+    const char *cut;     /* resumed before it was due: why (503) */
     char body[BODY_MAX + 1];
 };
 
@@ -308,6 +317,110 @@ static const struct route *find_route(const char *path, const char *method, bool
     return found;
 }
 
+/* ---- pprof deltas: requests held for N seconds --------------------------------------
+ *
+ * /debug/pprof/heap?seconds=N (and /allocs) answers with what changed over
+ * the next N seconds (profile_views.c).  The connection is suspended
+ * meanwhile (libmicrohttpd's flow control), so the server goes on answering
+ * others; the server's thread resumes it when it is due (sf_delta_tick,
+ * loop.c) and the access handler then replies.  At most
+ * SF_PPROF_DELTAS_MAX wait at once: each holds a connection and a copy of
+ * the profile. */
+static pthread_mutex_t deltas_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct post *deltas[SF_PPROF_DELTAS_MAX];
+
+static bool is_pprof(const struct route *rt) { return rt->fn == sf_ep_pprof_heap || rt->fn == sf_ep_pprof_allocs; }
+
+static enum MHD_Result delta_begin(struct MHD_Connection *c, const struct route *rt, const sf_query_t *q,
+                                   unsigned seconds, void **req_cls) {
+    struct post *p = calloc(1, sizeof *p);
+    if (p == NULL) return MHD_NO;
+    p->route = rt;
+    p->query = *q;
+    p->conn = c;
+    const union MHD_ConnectionInfo *info = mhd->connection_info(c, MHD_CONNECTION_INFO_DAEMON);
+    p->daemon = info != NULL ? info->daemon : NULL;
+    p->due_ms = sf_mono_ms() + (uint64_t)seconds * 1000u;
+    *req_cls = p; /* (on_completed frees it, whatever happens) */
+    sf_lock(&deltas_lock);
+    unsigned i = 0;
+    while (i < SF_PPROF_DELTAS_MAX && deltas[i] != NULL) i++;
+    if (i == SF_PPROF_DELTAS_MAX) {
+        sf_unlock(&deltas_lock);
+        char why[96];
+        snprintf(why, sizeof why, "%d profiles with \"seconds\" are already being taken; try later",
+                 SF_PPROF_DELTAS_MAX);
+        return send_error(c, 503, "busy", why, NULL, false);
+    }
+    p->delta = sf_pprof_delta_begin(rt->fn == sf_ep_pprof_heap);
+    if (p->delta == NULL) {
+        sf_unlock(&deltas_lock);
+        return send_error(c, 503, "out of memory", "no room to copy the profile", NULL, false);
+    }
+    deltas[i] = p;
+    p->waiting = true;
+    mhd->suspend(c);
+    sf_unlock(&deltas_lock);
+    return MHD_YES;
+}
+
+/* The access handler's call after the resume. */
+static enum MHD_Result delta_end(struct MHD_Connection *c, struct post *p) {
+    sf_reply_t r = {0};
+    if (p->cut != NULL) sf_reply_error(&r, 503, "cut short", p->cut);
+    else sf_pprof_delta_reply(p->delta, &r);
+    return send_reply(c, &r, NULL, false);
+}
+
+static void delta_forget(struct post *p) {
+    sf_lock(&deltas_lock);
+    for (unsigned i = 0; i < SF_PPROF_DELTAS_MAX; i++)
+        if (deltas[i] == p) deltas[i] = NULL;
+    sf_unlock(&deltas_lock);
+}
+
+/* The peer of a suspended connection shut its side down or went away (a
+ * client that gave up): libmicrohttpd does not watch a suspended
+ * connection, and the slot would stay taken until the delta was due. */
+static bool peer_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = mhd->connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == NULL) return false;
+    struct pollfd p = {info->connect_fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping) {
+    sf_lock(&deltas_lock);
+    for (unsigned i = 0; i < SF_PPROF_DELTAS_MAX; i++) {
+        struct post *p = deltas[i];
+        if (p == NULL || !p->waiting) continue;
+        if (p->due_ms > now_ms) {
+            if (stopping != NULL && p->daemon == stopping)
+                p->cut = "the introspection server stopped before the profile was due";
+            else if (peer_gone(p->conn))
+                p->cut = "the client closed its side before the profile was due";
+            else
+                continue;
+        }
+        p->waiting = false;
+        deltas[i] = NULL;
+        mhd->resume(p->conn);
+    }
+    sf_unlock(&deltas_lock);
+}
+
+int sf_delta_due_ms(uint64_t now_ms) {
+    long long next = -1;
+    sf_lock(&deltas_lock);
+    for (unsigned i = 0; i < SF_PPROF_DELTAS_MAX; i++)
+        if (deltas[i] != NULL && deltas[i]->waiting) {
+            long long left = deltas[i]->due_ms > now_ms ? (long long)(deltas[i]->due_ms - now_ms) : 0;
+            if (next < 0 || left < next) next = left;
+        }
+    sf_unlock(&deltas_lock);
+    return (int)next;
+}
+
 static enum MHD_Result run(struct MHD_Connection *c, const struct route *rt, const sf_query_t *q,
                            const char *body, size_t len) {
     sf_reply_t r = {0};
@@ -344,6 +457,12 @@ static enum MHD_Result begin(struct MHD_Connection *c, const char *url, const ch
     sf_query_t q;
     if (rt->fn != sf_ep_healthz && !host_allowed(c, version, &ret)) return ret;
     if (!authorize(c, rt, &ret) || !read_query(c, rt, &q, &ret)) return ret;
+    if (is_pprof(rt)) {
+        sf_reply_t r = {0};
+        int seconds = sf_pprof_seconds(&q, &r);
+        if (seconds < 0) return send_reply(c, &r, NULL, false);
+        if (seconds > 0) return delta_begin(c, rt, &q, (unsigned)seconds, req_cls);
+    }
     if (!rt->write) return run(c, rt, &q, NULL, 0);
     const char *cl = mhd->lookup_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl != NULL && (strlen(cl) > 9 || strtoul(cl, NULL, 10) > BODY_MAX))
@@ -362,6 +481,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)cls;
     struct post *p = *req_cls;
     if (p == NULL) return begin(c, url, method, version, req_cls);
+    if (p->delta != NULL) return delta_end(c, p);
     if (*upload_size > 0) { /* more of the body */
         if (p->len + *upload_size > BODY_MAX) p->too_big = true;
         else memcpy(p->body + p->len, upload, *upload_size);
@@ -377,7 +497,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)cls, (void)c, (void)toe;
-    free(*req_cls);
+    struct post *p = *req_cls;
+    if (p != NULL && p->delta != NULL) {
+        delta_forget(p); /* (no longer there, unless the daemon closed it suspended) */
+        sf_pprof_delta_free(p->delta);
+    }
+    free(p);
     *req_cls = NULL;
 }
 
@@ -422,7 +547,7 @@ static struct MHD_Daemon *create_daemon(void *loop) {
     /* (libmicrohttpd counts it in whole seconds) */
     unsigned idle_s = (unsigned)((sf_knob(SF_KNOB_INTROSPECT_IDLE_TIMEOUT) + 999) / 1000);
     return mhd->start_daemon(
-        MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, NULL,
+        MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL, on_request, NULL,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SF_CONN_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
         idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
@@ -451,6 +576,8 @@ static void fork_parent(void) {
  * the parent closes them); the same for stopped servers whose threads had
  * not ended yet (loop.c). */
 static void fork_child(void) {
+    memset(deltas, 0, sizeof deltas); /* (the parent's connections: not ours to answer) */
+    pthread_mutex_init(&deltas_lock, NULL); /* (held by the server's thread when it forked, perhaps) */
     if (serving) {
         forked_with_server = true;
         serving = false;

@@ -44,9 +44,10 @@ SF_HIDDEN void sf_prof_site_frames(const sf_prof_copy_t *c, const sf_prof_site_t
 
 /* ---- pprof.c ---- */
 /* A gzipped profile.proto of the copy (heap: default sample type
- * inuse_space; else alloc_space).  Call between sf_sym_begin and end.
- * NULL: out of memory. */
-SF_HIDDEN unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, size_t *len);
+ * inuse_space; else alloc_space).  The sites' figures are read as signed
+ * (a delta's may have fallen); duration_ns > 0 is the profile's duration
+ * (a delta's).  Call between sf_sym_begin and end.  NULL: out of memory. */
+SF_HIDDEN unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t duration_ns, size_t *len);
 /* Writes the profile to path (atomically: a temporary file renamed).
  * 0, or -1 with errno. */
 SF_HIDDEN int sf_pprof_write_file(const char *path);

@@ -21,10 +21,21 @@
  * exactly 0 (its samples were all freed).  After POST /profile/mark, the
  * leaking site comes first in /profile/sites?since=mark.
  *
+ * ?seconds=N (a delta, as Go's net/http/pprof serves it):
+ *   delta-limits  0, -1, "2s" and 3601 are 400s; a client that shuts its
+ *                 side down while it waits is answered 503 at once; with
+ *                 SF_PPROF_DELTAS_MAX waiting a fifth is 503 and /stats
+ *                 still answers; a stop
+ *                 with deltas waiting answers them 503 and returns (it must
+ *                 resume them: libmicrohttpd aborts on a suspended one)
+ *
  * Optional cases (exit 77 without Go's pprof, package golang-go):
  *   pprof-live  `go tool pprof -top` on /debug/pprof/heap of this process
  *   pprof-file  the same on the file `sefer run --profile FILE` writes
- *   pprof-abort the same when the program aborts on a double free */
+ *   pprof-abort the same when the program aborts on a double free
+ *   pprof-delta /debug/pprof/heap?seconds=2 taken while one site grows and
+ *               another is freed: the growing site alone allocated, the
+ *               freed one negative in use, a duration of 2 s */
 #include "itest.h"
 
 #include <math.h>
@@ -223,6 +234,145 @@ START_TEST(test_pprof_live) {
 }
 END_TEST
 
+/* ---- ?seconds=N ------------------------------------------------------------------ */
+
+struct delta_req {
+    int port;
+    char path[64];
+    it_resp_t r;
+};
+
+static void *delta_get(void *arg)
+{
+    struct delta_req *d = arg;
+    it_get(d->port, d->path, &d->r);
+    return NULL;
+}
+
+static uint64_t requests_counted(int port)
+{
+    cJSON *j = it_json(port, "/stats");
+    uint64_t n = it_u64(it_item(j, "introspect"), "requests");
+    cJSON_Delete(j);
+    return n;
+}
+
+/* Sends d->path from a thread and returns once the server has taken it in
+ * (it counts a request as it begins it, and has copied the profile before
+ * it answers the next: one thread serves them in turn), with `others`
+ * requests of other threads in flight counted too. */
+static pthread_t start_delta(struct delta_req *d)
+{
+    uint64_t base = requests_counted(d->port); /* (itself included) */
+    pthread_t t = st_spawn(delta_get, d, 0);
+    for (uint64_t mine = 1;; mine++) {
+        if (requests_counted(d->port) > base + mine)
+            return t;
+        ck_assert_msg(mine < 100000, "the server never took %s in", d->path);
+        usleep(1000);
+    }
+}
+
+START_TEST(test_delta_limits) {
+    int port = it_start();
+    const char *bad[] = {"0", "-1", "2s", "3601", ""};
+    for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/debug/pprof/heap?seconds=%s", bad[i]);
+        cJSON *j = it_json_status(port, path, 400);
+        ck_assert_msg(strstr(it_str(j, "reason"), "seconds") != NULL, "%s: %s", path, it_str(j, "reason"));
+        cJSON_Delete(j);
+    }
+    /* a client that gives up (shuts its side down) frees its place at once */
+    int fd = it_connect(port);
+    ck_assert_int_ge(fd, 0);
+    const char req[] = "GET /debug/pprof/heap?seconds=600 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    ck_assert(it_send(fd, req, sizeof req - 1));
+    shutdown(fd, SHUT_WR);
+    it_resp_t gone;
+    it_read_response(fd, &gone);
+    close(fd);
+    ck_assert_msg(gone.status == 503 && strstr(gone.body, "closed its side") != NULL, "a client that gave up: %d %s",
+                  gone.status, gone.body);
+    it_free(&gone);
+    static struct delta_req d[5];
+    pthread_t t[5];
+    for (int i = 0; i < 4; i++) {
+        d[i].port = port;
+        snprintf(d[i].path, sizeof d[i].path, "/debug/pprof/%s?seconds=600", i % 2 ? "heap" : "allocs");
+        t[i] = start_delta(&d[i]);
+    }
+    cJSON *j = it_json_status(port, "/debug/pprof/heap?seconds=1", 503);
+    ck_assert_msg(strstr(it_str(j, "reason"), "already") != NULL, "%s", it_str(j, "reason"));
+    cJSON_Delete(j);
+    it_resp_t r;
+    it_get(port, "/debug/pprof/heap", &r); /* without seconds: at once */
+    ck_assert_int_eq(r.status, 200);
+    it_free(&r);
+    sefer_introspect_stop(); /* with four waiting */
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_msg(d[i].r.status == 503 || d[i].r.status == IT_CLOSED, "a delta waiting at the stop: %d",
+                      d[i].r.status);
+        it_free(&d[i].r);
+    }
+}
+END_TEST
+
+/* The sign of fn's flat figure in `go tool pprof -top` output: 1, -1, or 0
+ * if fn is not there. */
+static int flat_sign(const char *out, const char *fn)
+{
+    const char *at = strstr(out, fn);
+    if (at == NULL)
+        return 0;
+    while (at > out && at[-1] != '\n')
+        at--;
+    while (*at == ' ')
+        at++;
+    return *at == '-' ? -1 : 1;
+}
+
+START_TEST(test_pprof_delta) {
+    int port = it_start();
+    for (int i = 0; i < N_1K; i++) held_1k[i] = hold_1k();
+    static struct delta_req d;
+    d.port = port;
+    snprintf(d.path, sizeof d.path, "/debug/pprof/heap?seconds=2");
+    pthread_t t = start_delta(&d);
+    for (int i = 0; i < N_LEAK; i++) leaked[i] = leak_256();
+    for (int i = 0; i < N_1K; i++) free(held_1k[i]);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(d.r.status, 200);
+    char dir[] = "/tmp/sefer-delta-XXXXXX", file[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/delta.pb.gz", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(d.r.body, 1, d.r.len, f), d.r.len);
+    fclose(f);
+    it_free(&d.r);
+    static char out[1 << 16];
+    setenv("HOME", dir, 1);
+    setenv("PPROF_TMPDIR", dir, 1);
+    char *alloc[] = {"go", "tool", "pprof", "-top", "-sample_index=alloc_space", file, NULL};
+    int status = run_capture(alloc, out, sizeof out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "go tool pprof failed:\n%s", out);
+    ck_assert_msg(strstr(out, "Duration: 2") != NULL, "no duration of 2 s:\n%s", out);
+    ck_assert_msg(strstr(out, "leak_256") != NULL && strstr(out, "hold_1k") == NULL,
+                  "allocated meanwhile: leak_256 only, expected:\n%s", out);
+    char *inuse[] = {"go", "tool", "pprof", "-top", "-sample_index=inuse_space", file, NULL};
+    status = run_capture(inuse, out, sizeof out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "go tool pprof failed:\n%s", out);
+    ck_assert_msg(flat_sign(out, "leak_256") > 0 && flat_sign(out, "hold_1k") < 0,
+                  "in use meanwhile: leak_256 up, hold_1k (freed) down expected:\n%s", out);
+    for (int i = 0; i < N_LEAK; i++) free(leaked[i]);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* `sefer run --profile FILE -- this program MODE`: its exit status, the
  * file's path in file (in a new directory), what it printed in out. */
 static int run_profiled(const char *mode, char *dir, char *file, size_t file_size, char *out, size_t out_size) {
@@ -282,6 +432,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_accuracy);
     tcase_add_test(tc, test_counters);
+    tcase_add_test(tc, test_delta_limits);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "pprof-live", go_why_not);
     tcase_set_timeout(tc, 90);
@@ -292,5 +443,8 @@ int main(int argc, char **argv) {
     tc = st_optional_case(s, "pprof-abort", go_why_not);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_pprof_abort);
+    tc = st_optional_case(s, "pprof-delta", go_why_not);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_pprof_delta);
     return st_main(s, argc, argv);
 }
