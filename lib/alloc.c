@@ -107,7 +107,13 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
 /* Level 2's fast path for requests above SF_GDIRECT_MAX - tail, up to a
  * small block (fastpath.h, sf_malloc_l2). */
 SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
-    void *b = sf_l2_pop(heap, heap->gdirect_hi[sf_l2_hi_index(n)], n);
+    void *b = sf_l2_pop(heap, heap->gdirect_hi[sf_l2_hi_index(n)], n, SF_SMALL_PAGE_SHIFT);
+    return SF_LIKELY(b != NULL) ? b : sf_malloc_generic(n, heap);
+}
+
+/* The same for medium requests (above SF_SMALL_MAX - tail). */
+SF_NOINLINE void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap) {
+    void *b = sf_l2_pop(heap, heap->gmdirect[sf_l2_medium_index(n)], n, SF_MEDIUM_PAGE_SHIFT);
     return SF_LIKELY(b != NULL) ? b : sf_malloc_generic(n, heap);
 }
 
@@ -116,13 +122,14 @@ SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
 SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     /* level 2: its fast pop (callers other than malloc come straight
      * here), after the same local_free swap on its own table */
-    sf_page_t *page = sf_l2_fast ? sf_l2_page(heap, n) : NULL;
+    unsigned shift;
+    sf_page_t *page = sf_l2_fast ? sf_l2_page(heap, n, &shift) : NULL;
     if (page != NULL) {
         if (page->free == NULL && page->local_free != NULL && !sf_prof_is_armed()) {
             page->free = page->local_free;
             page->local_free = NULL;
         }
-        void *b = sf_l2_pop(heap, page, n);
+        void *b = sf_l2_pop(heap, page, n, shift);
         if (b != NULL) return b;
     }
     return sf_guarded_malloc(n, 16);

@@ -591,9 +591,11 @@ static void check_direct(const sf_heap_t *heap) {
             report("direct[] names a page that does not head its class queue", &heap->direct[i]);
     }
     for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) {
-        const sf_page_t *d = heap->mdirect[i];
+        const sf_page_t *d = heap->mdirect[i], *g = heap->gmdirect[i];
         if (d != &sf_empty_page && d != heap->queues[SF_MEDIUM_CLASS_MIN + i].first)
             report("mdirect[] names a page that does not head its class queue", &heap->mdirect[i]);
+        if (g != &sf_empty_page && g != heap->queues[SF_MEDIUM_CLASS_MIN + i].first)
+            report("gmdirect[] names a page that does not head its class queue", &heap->gmdirect[i]);
     }
     /* level 2's table above SF_GDIRECT_MAX: entry i serves blocks of up to
      * i * 256 bytes, tail included */

@@ -260,10 +260,12 @@ SF_INLINE void sf_free(void *p) {
  * size in the block's last 4 bytes (internal.h, "guarded.c"), written on
  * malloc and checked on free.  Anything unusual, including a failed check,
  * goes to the generic path, which reports it. */
-/* Pops a block for a request of n bytes from `page` (a gdirect entry) if it
- * has one whose link checks out; NULL otherwise (empty page, or a bad link:
- * the checked path reports it). */
-SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
+/* Pops a block for a request of n bytes from `page` (a gdirect, gdirect_hi
+ * or gmdirect entry) if it has one whose link checks out; NULL otherwise
+ * (empty page, or a bad link: the checked path reports it).  page_shift:
+ * the page's size (SF_SMALL_PAGE_SHIFT, or SF_MEDIUM_PAGE_SHIFT from
+ * gmdirect), which a link must stay within. */
+SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift) {
     sf_block_t *b = page->free;
     if (SF_LIKELY(b != NULL)) {
 #if defined(__x86_64__)
@@ -273,7 +275,7 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n) {
         /* (empty asm: else the compiler keeps the encoded link and the
          * secret alive to test next == NULL as link == secret: 2 movs) */
         __asm__("" : "+r"(next));
-        if (SF_LIKELY(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) || next == NULL)) {
+        if (SF_LIKELY(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << page_shift) || next == NULL)) {
             uint64_t value = sf_canary_value(page, b);
             uint32_t *size = sf_size_word(page, b);
             sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
@@ -293,13 +295,22 @@ SF_INLINE size_t sf_l2_index(size_t n) { return (n + SF_GUARD_TAIL + 15) >> 4; }
  * size with the tail, in 256-byte steps. */
 SF_INLINE size_t sf_l2_hi_index(size_t n) { return (n + SF_GUARD_TAIL + 255) >> 8; }
 
-SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap); /* alloc.c */
+/* The gmdirect index of a request above SF_SMALL_MAX - tail, up to
+ * SF_MEDIUM_MAX - tail: its class with the tail (guarded.c's choice). */
+SF_INLINE size_t sf_l2_medium_index(size_t n) { return sf_class_of(n + SF_GUARD_TAIL) - SF_MEDIUM_CLASS_MIN; }
+
+SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap);     /* alloc.c */
+SF_HIDDEN void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap); /* alloc.c */
 
 /* The page level 2's fast path pops from for a request of n bytes: gdirect
- * to SF_GDIRECT_MAX, gdirect_hi above it to SF_SMALL_MAX; NULL beyond. */
-SF_INLINE sf_page_t *sf_l2_page(sf_heap_t *heap, size_t n) {
+ * to SF_GDIRECT_MAX, gdirect_hi above it to SF_SMALL_MAX, gmdirect to
+ * SF_MEDIUM_MAX; NULL beyond.  *page_shift: its pages' size. */
+SF_INLINE sf_page_t *sf_l2_page(sf_heap_t *heap, size_t n, unsigned *page_shift) {
+    *page_shift = SF_SMALL_PAGE_SHIFT;
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) return heap->gdirect[sf_l2_index(n)];
     if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) return heap->gdirect_hi[sf_l2_hi_index(n)];
+    *page_shift = SF_MEDIUM_PAGE_SHIFT;
+    if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) return heap->gmdirect[sf_l2_medium_index(n)];
     return NULL;
 }
 
@@ -308,10 +319,12 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
     /* (the larger sizes out of line: inlined, the compiler merged the two
      * pops and the small sizes paid three moves) */
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
-        void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n);
+        void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n, SF_SMALL_PAGE_SHIFT);
         if (SF_LIKELY(b != NULL)) return b;
     } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
         return sf_malloc_l2_hi(n, heap);
+    } else if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) {
+        return sf_malloc_l2_medium(n, heap);
     }
     return sf_malloc_generic(n, heap);
 }
@@ -330,7 +343,8 @@ SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
 
 /* Frees p if it is a small block of this thread's, on a guarded page that
  * takes fast frees, with its size word and canary intact; false: the
- * caller takes the checked path. */
+ * caller takes the checked path (whose first question is the same for a
+ * medium block: sf_free_checked, free.c). */
 SF_INLINE bool sf_l2_free_owned(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     const sf_heap_t *tagged = (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG);

@@ -112,16 +112,20 @@ SF_INLINE bool free_remote_small(void *p) {
  * random sizes from 8 to 64 KiB.  Anything doubtful (not a carved block
  * start, a free mark already set) goes on to the checked path.  seg: the
  * medium segment the segment map names for p.  False: not such a block. */
-SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p) {
-    uintptr_t u = (uintptr_t)p;
-    /* (sf_page_of with a medium segment's constants: pages[0] is page 0,
-     * one shift and mask to the descriptor's offset; the empty asm keeps
-     * the compiler from building the address twice, from pages[] and from
-     * the segment) */
+/* The page of p in medium segment seg: sf_page_of with a medium segment's
+ * constants (pages[0] is page 0: one shift and mask to the descriptor's
+ * offset; the empty asm keeps the compiler from building the address
+ * twice, from pages[] and from the segment). */
+SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
     uintptr_t at = (uintptr_t)seg->pages;
     __asm__("" : "+r"(at));
-    sf_page_t *page = (sf_page_t *)(at + ((u >> (SF_MEDIUM_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
-                                          ((SF_MEDIUM_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+    return (sf_page_t *)(at + ((u >> (SF_MEDIUM_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
+                               ((SF_MEDIUM_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+}
+
+SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p) {
+    uintptr_t u = (uintptr_t)p;
+    sf_page_t *page = medium_page_desc(seg, u);
     /* the fast owner first: under valgrind's tracking no page has one, and
      * block_start is no-access to memcheck (track.c) */
     if (SF_PEEK(page->fast_heap) != heap) return false;
@@ -131,6 +135,33 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p) {
     /* (a fast owner means level 0-1: the mark is there) */
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
     sf_free_owned_any(heap, page, p);
+    return true;
+}
+
+/* Guard level 2's fast free of a medium block (sf_l2_free_owned, for the
+ * small ones, says what it checks): its owner's guarded page, a carved
+ * block start not marked free, its size word and canary (no end mark: at
+ * level 2 a guard page is there, types.h).  Then the block is held back as
+ * the checked path holds it (sf_quarantine_push: level 2 keeps the last
+ * one, so the next malloc of its size gets another; with a few blocks a
+ * page, a double free after the size was allocated again is then caught:
+ * tests/reliability/misuse.c, double-free-reused).  Without it every
+ * medium free at level 2 took the checked path: 6-7 times level 1's time
+ * on random sizes from 8 to 256 KiB (docs/benchmarks.md, "Guard levels"). */
+static bool l2_medium_free_owned(void *p) {
+    uintptr_t u = (uintptr_t)p;
+    if (!sf_l2_fast || !sf_segmap_is_medium_chunk(u >> SF_SEG_SHIFT)) return false;
+    sf_heap_t *heap = sf_tls_heap;
+    sf_segment_t *seg = sf_segment_of(p);
+    sf_page_t *page = medium_page_desc(seg, u);
+    if (SF_PEEK(page->fast_heap) != (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG)) return false;
+    /* (below the first block, the header included, off wraps past the bound) */
+    uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start), m = sf_page_divmagic(page);
+    sf_block_t *b = p;
+    if (off >= sf_page_carved_bytes(page) || off * m >= m || b->cookie == sf_page_cookie(page) ||
+        !sf_l2_tail_ok(page, p))
+        return false;
+    sf_quarantine_push(heap, page, b);
     return true;
 }
 
@@ -183,12 +214,15 @@ static SF_NOINLINE void free_special(void *p) {
 void sf_free_generic(void *p) {
     /* level 2: its fast push first (callers other than free come straight
      * here; in a phase no page takes it, phase.c) */
-    if (sf_l2_fast && sf_l2_free_owned(p)) return;
+    if (sf_l2_fast && (sf_l2_free_owned(p) || l2_medium_free_owned(p))) return;
     if (SF_UNLIKELY(sf_mode())) free_special(p); /* tracked or in a phase */
     else if (!free_remote_small(p) && !free_medium_owned(p)) free_checked_uncounted(p);
 }
 
 void sf_free_checked(void *p) {
+    /* (level 2's free of a medium block comes here first: out of its fast
+     * path, which would otherwise save p across the call on every free) */
+    if (l2_medium_free_owned(p)) return;
     if (SF_UNLIKELY(sf_mode())) return free_special(p);
     free_checked_uncounted(p);
 }

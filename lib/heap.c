@@ -51,6 +51,7 @@
      .gdirect = {[0 ... SF_GDIRECT_COUNT - 1] = &sf_empty_page},                                       \
      .mdirect = {[0 ... SF_MDIRECT_COUNT - 1] = &sf_empty_page},                                       \
      .gdirect_hi = {[0 ... SF_GDIRECT_HI_COUNT - 1] = &sf_empty_page},                                       \
+     .gmdirect = {[0 ... SF_MDIRECT_COUNT - 1] = &sf_empty_page},                                       \
      .kind = (k),                                                                                   \
      .slot = SF_HEAP_FALLBACK_SLOT}
 
@@ -162,6 +163,7 @@ void sf_heap_tables_empty(sf_heap_t *heap) {
     for (unsigned i = 0; i < SF_GDIRECT_COUNT; i++) SF_SET(heap->gdirect[i], &sf_empty_page);
     for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) SF_SET(heap->mdirect[i], &sf_empty_page);
     for (unsigned i = 0; i < SF_GDIRECT_HI_COUNT; i++) SF_SET(heap->gdirect_hi[i], &sf_empty_page);
+    for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) SF_SET(heap->gmdirect[i], &sf_empty_page);
 }
 
 /* A block returns to its owner (owner or collector context). */

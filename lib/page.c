@@ -86,8 +86,8 @@ static void class_push_back(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page
  * another class. */
 void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
     /* guard level >= 2: levels 0-1's tables stay empty, so their fast paths
-     * never see a guarded page; level 2's fast path reads gdirect (level 3
-     * has no fast path) */
+     * never see a guarded page; level 2's fast path reads gdirect,
+     * gdirect_hi and gmdirect (level 3 has no fast path) */
     sf_page_t **table = sf_pages_checked() ? heap->gdirect : heap->direct;
     unsigned lo, hi;
     /* eager decommit: malloc does not use the classes above 128 KiB (their
@@ -97,8 +97,10 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
         table = heap->mdirect;
         lo = hi = class_idx - SF_MEDIUM_CLASS_MIN;
         unused = sf_request_is_span(sf_class_size[class_idx]);
+    } else if (table == heap->gdirect && class_idx >= SF_MEDIUM_CLASS_MIN) {
+        table = heap->gmdirect; /* (level 2 takes a class even where eager decommit makes spans) */
+        lo = hi = class_idx - SF_MEDIUM_CLASS_MIN;
     } else if (table == heap->gdirect && sf_class_size[class_idx] > SF_GDIRECT_MAX) {
-        if (sf_class_size[class_idx] > SF_SMALL_MAX) return;
         table = heap->gdirect_hi; /* (by 256-byte steps: every class here is a multiple of 256) */
         lo = sf_class_size[class_idx - 1] / 256 + 1;
         hi = sf_class_size[class_idx] / 256;

@@ -378,6 +378,9 @@ typedef struct sf_heap_s {
     /* guard level 2's fast path above SF_GDIRECT_MAX, up to SF_SMALL_MAX:
      * the class page by (size + tail + 255) / 256 (here for the same reason) */
     sf_page_t *gdirect_hi[SF_GDIRECT_HI_COUNT];
+    /* guard level 2's fast path for medium classes: as mdirect[], by class -
+     * SF_MEDIUM_CLASS_MIN of the request with its tail */
+    sf_page_t *gmdirect[SF_MDIRECT_COUNT];
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;
