@@ -123,6 +123,13 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
     }
 }
 
+/* The page's bit in its segment's sampled_mask (owner context). */
+static void mark_sampled(sf_page_t *page, bool sampled) {
+    sf_segment_t *seg = sf_segment_of(page);
+    uint64_t bit = (uint64_t)1 << ((unsigned)(page - seg->pages) + seg->page_bias);
+    SF_SET(seg->sampled_mask, sampled ? seg->sampled_mask | bit : seg->sampled_mask & ~bit);
+}
+
 void sf_page_init(sf_page_t *page, unsigned class_idx) {
     uint32_t bsize = sf_class_size[class_idx];
     uintptr_t natural = bsize & (0u - bsize);
@@ -138,6 +145,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_pages_checked() ? SF_PAGE_GUARDED : 0));
+    mark_sampled(page, false);
     bool keyed = sf_guard_level >= 2;
     page->secret = keyed ? sf_guard_secret ^ ((uintptr_t)page * 0x9e3779b97f4a7c15ull) : 0;
     /* (bit 0 stays the secret's, 1: a descriptor's address is a multiple of
@@ -307,6 +315,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
     heap->pages_in_use++;
     if (sampled) { /* off every free fast path: each free is recorded */
         SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_SAMPLED));
+        mark_sampled(page, true);
         sf_page_set_fast_owner(page, heap);
     }
     page_extend(heap, page);

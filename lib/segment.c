@@ -142,6 +142,7 @@ static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, 0, fa
 
 static void segment_link_all(sf_segment_t *seg) {
     seg->not_a_page = 0; /* (types.h) */
+    seg->sampled_mask = 0;
     sf_lock(&sf_seg_lock);
     seg->id = ++next_segment_id;
     seg->all_prev = NULL;

@@ -202,6 +202,10 @@ typedef struct sf_segment_s {
      * and this where that descriptor's fast_divmagic is: the level 0-1
      * fast path's block-start test then fails, as for any page not fast. */
     uint64_t not_a_page;
+    /* bit i: page i serves sampled blocks (SF_PAGE_SAMPLED), on this line
+     * so that a thread freeing another's block asks it with the owner heap
+     * (free.c, free_remote_small); written by the owner only */
+    uint64_t sampled_mask;
     uint64_t id;
     /* heap's list of segments with free pages */
     struct sf_segment_s *heap_next, *heap_prev;
