@@ -192,9 +192,11 @@ SF_HIDDEN void sf_pprof_delta_reply(sf_pprof_delta_t *d, sf_reply_t *r);
 SF_HIDDEN void sf_pprof_delta_free(sf_pprof_delta_t *d);
 /* server.c, for the server's thread: resumes the requests whose delta is
  * due, and with `stopping` every one of that daemon's (libmicrohttpd must
- * not be stopped with a connection suspended); ms until the next is due,
- * -1 for none */
-SF_HIDDEN void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping);
+ * not be stopped with a connection suspended); with `forget` as well, drops
+ * that daemon's without touching it (a daemon loop.c forgets, whose
+ * descriptors may no longer be its own); ms until the next is due, -1 for
+ * none */
+SF_HIDDEN void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping, bool forget);
 SF_HIDDEN uint64_t sf_mono_ms(void); /* CLOCK_MONOTONIC in ms (loop.c) */
 SF_HIDDEN int sf_delta_due_ms(uint64_t now_ms);
 SF_HIDDEN void sf_profile_tick(void);

@@ -366,7 +366,7 @@ static bool loop_once(struct sf_loop *lp) {
     if ((p[2].revents & (POLLIN | POLLERR | POLLHUP)) && !accept_some(lp))
         return mark_lost(lp), false;
     sf_sampler_tick(sf_mono_ms());
-    sf_delta_tick(sf_mono_ms(), NULL);
+    sf_delta_tick(sf_mono_ms(), NULL, false);
     lp->mhd->run(lp->daemon);
     if (n > 0) pass_eofs(p + 3, which, conns);
     return true;
@@ -419,7 +419,7 @@ static bool make_daemon(struct sf_loop *lp, sf_daemon_fn *create) {
 
 static void loop_free(struct sf_loop *lp) {
     if (lp->daemon != NULL) {
-        sf_delta_tick(sf_mono_ms(), lp->daemon); /* (libmicrohttpd panics on a suspended connection) */
+        sf_delta_tick(sf_mono_ms(), lp->daemon, false); /* (libmicrohttpd panics on a suspended connection) */
         lp->mhd->stop_daemon(lp->daemon);
     }
     close_if_ours(&lp->listen);
@@ -499,6 +499,7 @@ static void forget_daemon(struct sf_loop *lp) {
         if (fd >= 0 && same_file(fd, c->dev, c->ino)) close(fd);
     }
     close_if_ours(&lp->epoll);
+    if (lp->daemon != NULL) sf_delta_tick(sf_mono_ms(), lp->daemon, true); /* (its waiting deltas: dropped) */
     lp->daemon = NULL; /* leaked: libmicrohttpd's state is left as it is */
 }
 

@@ -340,6 +340,8 @@ static enum MHD_Result delta_begin(struct MHD_Connection *c, const struct route 
     p->conn = c;
     const union MHD_ConnectionInfo *info = mhd->connection_info(c, MHD_CONNECTION_INFO_DAEMON);
     p->daemon = info != NULL ? info->daemon : NULL;
+    if (p->daemon == NULL) /* (a stop could not find it to resume it: refused) */
+        return send_error(c, 503, "unavailable", "no profile with \"seconds\" now", NULL, false);
     p->due_ms = sf_mono_ms() + (uint64_t)seconds * 1000u;
     *req_cls = p; /* (on_completed frees it, whatever happens) */
     sf_lock(&deltas_lock);
@@ -389,13 +391,17 @@ static bool peer_gone(struct MHD_Connection *c) {
     return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping) {
+void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping, bool forget) {
     sf_lock(&deltas_lock);
     for (unsigned i = 0; i < SF_PPROF_DELTAS_MAX; i++) {
         struct post *p = deltas[i];
         if (p == NULL || !p->waiting) continue;
+        if (forget && p->daemon == stopping) { /* (its struct goes with the daemon's connection: leaked) */
+            deltas[i] = NULL;
+            continue;
+        }
         if (p->due_ms > now_ms) {
-            if (stopping != NULL && p->daemon == stopping)
+            if (stopping != NULL && p->daemon == stopping) /* (the stop closes it: no answer) */
                 p->cut = "the introspection server stopped before the profile was due";
             else if (peer_gone(p->conn))
                 p->cut = "the client closed its side before the profile was due";

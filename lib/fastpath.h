@@ -335,7 +335,9 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
  * block before's own free checks, on whichever path.) */
 SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
     uint32_t bsize = page->block_size, n = *sf_size_word(page, p);
-    if (SF_UNLIKELY(n + SF_GUARD_TAIL > bsize)) return false;
+    /* (64-bit: an overflow that wrote 0xff over the size word must not wrap
+     * the sum and send the canary read 4 GiB away) */
+    if (SF_UNLIKELY((uint64_t)n + SF_GUARD_TAIL > bsize)) return false;
     uint64_t canary;
     memcpy(&canary, (const uint8_t *)p + n, sizeof canary);
     return SF_LIKELY(canary == sf_canary_value(page, p));

@@ -32,19 +32,20 @@ enum scenario {
     SC_UAF,          /* a write into a freed block, then reuse */
     SC_XDOUBLE,      /* two other threads free the same block */
     SC_LINK,         /* a freed block's free-list link overwritten, then reuse */
+    SC_OVERFLOW_FF,  /* a small block and its tail (canary, size word) all 0xff, then free */
     SC_COUNT
 };
 
 static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "overflow",
                                               "overflow-medium", "overflow-span", "uaf", "xdouble",
-                                              "link"};
+                                              "link", "overflow-ff"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
-    "write into a freed block"};
+    "write into a freed block", "write past the end"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -95,6 +96,18 @@ static void run_scenario(enum scenario sc)
         size_t usable = atoi(getenv("SEFER_GUARD_LEVEL")) >= 2 ? malloc_usable_size(p) : n;
         memset(p, 'a', usable);
         ((volatile char *)p)[usable] = 'x';
+        free(p);
+        break;
+    }
+    case SC_OVERFLOW_FF: {
+        /* a size word of 0xffffffff: level 2's fast free once added the
+         * tail to it in 32 bits, wrapped, and read the canary 4 GiB away
+         * (a crash in free instead of the report) */
+        char *p = malloc(100);
+        size_t usable = atoi(getenv("SEFER_GUARD_LEVEL")) >= 2 ? malloc_usable_size(p) : 100;
+        volatile unsigned char *q = (volatile unsigned char *)p;
+        for (size_t i = 0; i < usable + 12; i++)
+            q[i] = 0xff;
         free(p);
         break;
     }
@@ -164,7 +177,7 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
 {
     static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
                                               "overflow=", "overflow=", "uaf=", "double=",
-                                              "uaf="};
+                                              "uaf=", "overflow="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }

@@ -26,7 +26,7 @@
  *                 side down while it waits is answered 503 at once; with
  *                 SF_PPROF_DELTAS_MAX waiting a fifth is 503 and /stats
  *                 still answers; a stop
- *                 with deltas waiting answers them 503 and returns (it must
+ *                 with deltas waiting returns and closes them (it must
  *                 resume them: libmicrohttpd aborts on a suspended one)
  *
  * Optional cases (exit 77 without Go's pprof, package golang-go):
