@@ -167,11 +167,8 @@ static bool l2_medium_free_owned(void *p) {
     sf_segment_t *seg = sf_segment_of(p);
     sf_page_t *page = medium_page_desc(seg, u);
     if (SF_PEEK(page->fast_heap) != (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG)) return false;
-    /* (below the first block, the header included, off wraps past the bound) */
-    uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start), m = sf_page_divmagic(page);
     sf_block_t *b = p;
-    if (off >= sf_page_carved_bytes(page) || off * m >= m || b->cookie == sf_page_cookie(page) ||
-        !sf_l2_tail_ok(page, p))
+    if (!sf_page_is_block_start(page, p) || b->cookie == sf_page_cookie(page) || !sf_l2_tail_ok(page, p))
         return false;
     sf_quarantine_push(heap, page, b);
     return true;
