@@ -103,9 +103,12 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(profile_unwind_fallbacks, "heap profiling: stacks sefer's table walk could not follow, read by libgcc's unwinder instead, cumulative") \
     X(profile_unwind_disagreements, "heap profiling, profile.unwinder = check: stacks where sefer's walk and libgcc's differed, cumulative") \
     X(guard_samples, "sampled guard (guard.sample_bytes): allocations placed against an inaccessible page, cumulative") \
-    X(guard_samples_live, "sampled guard: such blocks live now (at most 64)")
+    X(guard_samples_live, "sampled guard: such blocks live now (at most 64)")                \
+    X(bytes_waiting, "bytes of empty pages all heaps keep committed for reuse, waiting out decommit.delay (at most about threads.cache_max; bytes_exited_waiting included)") \
+    X(cache_max_purges, "purges of waiting pages because bytes_waiting passed threads.cache_max, cumulative") \
+    X(bytes_cache_max_purged, "bytes those purges gave back to the OS, cumulative")
 
-#define SEFER_STATS_VERSION 10
+#define SEFER_STATS_VERSION 11
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

@@ -61,7 +61,10 @@ enum metric_type { GAUGE, COUNTER };
     X(profile_unwind_fallbacks, "sefer_profile_unwind_fallbacks_total", COUNTER, NULL) \
     X(profile_unwind_disagreements, "sefer_profile_unwind_disagreements_total", COUNTER, NULL) \
     X(guard_samples, "sefer_guard_samples_total", COUNTER, NULL)                      \
-    X(guard_samples_live, "sefer_guard_samples_live", GAUGE, NULL)
+    X(guard_samples_live, "sefer_guard_samples_live", GAUGE, NULL)                    \
+    X(bytes_waiting, "sefer_waiting_bytes", GAUGE, NULL)                              \
+    X(cache_max_purges, "sefer_cache_max_purges_total", COUNTER, NULL)                \
+    X(bytes_cache_max_purged, "sefer_cache_max_purged_bytes_total", COUNTER, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */

@@ -147,14 +147,21 @@ static bool claim_heaps(void) {
         int expected = SF_HEAP_ABANDONED;
         ck.full[i] = heap != NULL && ((int64_t)i == ck.mine ||
                                       atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING));
+        /* and its segment lock: another thread may be purging its waiting
+         * pages (before the pass locks, which such a purge takes) */
+        if (ck.full[i] && heap->kind == SF_HEAP_REAL) sf_segment_lock(heap);
     }
     ck.full[FALLBACK_IDX] = true; /* under sf_fallback_lock */
     return true;
 }
 
 static void release_heaps(void) {
-    for (uint32_t i = 0; i < ck.nheaps; i++)
-        if (ck.full[i] && (int64_t)i != ck.mine) atomic_store(&sf_heap_at(i)->state, SF_HEAP_ABANDONED);
+    for (uint32_t i = 0; i < ck.nheaps; i++) {
+        if (!ck.full[i]) continue;
+        sf_heap_t *heap = sf_heap_at(i);
+        if (heap->kind == SF_HEAP_REAL) sf_segment_unlock(heap);
+        if ((int64_t)i != ck.mine) atomic_store(&heap->state, SF_HEAP_ABANDONED);
+    }
     sf_os_unmap(ck.tally, ck.heap_bytes);
     ck.tally = NULL;
     ck.full = NULL;
@@ -720,21 +727,29 @@ static void check_heap(int64_t hi) {
 static pthread_mutex_t *const pass_locks[] = {&sf_fallback_lock, &sf_cache_lock, &sf_seg_lock};
 #define PASS_LOCKS (sizeof pass_locks / sizeof pass_locks[0])
 
+static void drop_pass_locks_from(size_t i) {
+    while (i-- > 0) {
+        sf_unlock(pass_locks[i]);
+        /* the fallback heap's segment lock, taken with its lock */
+        if (pass_locks[i] == &sf_cache_lock) sf_segment_unlock(&sf_heap_fallback);
+    }
+}
+
 static bool take_pass_locks(void) {
     for (size_t i = 0; i < PASS_LOCKS; i++) {
+        if (pass_locks[i] == &sf_cache_lock) sf_segment_lock(&sf_heap_fallback); /* (after its lock) */
         if (!ck.sweep) {
             sf_lock(pass_locks[i]);
         } else if (!sf_lock_bounded(pass_locks[i])) {
-            while (i-- > 0) sf_unlock(pass_locks[i]);
+            drop_pass_locks_from(i);
+            if (pass_locks[i] == &sf_cache_lock) sf_segment_unlock(&sf_heap_fallback);
             return false;
         }
     }
     return true;
 }
 
-static void drop_pass_locks(void) {
-    for (size_t i = PASS_LOCKS; i-- > 0;) sf_unlock(pass_locks[i]);
-}
+static void drop_pass_locks(void) { drop_pass_locks_from(PASS_LOCKS); }
 
 static void check_pass(char *why, size_t len) {
     static char scratch[8];

@@ -89,6 +89,7 @@ SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     if (i == SF_KNOB_PROFILE_SAMPLE_BYTES) sf_prof_knob_changed();
     if (i == SF_KNOB_MEMORY_LIMIT || i == SF_KNOB_MEMORY_SOFT_PERCENT || i == SF_KNOB_MEMORY_LIMIT_ACTION)
         sf_memlimit_refresh();
+    if (i == SF_KNOB_THREADS_CACHE_MAX) sf_heaps_shed_refresh();
     return 0;
 }
 

@@ -190,6 +190,7 @@ static bool heap_has_pages(sf_heap_t *heap) {
  * kept in sf_gstats.exited_waiting; a heap's share leaves it when a thread
  * adopts the heap.  (Owner or collector context: the heap is held.) */
 static void exited_pages_bound(sf_heap_t *heap) {
+    sf_segment_lock(heap); /* (another thread may be purging its pages) */
     uint64_t keep = sf_knob(SF_KNOB_DECOMMIT_EXITED_KEEP);
     uint64_t others = atomic_load_explicit(&sf_gstats.exited_waiting, memory_order_relaxed) - heap->exited_counted;
     uint64_t room = keep > others ? keep - others : 0;
@@ -199,6 +200,7 @@ static void exited_pages_bound(sf_heap_t *heap) {
     atomic_fetch_add_explicit(&sf_gstats.exited_waiting, heap->purge_bytes - heap->exited_counted,
                               memory_order_relaxed);
     heap->exited_counted = heap->purge_bytes;
+    sf_segment_unlock(heap);
 }
 
 /* Leaves a heap nobody owns: abandoned if it still has pages, else free.
@@ -244,31 +246,104 @@ void sf_heaps_purge_abandoned(void) {
         if (heap == NULL || atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED)
             continue;
         if (!heap_claim_to_collect(heap)) continue;
-        if (heap->purge.first != NULL && heap->purge.first->purge_at <= now)
-            sf_segment_collect_purges(heap, false);
-        pending |= heap->purge.first != NULL;
+        sf_segment_collect_purges(heap, false); /* (its pages are read under its lock) */
+        pending |= SF_GET(heap->purge_bytes) != 0;
         heap_set_ownerless(heap);
     }
     if (pending) atomic_store_explicit(&abandoned_purges, true, memory_order_relaxed);
 }
 
-/* segments.max is reached: the calling thread's heap and every abandoned
- * one decommit their waiting pages now, so the segments kept only for them
- * (segment.c, segment_waits) go back.  Other live threads' heaps are theirs
- * alone to change: theirs go when their deadlines pass. */
+/* segments.max or memory.limit is reached: every heap decommits its
+ * waiting pages now, so the segments kept only for them (segment.c,
+ * segment_waits) go back.  The calling thread's heap and abandoned ones as
+ * their holder; other threads' heaps through their segment lock, skipped
+ * if it is held this instant (their owners purge at their next slow path:
+ * memlimit.c).  Before the segment lock, live threads' heaps were theirs
+ * alone, and a thread that slept kept its pages through any pressure. */
 void sf_heaps_release_waiting(void) {
     sf_heap_t *me = sf_tls_heap;
     if (me->kind == SF_HEAP_REAL && me != &sf_heap_fallback) sf_segment_collect_purges(me, true);
     uint32_t n = sf_heap_slots();
     for (uint32_t i = 0; i < n; i++) {
         sf_heap_t *heap = sf_heap_at(i);
-        if (heap == NULL || atomic_load_explicit(&heap->state, memory_order_relaxed) != SF_HEAP_ABANDONED ||
-            !heap_claim_to_collect(heap))
-            continue;
-        sf_segment_collect_purges(heap, true);
-        heap_set_ownerless(heap);
+        if (heap == NULL || heap == me || heap->kind != SF_HEAP_REAL || SF_GET(heap->purge_bytes) == 0) continue;
+        if (atomic_load_explicit(&heap->state, memory_order_relaxed) == SF_HEAP_ABANDONED &&
+            heap_claim_to_collect(heap)) {
+            sf_segment_collect_purges(heap, true);
+            heap_set_ownerless(heap);
+        } else {
+            sf_segment_shed(heap, UINT64_MAX, UINT64_MAX);
+        }
     }
 }
+
+/* ---- threads.cache_max: what all heaps keep waiting ------------------------ */
+
+/* Empty pages wait on their heap's purge queue for decommit.delay (and,
+ * under adaptive, as long as the heap's recent peak may come back) so that
+ * the heap reuses them without a fault.  Each heap judged that for itself,
+ * and only when it next took a page: a thread that freed 60 MiB and went
+ * to sleep kept 60 MiB committed for as long as it slept, and a thousand
+ * threads each kept what their own bursts left.  threads.cache_max bounds
+ * them all together (sf_gstats.heaps_waiting, exact): the thread whose
+ * page takes the count past it purges, from every heap (segment.c,
+ * sf_segment_shed), first the pages past their deadline (those only a
+ * recent peak or an owner that has not come back kept), then the oldest
+ * of other heaps, and its own last, until the count is an eighth below the
+ * bound.  Purges that find a heap's lock held skip it; if the count stays
+ * above the bound, the next purge waits until it has grown by another
+ * eighth (sf_heaps_shed_at), so the registry is not walked at every page. */
+_Atomic uint64_t sf_heaps_shed_at = UINT64_MAX;
+static _Atomic uint64_t shed_slack;
+static pthread_mutex_t shed_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t shed_cursor; /* (under shed_lock) where the walk starts */
+
+/* threads.cache_max was set (or at start-up). */
+void sf_heaps_shed_refresh(void) {
+    uint64_t max = sf_knob(SF_KNOB_THREADS_CACHE_MAX), slack = atomic_load(&shed_slack);
+    atomic_store(&sf_heaps_shed_at, max + slack < max ? UINT64_MAX : max + slack);
+}
+
+static uint64_t waiting_now(void) { return atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed); }
+
+/* One walk over the heaps (the fallback heap first, then the registry
+ * from the cursor): pass 0 purges pages past their deadline anywhere,
+ * pass 1 the oldest pages of heaps other than `me`, pass 2 `me`'s. */
+static size_t shed_walk(sf_heap_t *me, int pass, uint64_t target, uint64_t now) {
+    size_t freed = 0;
+    uint32_t n = sf_heap_slots();
+    for (uint32_t k = 0; k <= n; k++) {
+        uint64_t waiting = waiting_now();
+        if (waiting <= target) break;
+        sf_heap_t *heap = k == 0 ? &sf_heap_fallback : sf_heap_at((shed_cursor + k - 1) % (n ? n : 1));
+        if (heap == NULL || (heap != &sf_heap_fallback && heap->kind != SF_HEAP_REAL)) continue;
+        if ((pass == 1 && heap == me) || (pass == 2 && heap != me) || SF_GET(heap->purge_bytes) == 0) continue;
+        freed += sf_segment_shed(heap, waiting - target, pass == 0 ? now : UINT64_MAX);
+    }
+    return freed;
+}
+
+void sf_heaps_shed_waiting(sf_heap_t *me) {
+    if (pthread_mutex_trylock(&shed_lock) != 0) return; /* another thread is at it */
+    uint64_t max = sf_knob(SF_KNOB_THREADS_CACHE_MAX);
+    uint64_t step = max / 8 > ((uint64_t)1 << 20) ? max / 8 : (uint64_t)1 << 20;
+    uint64_t target = max > step ? max - step : 0, now = sf_now_ms();
+    size_t freed = 0;
+    if (waiting_now() > max) {
+        for (int pass = 0; pass < 3 && waiting_now() > target; pass++) freed += shed_walk(me, pass, target, now);
+        uint32_t n = sf_heap_slots();
+        shed_cursor = n ? (shed_cursor + 1) % n : 0;
+        sf_stat_add(&sf_gstats.cache_max_purges, 1);
+        sf_stat_add(&sf_gstats.cache_max_purged, freed);
+    }
+    uint64_t left = waiting_now();
+    atomic_store(&shed_slack, left > max ? left - max + step : 0);
+    sf_heaps_shed_refresh();
+    pthread_mutex_unlock(&shed_lock);
+}
+
+void sf_heaps_fork_prepare(void) { sf_lock(&shed_lock); }
+void sf_heaps_fork_parent(void) { sf_unlock(&shed_lock); }
 
 /* Collects an abandoned heap on behalf of its absent owner: every empty
  * page goes back to its segment, and its delayed decommits keep their
@@ -457,11 +532,17 @@ void sf_heap_thread_done(void *value) {
 void sf_heaps_after_fork_child(void) {
     sf_heap_t *mine = sf_tls_heap;
     atomic_store(&ownerless_top, 0);
+    /* segment locks: other threads' holds did not come along (a purge by
+     * another thread cannot have been under way: sf_heaps_fork_prepare) */
+    atomic_store(&sf_heap_fallback.seg_busy, 0);
+    sf_heap_fallback.seg_depth = 0;
     uint32_t n = sf_heap_slots();
     for (uint32_t i = n; i-- > 0;) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap == NULL) continue;
         heap->slot = i; /* (a slot being made when the parent forked) */
+        atomic_store(&heap->seg_busy, 0);
+        heap->seg_depth = 0;
         if (heap == mine) {
             atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
             continue;

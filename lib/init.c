@@ -21,6 +21,7 @@ void sf_init_slow(void) {
         sf_clock_init();
         sf_knobs_init();
         sf_memlimit_refresh();
+        sf_heaps_shed_refresh();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();
         sf_track_init();
@@ -39,6 +40,7 @@ void sf_init_slow(void) {
  * the child releases them too and abandons the heaps of threads that did
  * not come along. */
 static void fork_prepare(void) {
+    sf_heaps_fork_prepare(); /* (first: a purge under it takes the cache's and segments' locks) */
     sf_lock(&sf_knob_lock);
     sf_lock(&sf_fallback_lock);
     sf_lock(&sf_span_quarantine_lock);
@@ -56,6 +58,7 @@ static void fork_parent(void) {
     sf_unlock(&sf_span_quarantine_lock);
     sf_unlock(&sf_fallback_lock);
     sf_unlock(&sf_knob_lock);
+    sf_heaps_fork_parent();
 }
 
 /* The forking thread is the child's only thread and holds every lock, so

@@ -253,6 +253,9 @@ SF_HIDDEN void sf_span_release(sf_segment_t *seg, bool reusable); /* (after the 
 SF_HIDDEN bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size);
 SF_HIDDEN size_t sf_segment_collect_purges(sf_heap_t *heap, bool force);
 SF_HIDDEN size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes);
+SF_HIDDEN size_t sf_segment_shed(sf_heap_t *heap, uint64_t bytes, uint64_t due_before);
+SF_HIDDEN void sf_segment_lock(sf_heap_t *heap);   /* the heap's segment lock (segment.c) */
+SF_HIDDEN void sf_segment_unlock(sf_heap_t *heap);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
 SF_HIDDEN void sf_release_segments(size_t count);
 
@@ -330,6 +333,11 @@ SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(bool purge_now);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
 SF_HIDDEN void sf_heaps_release_waiting(void);
+SF_HIDDEN extern _Atomic uint64_t sf_heaps_shed_at; /* sf_gstats.heaps_waiting past it: shed */
+SF_HIDDEN void sf_heaps_shed_waiting(sf_heap_t *me);
+SF_HIDDEN void sf_heaps_shed_refresh(void);
+SF_HIDDEN void sf_heaps_fork_prepare(void);
+SF_HIDDEN void sf_heaps_fork_parent(void);
 SF_HIDDEN void sf_heap_tables_empty(sf_heap_t *heap);
 SF_HIDDEN bool sf_heap_try_collect_abandoned(sf_heap_t *heap);
 SF_HIDDEN uint32_t sf_heap_slots(void);           /* slots made so far: 0 .. n-1 */

@@ -174,6 +174,42 @@ static void commit_add(sf_segment_t *seg, size_t n) {
     if (SF_UNLIKELY(now > atomic_load_explicit(&sf_memlimit_next, memory_order_relaxed))) sf_memlimit_pressure(now);
 }
 
+/* ---- the segment lock ----------------------------------------------------- */
+
+/* A heap's segments, their free pages and its purge queue of waiting pages
+ * were its owner's alone (or a collector's, which holds the heap as its
+ * owner would).  But a thread that frees a lot and then waits (a worker
+ * parked on a queue) never reaches its next page allocation, where its
+ * waiting pages would have gone back: they stayed committed for as long as
+ * it waited, and nothing else could give them back.  threads.cache_max and
+ * memory.limit need any thread to be able to decommit any heap's waiting
+ * pages.  So whoever changes that state takes the heap's segment lock: the
+ * holder of the heap (nested calls count seg_depth, which only the holder
+ * touches) and a thread purging another heap's pages (sf_segment_shed, a
+ * try only: it never waits for a heap).  It is taken once per page taken
+ * from or given back to a segment, never on a block's path. */
+
+static void seg_lock(sf_heap_t *heap) {
+    if (heap->seg_depth++ != 0) return;
+    uint32_t expected = 0;
+    while (!atomic_compare_exchange_weak_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+        expected = 0;
+        sched_yield(); /* a purge of a few pages holds it */
+    }
+}
+
+static void seg_unlock(sf_heap_t *heap) {
+    if (--heap->seg_depth != 0) return;
+    atomic_store_explicit(&heap->seg_busy, 0, memory_order_release);
+    /* (the caller holds no heap's lock now: the bound may purge any) */
+    if (SF_UNLIKELY(atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) > sf_heaps_shed_at))
+        sf_heaps_shed_waiting(heap);
+}
+
+void sf_segment_lock(sf_heap_t *heap) { seg_lock(heap); }
+void sf_segment_unlock(sf_heap_t *heap) { seg_unlock(heap); }
+
 /* ---- small and medium segments ---------------------------------------- */
 
 static void heap_seglist_push(sf_heap_t *heap, sf_segment_t *seg) {
@@ -307,7 +343,10 @@ static void purge_queue_add(sf_heap_t *heap, sf_page_t *page, uint64_t deadline)
     *head = page;
     heap->purge_count++;
     heap->purge_medium += sf_segment_of(page)->kind == SF_SEG_MEDIUM;
-    heap->purge_bytes += page->committed ? page->page_bytes : 0;
+    if (page->committed) {
+        SF_SET(heap->purge_bytes, heap->purge_bytes + page->page_bytes);
+        sf_stat_add(&sf_gstats.heaps_waiting, page->page_bytes);
+    }
 }
 
 static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
@@ -319,7 +358,16 @@ static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
     page->purge_at = 0;
     heap->purge_count--;
     heap->purge_medium -= sf_segment_of(page)->kind == SF_SEG_MEDIUM;
-    heap->purge_bytes -= page->committed ? page->page_bytes : 0;
+    if (page->committed) {
+        SF_SET(heap->purge_bytes, heap->purge_bytes - page->page_bytes);
+        sf_stat_sub(&sf_gstats.heaps_waiting, page->page_bytes);
+    }
+    /* an ownerless heap's share of sf_gstats.exited_waiting is at most what
+     * it holds, whoever took its pages (heap.c, exited_pages_bound) */
+    if (heap->exited_counted > heap->purge_bytes) {
+        sf_stat_sub(&sf_gstats.exited_waiting, heap->exited_counted - heap->purge_bytes);
+        heap->exited_counted = heap->purge_bytes;
+    }
 }
 
 /* Whether a page of seg waits on its heap's purge queue.  A segment whose
@@ -352,7 +400,7 @@ static size_t purge_now(sf_heap_t *heap, sf_page_t *page) {
  * first, but keeps as many as the heap took for use lately
  * (decommit.c: 0 unless decommit.policy = adaptive); all of them with
  * `force`.  The purge queue is ordered by deadline. */
-size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
+static size_t collect_purges(sf_heap_t *heap, bool force) {
     if (heap->purge.first == NULL) return 0;
     /* (a heap whose thread is gone keeps nothing for its recent peak: the
      * peak was that thread's; the fallback heap, shared, is never that) */
@@ -368,11 +416,38 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
     return freed;
 }
 
+size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
+    seg_lock(heap);
+    size_t freed = collect_purges(heap, force);
+    seg_unlock(heap);
+    return freed;
+}
+
 /* Decommits heap's waiting pages, oldest first, whatever their deadlines,
  * until `bytes` went back or none waits; returns the bytes given back. */
 size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes) {
+    seg_lock(heap);
     size_t freed = 0;
     while (freed < bytes && heap->purge.first != NULL) freed += purge_now(heap, heap->purge.first);
+    seg_unlock(heap);
+    return freed;
+}
+
+/* Another thread's purge (sf_heaps_shed_waiting): heap's waiting pages,
+ * oldest first, those whose deadline is at most due_before, until `bytes`
+ * went back; 0 at once if the heap's segment lock is held (its holder is
+ * changing them: the purge tries the next heap). */
+size_t sf_segment_shed(sf_heap_t *heap, uint64_t bytes, uint64_t due_before) {
+    uint32_t expected = 0;
+    if (atomic_load_explicit(&heap->seg_busy, memory_order_relaxed) != 0 ||
+        !atomic_compare_exchange_strong_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return 0;
+    size_t freed = 0;
+    sf_page_t *page;
+    while (freed < bytes && (page = heap->purge.first) != NULL && page->purge_at <= due_before)
+        freed += purge_now(heap, page);
+    atomic_store_explicit(&heap->seg_busy, 0, memory_order_release);
     return freed;
 }
 
@@ -426,10 +501,19 @@ static unsigned free_page_index(const sf_segment_t *seg) {
     return (unsigned)__builtin_ctzll(seg->free_mask);
 }
 
+static sf_page_t *page_alloc(sf_heap_t *heap, unsigned class_idx);
+
 sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx) {
+    seg_lock(heap);
+    sf_page_t *page = page_alloc(heap, class_idx);
+    seg_unlock(heap);
+    return page;
+}
+
+static sf_page_t *page_alloc(sf_heap_t *heap, unsigned class_idx) {
     unsigned kind = class_idx <= SF_SMALL_CLASS_MAX ? SF_SEG_SMALL : SF_SEG_MEDIUM;
     if ((++heap->page_allocs & 15) == 0) {
-        sf_segment_collect_purges(heap, false);
+        collect_purges(heap, false);
         sf_heaps_purge_abandoned();
     }
     /* (memory.limit_action = fail: a page's worth, whether or not the page
@@ -479,7 +563,15 @@ again:
     return page;
 }
 
+static void page_free(sf_heap_t *heap, sf_page_t *page);
+
 void sf_segment_page_free(sf_heap_t *heap, sf_page_t *page) {
+    seg_lock(heap);
+    page_free(heap, page);
+    seg_unlock(heap);
+}
+
+static void page_free(sf_heap_t *heap, sf_page_t *page) {
     sf_segment_t *seg = sf_segment_of(page);
     unsigned idx = (unsigned)(page - seg->pages);
     SF_SET(page->in_use, 0);
@@ -541,6 +633,7 @@ static sf_heap_t *growth_heap(void) {
  * resident pages kept; returns whether there were any. */
 static bool heap_release_empty(sf_heap_t *heap) {
     bool any = false;
+    seg_lock(heap);
     for (unsigned kind = SF_SEG_SMALL; kind <= SF_SEG_MEDIUM; kind++) {
         sf_segment_t *seg = heap->free_segs[kind], *next;
         for (; seg != NULL; seg = next) {
@@ -552,6 +645,7 @@ static bool heap_release_empty(sf_heap_t *heap) {
             any = true;
         }
     }
+    seg_unlock(heap);
     return any;
 }
 
@@ -595,7 +689,11 @@ static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind
     uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
     if (policy != SF_DECOMMIT_DELAYED && policy != SF_DECOMMIT_ADAPTIVE) return;
     size_t freed = sf_cache_shed(bytes, keep_kind == SHED_SPAN);
-    if (freed < bytes && heap != NULL) freed += shed_purges(heap, bytes - freed, keep_kind);
+    if (freed < bytes && heap != NULL) {
+        seg_lock(heap);
+        freed += shed_purges(heap, bytes - freed, keep_kind);
+        seg_unlock(heap);
+    }
     if (freed != 0) sf_stat_add(&sf_gstats.growth_shed, freed);
 }
 

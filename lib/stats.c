@@ -79,6 +79,9 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->heap_fallbacks = LOAD(sf_gstats.heap_fallbacks);
     out->bytes_shed_on_growth = LOAD(sf_gstats.growth_shed);
     out->bytes_exited_waiting = LOAD(sf_gstats.exited_waiting);
+    out->bytes_waiting = LOAD(sf_gstats.heaps_waiting);
+    out->cache_max_purges = LOAD(sf_gstats.cache_max_purges);
+    out->bytes_cache_max_purged = LOAD(sf_gstats.cache_max_purged);
     out->memory_limit = sf_memlimit_bytes();
     out->memory_headroom = out->memory_limit > out->bytes_committed ? out->memory_limit - out->bytes_committed : 0;
     out->memory_limit_purges = LOAD(sf_gstats.memlimit_purges);

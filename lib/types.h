@@ -108,6 +108,9 @@ struct sf_global_stats {
     _Atomic uint64_t shared_allocs, shared_remote_frees, fallback_allocs, heap_fallbacks;
     _Atomic uint64_t growth_shed; /* segment.c, "Growth" */
     _Atomic uint64_t exited_waiting; /* waiting pages of heaps whose thread is gone (heap.c) */
+    /* waiting pages of every heap (segment.c, "the segment lock"), and what
+     * threads.cache_max purged of them (heap.c, sf_heaps_shed_waiting) */
+    _Atomic uint64_t heaps_waiting, cache_max_purges, cache_max_purged;
     _Atomic uint64_t memlimit_purges, memlimit_refusals; /* memlimit.c */
     _Atomic uint64_t guard[SF_GUARD_KINDS_COUNTED];
 };
@@ -366,7 +369,7 @@ typedef struct sf_heap_s {
     int64_t phase_delta;
     uint32_t phase_epoch;
     uint32_t purge_count;     /* pages on its purge queue */
-    uint64_t purge_bytes;     /* their committed bytes */
+    uint64_t purge_bytes;     /* their committed bytes (SF_SET: sf_heaps_shed_waiting reads it) */
     uint64_t exited_counted;  /* of those, counted in sf_gstats.exited_waiting (its thread is gone) */
     uint32_t purge_medium;    /* those of them in medium segments */
     uint32_t memlimit_epoch;  /* the sf_memlimit_epoch its pages were purged for */
@@ -385,6 +388,13 @@ typedef struct sf_heap_s {
     /* guard level 2's fast path for medium classes: as mdirect[], by class -
      * SF_MEDIUM_CLASS_MIN of the request with its tail */
     sf_page_t *gmdirect[SF_MDIRECT_COUNT];
+    /* the segment lock (segment.c): the heap's segments, free pages and
+     * purge queue, taken by whoever changes them (the owner, a collector)
+     * and by a thread purging the heap's waiting pages for threads.cache_max
+     * or memory.limit; depth: the holder's nesting (holder only).
+     * Here, in the padding before the next line: no field above moves) */
+    _Atomic uint32_t seg_busy;
+    uint32_t seg_depth;
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;

@@ -40,6 +40,15 @@
  *       pages for an adopter and gives the rest back at the exit; none with
  *       0; 6 MiB or more with room for 64 MiB (the control); and the thread
  *       that adopts the heap takes them over (bytes_exited_waiting 0)
+ *   cache_max_*  threads.cache_max bounds the waiting pages of every heap
+ *       together, live threads' included: a thread fills 24 MiB, frees it
+ *       and sleeps (nothing of its own will purge its heap again); with
+ *       the bound at 8 MiB the main thread's next page operations give the
+ *       sleeping thread's pages back at once (bytes_waiting <= 8 MiB, at
+ *       least one cache_max purge) while the main thread's own newest
+ *       pages stay (filling them again commits almost nothing); with room
+ *       for 64 MiB both threads' pages wait (the control: the library
+ *       before the bound kept them all); with 0 none waits
  *
  * Prefixed API only, so it runs in every build (the ASan build runs the
  * tests named limits*).  Each case runs in its own forked child (CK_FORK):
@@ -515,6 +524,112 @@ START_TEST(test_exited_keep_adopter_takes_over)
 }
 END_TEST
 
+/* ---- threads.cache_max -------------------------------------------------------- */
+
+#define PARKED_BYTES (24u * 1024 * 1024)
+static pthread_barrier_t parked;
+
+/* Fills 24 MiB of 1 KiB blocks, frees them (its pages wait: the clock is
+ * stopped) and sleeps on the barrier until the main thread is done. */
+static void *fill_free_park(void *arg)
+{
+    (void)arg;
+    size_t n = PARKED_BYTES / 1024;
+    void **v = st_map(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) {
+        if ((v[i] = sefer_malloc(1024)) == NULL)
+            ck_abort_msg("block %zu: NULL, errno %d", i, errno);
+        memset(v[i], 0x6b, 1024);
+    }
+    for (size_t i = 0; i < n; i++)
+        sefer_free(v[i]);
+    pthread_barrier_wait(&parked); /* 1: its pages wait */
+    pthread_barrier_wait(&parked); /* 2: the main thread measured */
+    return NULL;
+}
+
+#define MAIN_BLOCKS 1024 /* 4 MiB of 4 KiB blocks: another class, the main thread's own pages */
+static void *main_v[MAIN_BLOCKS];
+
+static void main_fill(void)
+{
+    for (size_t i = 0; i < MAIN_BLOCKS; i++) {
+        if ((main_v[i] = sefer_malloc(4096)) == NULL)
+            ck_abort_msg("block %zu: NULL, errno %d", i, errno);
+        memset(main_v[i], 0x2c, 4096);
+    }
+}
+
+static void main_free(void)
+{
+    for (size_t i = 0; i < MAIN_BLOCKS; i++)
+        sefer_free(main_v[i]);
+}
+
+/* The thread's 24 MiB wait (with room for them); then threads.cache_max is
+ * set to `max`, and the main thread fills and frees 4 MiB of its own.
+ * Returns the statistics after that free; *refill_rise: committed memory
+ * added by filling the 4 MiB again. */
+static struct sefer_stats parked_thread_then(const char *max, uint64_t *refill_rise)
+{
+    clock_start();
+    set_policy("adaptive");
+    ST_KNOB_SET("threads.cache_max", "64MiB");
+    ck_assert_int_eq(pthread_barrier_init(&parked, NULL, 2), 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fill_free_park, NULL), 0);
+    pthread_barrier_wait(&parked); /* 1 */
+    struct sefer_stats s0 = st_stats();
+    ck_assert_msg(s0.bytes_waiting >= PARKED_BYTES - ST_MIB, "the sleeping thread's pages do not wait: %" PRIu64 " B",
+                  s0.bytes_waiting);
+    ST_KNOB_SET("threads.cache_max", max);
+    main_fill();
+    main_free();
+    struct sefer_stats s1 = st_stats();
+    main_fill();
+    struct sefer_stats s2 = st_stats();
+    main_free();
+    pthread_barrier_wait(&parked); /* 2 */
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    *refill_rise = s2.bytes_committed > s1.bytes_committed ? s2.bytes_committed - s1.bytes_committed : 0;
+    printf("threads.cache_max = %s: %" PRIu64 " B waiting before, %" PRIu64 " B after the main thread's pages; "
+           "%" PRIu64 " purges gave back %" PRIu64 " B; filling 4 MiB again committed %" PRIu64 " B\n",
+           max, s0.bytes_waiting, s1.bytes_waiting, ST_DELTA(s1, s0, cache_max_purges),
+           ST_DELTA(s1, s0, bytes_cache_max_purged), *refill_rise);
+    fflush(stdout);
+    return s1;
+}
+
+START_TEST(test_cache_max_purges_sleeping_thread)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = parked_thread_then("8MiB", &rise);
+    ck_assert_msg(s.bytes_waiting <= 8 * ST_MIB, "%" PRIu64 " B waiting, past the 8 MiB bound", s.bytes_waiting);
+    ck_assert_uint_ge(s.cache_max_purges, 1);
+    ck_assert_msg(s.bytes_cache_max_purged >= 16 * ST_MIB, "only %" PRIu64 " B purged", s.bytes_cache_max_purged);
+    /* the main thread's pages are the newest: the sleeping thread's went first */
+    ck_assert_msg(rise <= ST_MIB, "filling its 4 MiB again committed %" PRIu64 " B: its own pages were purged", rise);
+}
+END_TEST
+
+START_TEST(test_cache_max_large_keeps_all)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = parked_thread_then("64MiB", &rise);
+    ck_assert_msg(s.bytes_waiting >= PARKED_BYTES + 3 * ST_MIB, "only %" PRIu64 " B waiting with room for 64 MiB",
+                  s.bytes_waiting);
+    ck_assert_uint_eq(s.cache_max_purges, 0);
+}
+END_TEST
+
+START_TEST(test_cache_max_zero_keeps_none)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = parked_thread_then("0", &rise);
+    ck_assert_msg(s.bytes_waiting == 0, "%" PRIu64 " B waiting with a bound of 0", s.bytes_waiting);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("limits-decommit");
@@ -534,6 +649,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_exited_keep_zero_gives_all_back);
     tcase_add_test(tc, test_exited_keep_large_keeps_pages);
     tcase_add_test(tc, test_exited_keep_adopter_takes_over);
+    tcase_add_test(tc, test_cache_max_purges_sleeping_thread);
+    tcase_add_test(tc, test_cache_max_large_keeps_all);
+    tcase_add_test(tc, test_cache_max_zero_keeps_none);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }

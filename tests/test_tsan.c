@@ -6,7 +6,9 @@
  *
  * Tests: cross-thread frees with checksummed blocks; statistics read while
  * other threads allocate; runtime knobs changed while other threads
- * allocate; threads that exit leaving blocks that another thread frees. */
+ * allocate; threads.cache_max purging every heap's waiting pages while
+ * their threads allocate; threads that exit leaving blocks that another
+ * thread frees. */
 #define _GNU_SOURCE
 #include "sefer_test.h"
 
@@ -217,6 +219,42 @@ START_TEST(test_knobs_while_allocating)
 }
 END_TEST
 
+/* threads.cache_max at 0 and 1 MiB: every page that empties in one
+ * worker's heap makes that worker purge the waiting pages of the others'
+ * heaps (segment.c, "the segment lock") while they take and give back
+ * pages of their own, and sefer_check reads heaps meanwhile; the blocks'
+ * checksums and sefer_check say nothing was lost or shared. */
+static void *cache_max_changer(void *unused)
+{
+    (void)unused;
+    static const char *const max[] = {"0", "1MiB", "0", "64MiB"};
+    unsigned i = 0;
+    while (atomic_load(&workers_running) > 0) {
+        FAIL_IF(sefer_config_set("threads.cache_max", max[i % 4]) != 0);
+        if (i % 8 == 7) /* (it takes the segment locks of the heaps it reads) */
+            FAIL_IF(sefer_check() != 0);
+        i++;
+        struct timespec ts = {0, 500000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+START_TEST(test_cache_max_while_allocating)
+{
+    ck_assert_int_eq(sefer_config_set("decommit.policy", "adaptive"), 0);
+    struct sefer_stats s0 = st_stats();
+    run_workers(cache_max_changer);
+    struct sefer_stats s1 = st_stats();
+    printf("threads.cache_max while allocating: %" PRIu64 " purges gave back %" PRIu64 " KiB\n",
+           ST_DELTA(s1, s0, cache_max_purges), (uint64_t)ST_DELTA(s1, s0, bytes_cache_max_purged) >> 10);
+    fflush(stdout);
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_int_gt(ST_DELTA(s1, s0, cache_max_purges), 0);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
 /* 300 threads in batches of 4 leave 8 blocks each (1 in 100 a span of up
  * to 2 MiB) for the main thread to free.  Nothing of theirs may leak: once
  * everything is freed, what stays mapped is what sefer keeps for reuse (the
@@ -297,6 +335,7 @@ int main(void)
     tcase_add_test(tc, test_cross_thread_prefixed);
     tcase_add_test(tc, test_stats_while_allocating);
     tcase_add_test(tc, test_knobs_while_allocating);
+    tcase_add_test(tc, test_cache_max_while_allocating);
     tcase_add_test(tc, test_exited_threads_blocks);
     suite_add_tcase(s, tc);
     return st_run_suite(s);

@@ -67,6 +67,8 @@ export function renderCache(dl, st, rates) {
     ['limit purges', count(st.memory_limit_purges) + (st.memory_limit_refusals ? ', ' + count(st.memory_limit_refusals) + ' allocations refused' : '')],
     ['decommitted', bytes(st.bytes_decommitted_total) + ' in all'],
     ['shed on growth', bytes(st.bytes_shed_on_growth) + ' in all'],
+    ['empty pages kept for reuse', st.bytes_waiting === undefined ? 'n/a' : bytes(st.bytes_waiting) +
+        (st.cache_max_purges ? ' (' + count(st.cache_max_purges) + ' purges past threads.cache_max, ' + bytes(st.bytes_cache_max_purged) + ')' : '')],
     ['kept for exited threads', st.bytes_exited_waiting === undefined ? 'n/a' : bytes(st.bytes_exited_waiting)],
     ['freed by other threads, not yet taken back', st.bytes_remote_pending === undefined ? 'n/a' : bytes(st.bytes_remote_pending)],
     ['decommit rate', rates.decommit === null ? 'n/a' : bytes(rates.decommit) + '/s'],
