@@ -10,13 +10,19 @@
  * RSS comes from /proc/self/statm; it does not depend on the machine's
  * load.  docs/scaling.md, "Threads beyond cores", has the figures.
  *
- *   idle_threads [-t THREADS] [-k SIZES] [-c]
- * Prints: idle_threads threads=T sizes=K control=0|1 before_kib=B idle_kib=I
- *         exited_kib=E allocator=... (whichalloc.h) */
+ * With -b KIB each thread first makes a burst: KIB blocks of 1 KiB,
+ * allocated, written and all freed, before its blocks and its park.  What
+ * the idle thread then adds is what its allocator keeps of memory the
+ * thread no longer uses (a worker asleep after a request).
+ *
+ *   idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-c]
+ * Prints: idle_threads threads=T sizes=K burst_kib=KIB control=0|1 before_kib=B
+ *         idle_kib=I exited_kib=E allocator=... (whichalloc.h) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "whichalloc.h"
@@ -24,7 +30,7 @@
 #define SIZES_MAX 30
 
 static pthread_barrier_t parked, go;
-static int control, nsizes = 1;
+static int control, nsizes = 1, burst_kib;
 static size_t sizes[SIZES_MAX];
 
 static long rss_kib(void) {
@@ -36,9 +42,22 @@ static long rss_kib(void) {
     return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* KIB blocks of 1 KiB, written and freed (the array of pointers from the
+ * OS: no allocator call of its own). */
+static void burst(void) {
+    size_t bytes = (size_t)burst_kib * sizeof(char *);
+    char **v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (v == MAP_FAILED) return;
+    for (int i = 0; i < burst_kib; i++)
+        if ((v[i] = malloc(1024)) != NULL) memset(v[i], 7, 1024);
+    for (int i = 0; i < burst_kib; i++) free(v[i]);
+    munmap(v, bytes);
+}
+
 static void *worker(void *arg) {
     (void)arg;
     char *p[SIZES_MAX] = {NULL};
+    if (!control && burst_kib > 0) burst();
     for (int i = 0; i < nsizes && !control; i++) {
         p[i] = malloc(sizes[i]);
         if (p[i] != NULL) memset(p[i], 1, sizes[i] < 64 ? sizes[i] : 64);
@@ -51,16 +70,17 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     int n = 1000, c;
-    while ((c = getopt(argc, argv, "t:k:c")) != -1) {
+    while ((c = getopt(argc, argv, "t:k:b:c")) != -1) {
         if (c == 't') n = atoi(optarg);
         else if (c == 'k') nsizes = atoi(optarg);
+        else if (c == 'b') burst_kib = atoi(optarg);
         else if (c == 'c') control = 1;
         else {
-            fprintf(stderr, "usage: idle_threads [-t THREADS] [-k SIZES] [-c]\n");
+            fprintf(stderr, "usage: idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-c]\n");
             return 2;
         }
     }
-    if (n < 1 || n > 100000 || nsizes < 1 || nsizes > SIZES_MAX) return 2;
+    if (n < 1 || n > 100000 || nsizes < 1 || nsizes > SIZES_MAX || burst_kib < 0 || burst_kib > (1 << 20)) return 2;
     for (int i = 0; i < nsizes; i++) sizes[i] = i == 0 ? 64 : sizes[i - 1] + sizes[i - 1] / 4;
     pthread_t *t = calloc((size_t)n, sizeof *t);
     pthread_attr_t attr;
@@ -82,8 +102,8 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&go);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     long exited = rss_kib();
-    printf("idle_threads threads=%d sizes=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld", n, nsizes,
-           control, before, idle, exited);
+    printf("idle_threads threads=%d sizes=%d burst_kib=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld", n,
+           nsizes, burst_kib, control, before, idle, exited);
     wa_print(stdout);
     putchar('\n');
     free(warm);
