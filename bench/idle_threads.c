@@ -11,9 +11,12 @@
  * load.  docs/scaling.md, "Threads beyond cores", has the figures.
  *
  * With -b KIB each thread first makes a burst: KIB blocks of 1 KiB,
- * allocated, written and all freed, before its blocks and its park.  What
- * the idle thread then adds is what its allocator keeps of memory the
- * thread no longer uses (a worker asleep after a request).
+ * allocated, written and all freed, before its blocks and its park; once
+ * they are parked the main thread waits 300 ms and makes a burst of 1 MiB
+ * itself (the program goes on: an allocator that gives back only when
+ * asked has been asked), then reads RSS.  What the idle threads then add
+ * is what their allocator keeps of memory they no longer use (workers
+ * asleep after a request).  The control's main thread waits too.
  *
  *   idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-c]
  * Prints: idle_threads threads=T sizes=K burst_kib=KIB control=0|1 before_kib=B
@@ -44,20 +47,20 @@ static long rss_kib(void) {
 
 /* KIB blocks of 1 KiB, written and freed (the array of pointers from the
  * OS: no allocator call of its own). */
-static void burst(void) {
-    size_t bytes = (size_t)burst_kib * sizeof(char *);
+static void burst(int kib) {
+    size_t bytes = (size_t)kib * sizeof(char *);
     char **v = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (v == MAP_FAILED) return;
-    for (int i = 0; i < burst_kib; i++)
+    for (int i = 0; i < kib; i++)
         if ((v[i] = malloc(1024)) != NULL) memset(v[i], 7, 1024);
-    for (int i = 0; i < burst_kib; i++) free(v[i]);
+    for (int i = 0; i < kib; i++) free(v[i]);
     munmap(v, bytes);
 }
 
 static void *worker(void *arg) {
     (void)arg;
     char *p[SIZES_MAX] = {NULL};
-    if (!control && burst_kib > 0) burst();
+    if (!control && burst_kib > 0) burst(burst_kib);
     for (int i = 0; i < nsizes && !control; i++) {
         p[i] = malloc(sizes[i]);
         if (p[i] != NULL) memset(p[i], 1, sizes[i] < 64 ? sizes[i] : 64);
@@ -98,6 +101,10 @@ int main(int argc, char **argv) {
             return 1;
         }
     pthread_barrier_wait(&parked);
+    if (burst_kib > 0) {
+        usleep(300 * 1000);
+        if (!control) burst(1024);
+    }
     long idle = rss_kib();
     pthread_barrier_wait(&go);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);

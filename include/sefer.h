@@ -104,7 +104,7 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(profile_unwind_disagreements, "heap profiling, profile.unwinder = check: stacks where sefer's walk and libgcc's differed, cumulative") \
     X(guard_samples, "sampled guard (guard.sample_bytes): allocations placed against an inaccessible page, cumulative") \
     X(guard_samples_live, "sampled guard: such blocks live now (at most 64)")                \
-    X(bytes_waiting, "bytes of empty pages all heaps keep committed for reuse, waiting out decommit.delay (at most about threads.cache_max; bytes_exited_waiting included)") \
+    X(bytes_waiting, "bytes of empty pages all heaps keep committed for reuse (bytes_exited_waiting included); past threads.cache_max, those past their decommit.delay go back") \
     X(cache_max_purges, "purges of waiting pages because bytes_waiting passed threads.cache_max, cumulative") \
     X(bytes_cache_max_purged, "bytes those purges gave back to the OS, cumulative")
 

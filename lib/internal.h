@@ -334,7 +334,7 @@ SF_HIDDEN size_t sf_heaps_collect_abandoned(bool purge_now);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
 SF_HIDDEN void sf_heaps_release_waiting(void);
 SF_HIDDEN extern _Atomic uint64_t sf_heaps_shed_at; /* sf_gstats.heaps_waiting past it: shed */
-SF_HIDDEN void sf_heaps_shed_waiting(sf_heap_t *me);
+SF_HIDDEN void sf_heaps_shed_waiting(void);
 SF_HIDDEN void sf_heaps_shed_refresh(void);
 SF_HIDDEN void sf_heaps_fork_prepare(void);
 SF_HIDDEN void sf_heaps_fork_parent(void);

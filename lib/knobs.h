@@ -39,7 +39,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(DECOMMIT_EXITED_KEEP, "decommit.exited_keep", SF_KNOB_SIZE, 32ull << 20, 0, 1ull << 40, 1, NULL, \
       "empty pages that heaps of exited threads keep committed, process-wide, for the threads that adopt them; past it they go back at once") \
     X(THREADS_CACHE_MAX, "threads.cache_max", SF_KNOB_SIZE, 32ull << 20, 0, 1ull << 40, 1, NULL,      \
-      "empty pages that all heaps together keep committed for reuse, process-wide (live and exited threads'); past it the oldest go back at once, whichever heap holds them") \
+      "empty pages that all heaps together keep committed, process-wide (live and exited threads'); past it, those past decommit.delay go back at once, whichever heap holds them") \
     X(THREADS_HEAP_AFTER, "threads.heap_after", SF_KNOB_UINT, 16, 0, 1u << 20, 1, NULL,               \
       "allocations a thread makes within one second before it gets a heap of its own; until then it allocates from the shared heap (0: at its first allocation)") \
     X(MEMORY_LIMIT, "memory.limit", SF_KNOB_SIZE, SF_KNOB_AUTO, 0, 1ull << 50, 1, sf_auto_names,     \

@@ -204,7 +204,7 @@ static void seg_unlock(sf_heap_t *heap) {
     atomic_store_explicit(&heap->seg_busy, 0, memory_order_release);
     /* (the caller holds no heap's lock now: the bound may purge any) */
     if (SF_UNLIKELY(atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) > sf_heaps_shed_at))
-        sf_heaps_shed_waiting(heap);
+        sf_heaps_shed_waiting();
 }
 
 void sf_segment_lock(sf_heap_t *heap) { seg_lock(heap); }
@@ -433,10 +433,11 @@ size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes) {
     return freed;
 }
 
-/* Another thread's purge (sf_heaps_shed_waiting): heap's waiting pages,
- * oldest first, those whose deadline is at most due_before, until `bytes`
- * went back; 0 at once if the heap's segment lock is held (its holder is
- * changing them: the purge tries the next heap). */
+/* A purge of any heap's waiting pages, by any thread (threads.cache_max,
+ * memory.limit): oldest first, those whose deadline is at most
+ * due_before, until `bytes` went back; 0 at once if the heap's segment
+ * lock is held (its holder is changing them: the purge tries the next
+ * heap). */
 size_t sf_segment_shed(sf_heap_t *heap, uint64_t bytes, uint64_t due_before) {
     uint32_t expected = 0;
     if (atomic_load_explicit(&heap->seg_busy, memory_order_relaxed) != 0 ||

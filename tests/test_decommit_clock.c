@@ -42,13 +42,16 @@
  *       that adopts the heap takes them over (bytes_exited_waiting 0)
  *   cache_max_*  threads.cache_max bounds the waiting pages of every heap
  *       together, live threads' included: a thread fills 24 MiB, frees it
- *       and sleeps (nothing of its own will purge its heap again); with
- *       the bound at 8 MiB the main thread's next page operations give the
- *       sleeping thread's pages back at once (bytes_waiting <= 8 MiB, at
- *       least one cache_max purge) while the main thread's own newest
- *       pages stay (filling them again commits almost nothing); with room
- *       for 64 MiB both threads' pages wait (the control: the library
- *       before the bound kept them all); with 0 none waits
+ *       and sleeps (nothing of its own will purge its heap again); two
+ *       delays later, with the bound at 8 MiB, the main thread's next page
+ *       operations give the sleeping thread's pages back at once
+ *       (bytes_waiting <= 8 MiB, at least one cache_max purge) while the
+ *       main thread's own pages, within their delay, stay (filling them
+ *       again commits nothing); with 0 all of the sleeping thread's go
+ *       and only the main thread's recent ones wait; with room for 64 MiB
+ *       both threads' pages wait (the control: the library before the
+ *       bound kept them all), and so they do at 8 MiB before their
+ *       delay has passed
  *
  * Prefixed API only, so it runs in every build (the ASan build runs the
  * tests named limits*).  Each case runs in its own forked child (CK_FORK):
@@ -567,10 +570,11 @@ static void main_free(void)
 }
 
 /* The thread's 24 MiB wait (with room for them); then threads.cache_max is
- * set to `max`, and the main thread fills and frees 4 MiB of its own.
- * Returns the statistics after that free; *refill_rise: committed memory
- * added by filling the 4 MiB again. */
-static struct sefer_stats parked_thread_then(const char *max, uint64_t *refill_rise)
+ * set to `max`, the clock moves on by `delays` decommit.delays, and the
+ * main thread fills and frees 4 MiB of its own.  Returns the statistics
+ * after that free; *refill_rise: committed memory added by filling the
+ * 4 MiB again. */
+static struct sefer_stats parked_thread_then(const char *max, unsigned delays, uint64_t *refill_rise)
 {
     clock_start();
     set_policy("adaptive");
@@ -583,6 +587,7 @@ static struct sefer_stats parked_thread_then(const char *max, uint64_t *refill_r
     ck_assert_msg(s0.bytes_waiting >= PARKED_BYTES - ST_MIB, "the sleeping thread's pages do not wait: %" PRIu64 " B",
                   s0.bytes_waiting);
     ST_KNOB_SET("threads.cache_max", max);
+    clock_advance(DELAY_MS * delays);
     main_fill();
     main_free();
     struct sefer_stats s1 = st_stats();
@@ -592,9 +597,10 @@ static struct sefer_stats parked_thread_then(const char *max, uint64_t *refill_r
     pthread_barrier_wait(&parked); /* 2 */
     ck_assert_int_eq(pthread_join(t, NULL), 0);
     *refill_rise = s2.bytes_committed > s1.bytes_committed ? s2.bytes_committed - s1.bytes_committed : 0;
-    printf("threads.cache_max = %s: %" PRIu64 " B waiting before, %" PRIu64 " B after the main thread's pages; "
-           "%" PRIu64 " purges gave back %" PRIu64 " B; filling 4 MiB again committed %" PRIu64 " B\n",
-           max, s0.bytes_waiting, s1.bytes_waiting, ST_DELTA(s1, s0, cache_max_purges),
+    printf("threads.cache_max = %s, %u delays later: %" PRIu64 " B waiting before, %" PRIu64
+           " B after the main thread's pages; %" PRIu64 " purges gave back %" PRIu64
+           " B; filling 4 MiB again committed %" PRIu64 " B\n",
+           max, delays, s0.bytes_waiting, s1.bytes_waiting, ST_DELTA(s1, s0, cache_max_purges),
            ST_DELTA(s1, s0, bytes_cache_max_purged), *refill_rise);
     fflush(stdout);
     return s1;
@@ -603,19 +609,30 @@ static struct sefer_stats parked_thread_then(const char *max, uint64_t *refill_r
 START_TEST(test_cache_max_purges_sleeping_thread)
 {
     uint64_t rise = 0;
-    struct sefer_stats s = parked_thread_then("8MiB", &rise);
+    struct sefer_stats s = parked_thread_then("8MiB", 2, &rise);
     ck_assert_msg(s.bytes_waiting <= 8 * ST_MIB, "%" PRIu64 " B waiting, past the 8 MiB bound", s.bytes_waiting);
     ck_assert_uint_ge(s.cache_max_purges, 1);
     ck_assert_msg(s.bytes_cache_max_purged >= 16 * ST_MIB, "only %" PRIu64 " B purged", s.bytes_cache_max_purged);
-    /* the main thread's pages are the newest: the sleeping thread's went first */
+    /* the main thread's pages are within their delay: they stay */
     ck_assert_msg(rise <= ST_MIB, "filling its 4 MiB again committed %" PRIu64 " B: its own pages were purged", rise);
+}
+END_TEST
+
+/* Within their delay the sleeping thread's pages stay, bound or not. */
+START_TEST(test_cache_max_keeps_pages_within_delay)
+{
+    uint64_t rise = 0;
+    struct sefer_stats s = parked_thread_then("8MiB", 0, &rise);
+    ck_assert_msg(s.bytes_waiting >= PARKED_BYTES, "only %" PRIu64 " B waiting: pages within their delay purged",
+                  s.bytes_waiting);
+    ck_assert_uint_eq(s.bytes_cache_max_purged, 0);
 }
 END_TEST
 
 START_TEST(test_cache_max_large_keeps_all)
 {
     uint64_t rise = 0;
-    struct sefer_stats s = parked_thread_then("64MiB", &rise);
+    struct sefer_stats s = parked_thread_then("64MiB", 2, &rise);
     ck_assert_msg(s.bytes_waiting >= PARKED_BYTES + 3 * ST_MIB, "only %" PRIu64 " B waiting with room for 64 MiB",
                   s.bytes_waiting);
     ck_assert_uint_eq(s.cache_max_purges, 0);
@@ -625,8 +642,11 @@ END_TEST
 START_TEST(test_cache_max_zero_keeps_none)
 {
     uint64_t rise = 0;
-    struct sefer_stats s = parked_thread_then("0", &rise);
-    ck_assert_msg(s.bytes_waiting == 0, "%" PRIu64 " B waiting with a bound of 0", s.bytes_waiting);
+    struct sefer_stats s = parked_thread_then("0", 2, &rise);
+    /* (the main thread's 4 MiB, within their delay, and segment slack) */
+    ck_assert_msg(s.bytes_waiting <= 5 * ST_MIB, "%" PRIu64 " B waiting with a bound of 0", s.bytes_waiting);
+    ck_assert_msg(s.bytes_cache_max_purged >= PARKED_BYTES - ST_MIB, "only %" PRIu64 " B purged",
+                  s.bytes_cache_max_purged);
 }
 END_TEST
 
@@ -650,6 +670,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_exited_keep_large_keeps_pages);
     tcase_add_test(tc, test_exited_keep_adopter_takes_over);
     tcase_add_test(tc, test_cache_max_purges_sleeping_thread);
+    tcase_add_test(tc, test_cache_max_keeps_pages_within_delay);
     tcase_add_test(tc, test_cache_max_large_keeps_all);
     tcase_add_test(tc, test_cache_max_zero_keeps_none);
     suite_add_tcase(s, tc);

@@ -219,10 +219,10 @@ START_TEST(test_knobs_while_allocating)
 }
 END_TEST
 
-/* threads.cache_max at 0 and 1 MiB: every page that empties in one
- * worker's heap makes that worker purge the waiting pages of the others'
- * heaps (segment.c, "the segment lock") while they take and give back
- * pages of their own, and sefer_check reads heaps meanwhile; the blocks'
+/* threads.cache_max at 0 and 1 MiB, decommit.delay 1 ms: every page that
+ * empties in one worker's heap makes that worker purge the waiting pages
+ * of every heap (segment.c, "the segment lock") while their threads take
+ * and give back pages of their own, and sefer_check reads heaps meanwhile; the blocks'
  * checksums and sefer_check say nothing was lost or shared. */
 static void *cache_max_changer(void *unused)
 {
@@ -243,6 +243,8 @@ static void *cache_max_changer(void *unused)
 START_TEST(test_cache_max_while_allocating)
 {
     ck_assert_int_eq(sefer_config_set("decommit.policy", "adaptive"), 0);
+    /* (the bound takes pages past their delay: make them so at once) */
+    ck_assert_int_eq(sefer_config_set("decommit.delay", "1ms"), 0);
     struct sefer_stats s0 = st_stats();
     run_workers(cache_max_changer);
     struct sefer_stats s1 = st_stats();
