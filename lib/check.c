@@ -148,8 +148,15 @@ static bool claim_heaps(void) {
         ck.full[i] = heap != NULL && ((int64_t)i == ck.mine ||
                                       atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING));
         /* and its segment lock: another thread may be purging its waiting
-         * pages (before the pass locks, which such a purge takes) */
-        if (ck.full[i] && heap->kind == SF_HEAP_REAL) sf_segment_lock(heap);
+         * pages (before the pass locks, which such a purge takes; the exit
+         * sweep waits a bounded time, and skips the heap past it) */
+        if (!ck.full[i] || heap->kind != SF_HEAP_REAL) continue;
+        if (!ck.sweep) {
+            sf_segment_lock(heap);
+        } else if (!sf_segment_lock_bounded(heap)) {
+            ck.full[i] = false;
+            if ((int64_t)i != ck.mine) atomic_store(&heap->state, SF_HEAP_ABANDONED);
+        }
     }
     ck.full[FALLBACK_IDX] = true; /* under sf_fallback_lock */
     return true;
@@ -737,12 +744,21 @@ static void drop_pass_locks_from(size_t i) {
 
 static bool take_pass_locks(void) {
     for (size_t i = 0; i < PASS_LOCKS; i++) {
-        if (pass_locks[i] == &sf_cache_lock) sf_segment_lock(&sf_heap_fallback); /* (after its lock) */
+        if (pass_locks[i] == &sf_cache_lock) { /* the fallback heap's segment lock, after its lock */
+            if (!ck.sweep) {
+                sf_segment_lock(&sf_heap_fallback);
+            } else if (!sf_segment_lock_bounded(&sf_heap_fallback)) {
+                drop_pass_locks_from(i);
+                return false;
+            }
+        }
         if (!ck.sweep) {
             sf_lock(pass_locks[i]);
         } else if (!sf_lock_bounded(pass_locks[i])) {
-            drop_pass_locks_from(i);
+            /* (the fallback heap's segment lock before its lock: its next
+             * holder would take the depth for its own) */
             if (pass_locks[i] == &sf_cache_lock) sf_segment_unlock(&sf_heap_fallback);
+            drop_pass_locks_from(i);
             return false;
         }
     }

@@ -176,7 +176,9 @@ void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
  * has either stays abandoned (adoptable, and purged by sf_heaps_purge_abandoned)
  * rather than free. */
 static bool heap_has_pages(sf_heap_t *heap) {
-    return heap->pages_in_use != 0 || heap->purge.first != NULL;
+    /* (purge_bytes, not the queue: another thread may be purging it; a
+     * page on the queue is committed, so the two say the same) */
+    return heap->pages_in_use != 0 || SF_GET(heap->purge_bytes) != 0;
 }
 
 /* Empty pages of heaps whose thread is gone.  They wait, as any heap's
@@ -253,6 +255,9 @@ void sf_heaps_purge_abandoned(void) {
     if (pending) atomic_store_explicit(&abandoned_purges, true, memory_order_relaxed);
 }
 
+/* Held by a purge of other threads' heaps, and across a fork. */
+static pthread_mutex_t shed_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* segments.max or memory.limit is reached: every heap decommits its
  * waiting pages now, so the segments kept only for them (segment.c,
  * segment_waits) go back.  The calling thread's heap and abandoned ones as
@@ -261,6 +266,9 @@ void sf_heaps_purge_abandoned(void) {
  * memlimit.c).  Before the segment lock, live threads' heaps were theirs
  * alone, and a thread that slept kept its pages through any pressure. */
 void sf_heaps_release_waiting(void) {
+    /* (under shed_lock: a fork must not cut a purge of another heap in
+     * half, fork_prepare takes it) */
+    sf_lock(&shed_lock);
     sf_heap_t *me = sf_tls_heap;
     if (me->kind == SF_HEAP_REAL && me != &sf_heap_fallback) sf_segment_collect_purges(me, true);
     uint32_t n = sf_heap_slots();
@@ -275,6 +283,7 @@ void sf_heaps_release_waiting(void) {
             sf_segment_shed(heap, UINT64_MAX, UINT64_MAX);
         }
     }
+    sf_unlock(&shed_lock);
 }
 
 /* ---- threads.cache_max: what all heaps keep waiting ------------------------ */
@@ -301,7 +310,6 @@ void sf_heaps_release_waiting(void) {
  * grown by another eighth: not at every page. */
 _Atomic uint64_t sf_heaps_shed_at = UINT64_MAX;
 static _Atomic uint64_t shed_next_ms, shed_next_bytes; /* the gate, after a walk short of its target */
-static pthread_mutex_t shed_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t shed_cursor; /* (under shed_lock) where the walk starts */
 
 /* threads.cache_max was set (or at start-up). */
@@ -363,7 +371,7 @@ void sf_heaps_fork_parent(void) { sf_unlock(&shed_lock); }
 static bool heap_collect_abandoned(sf_heap_t *heap, bool purge_now) {
     if (!heap_claim_to_collect(heap)) return false;
     sf_page_collect_heap_ex(heap, true, purge_now);
-    if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
+    if (SF_GET(heap->purge_bytes) != 0) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
     return true;
 }
@@ -404,9 +412,13 @@ static bool heap_claim(sf_heap_t *heap) {
     }
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
     heap->refills = 0; /* a new thread: no carving ahead until it shows it allocates often (page.c) */
-    /* its waiting pages are a live thread's again (exited_pages_bound) */
+    /* its waiting pages are a live thread's again (exited_pages_bound);
+     * under its segment lock: a purge by another thread may be taking
+     * them out of the count this instant (purge_queue_remove) */
+    sf_segment_lock(heap);
     atomic_fetch_sub_explicit(&sf_gstats.exited_waiting, heap->exited_counted, memory_order_relaxed);
     heap->exited_counted = 0;
+    sf_segment_unlock(heap);
     return true;
 }
 
@@ -528,7 +540,7 @@ void sf_heap_thread_done(void *value) {
     sf_page_collect_heap_ex(heap, true, false);
     sf_track_quiet_end();
     atomic_store_explicit(&heap->tid, 0, memory_order_relaxed);
-    if (heap->purge.first != NULL) atomic_store(&abandoned_purges, true);
+    if (SF_GET(heap->purge_bytes) != 0) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
     ownerless_push(heap);
 }

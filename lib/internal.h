@@ -256,6 +256,7 @@ SF_HIDDEN size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes);
 SF_HIDDEN size_t sf_segment_shed(sf_heap_t *heap, uint64_t bytes, uint64_t due_before);
 SF_HIDDEN void sf_segment_lock(sf_heap_t *heap);   /* the heap's segment lock (segment.c) */
 SF_HIDDEN void sf_segment_unlock(sf_heap_t *heap);
+SF_HIDDEN bool sf_segment_lock_bounded(sf_heap_t *heap);
 SF_HIDDEN bool sf_reserve_segments(size_t count);
 SF_HIDDEN void sf_release_segments(size_t count);
 

@@ -202,12 +202,32 @@ static void seg_lock(sf_heap_t *heap) {
 static void seg_unlock(sf_heap_t *heap) {
     if (--heap->seg_depth != 0) return;
     atomic_store_explicit(&heap->seg_busy, 0, memory_order_release);
-    /* (the caller holds no heap's lock now: the bound may purge any) */
+    /* (the caller holds this heap's lock no more; it may hold others, or
+     * the fallback heap's lock: the purge only tries heaps' locks and
+     * skips those held) */
     if (SF_UNLIKELY(atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) > sf_heaps_shed_at))
         sf_heaps_shed_waiting();
 }
 
 void sf_segment_lock(sf_heap_t *heap) { seg_lock(heap); }
+
+/* The same with a bounded wait, for the exit sweep (check.c), which may run
+ * in a thread interrupted while it held the lock: false if it is not had
+ * within about as long as sf_lock_bounded waits, or if the caller holds
+ * it already (its holder, interrupted, was changing the heap). */
+bool sf_segment_lock_bounded(sf_heap_t *heap) {
+    if (heap->seg_depth != 0) return false;
+    for (int i = 0; i < 20000; i++) {
+        uint32_t expected = 0;
+        if (atomic_compare_exchange_strong_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
+                                                    memory_order_relaxed)) {
+            heap->seg_depth = 1;
+            return true;
+        }
+        sched_yield();
+    }
+    return false;
+}
 void sf_segment_unlock(sf_heap_t *heap) { seg_unlock(heap); }
 
 /* ---- small and medium segments ---------------------------------------- */
