@@ -4,7 +4,9 @@
  * against allocations the test makes (this thread's heap is its own, so its
  * figures move by exactly what the test allocates).  Also: the public
  * start/stop API, methods, unknown paths, query validation, /metrics
- * parsed (and checked by promtool when installed). */
+ * parsed (and checked by promtool when installed); the server's thread
+ * giving back what passes threads.cache_max while every other thread
+ * sleeps. */
 #include "itest.h"
 
 #include <malloc.h>
@@ -770,6 +772,55 @@ START_TEST(test_start_ipv6)
 }
 END_TEST
 
+/* threads.cache_max while every thread sleeps: a thread frees 24 MiB and
+ * parks, this one waits without allocating; nothing but the server's
+ * thread runs, and it gives back what passes the bound once the pages'
+ * delay is over (loop.c; without the server they would stay for good). */
+static pthread_barrier_t sleepers;
+
+static void *fill_free_park(void *arg)
+{
+    (void)arg;
+    enum { N = 24 * 1024 };
+    void **v = st_map(N * sizeof *v);
+    for (size_t i = 0; i < N; i++) {
+        v[i] = sefer_malloc(1024);
+        ck_assert_ptr_nonnull(v[i]);
+        memset(v[i], 0x3c, 1024);
+    }
+    for (size_t i = 0; i < N; i++)
+        sefer_free(v[i]);
+    st_unmap(v, N * sizeof *v);
+    pthread_barrier_wait(&sleepers); /* 1: freed */
+    pthread_barrier_wait(&sleepers); /* 2: measured */
+    return NULL;
+}
+
+START_TEST(test_server_gives_back_past_cache_max)
+{
+    ST_KNOB_SET("decommit.delay", "10ms");
+    ST_KNOB_SET("threads.cache_max", "8MiB");
+    it_start();
+    ck_assert_int_eq(pthread_barrier_init(&sleepers, NULL, 2), 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fill_free_park, NULL), 0);
+    pthread_barrier_wait(&sleepers); /* 1 */
+    struct sefer_stats s0 = st_stats(), s;
+    /* (waits for the event; the deadline only ends a hang) */
+    for (int i = 0; i < 3000 && (s = st_stats()).bytes_waiting > 8 * ST_MIB; i++)
+        usleep(10 * 1000);
+    printf("threads.cache_max with every allocating thread asleep: %" PRIu64 " -> %" PRIu64
+           " B waiting, %" PRIu64 " B given back\n",
+           s0.bytes_waiting, s.bytes_waiting, ST_DELTA(s, s0, bytes_cache_max_purged));
+    fflush(stdout);
+    pthread_barrier_wait(&sleepers); /* 2 */
+    pthread_join(t, NULL);
+    ck_assert_msg(s0.bytes_waiting >= 16 * ST_MIB, "only %" PRIu64 " B waited after the free", s0.bytes_waiting);
+    ck_assert_msg(s.bytes_waiting <= 8 * ST_MIB, "%" PRIu64 " B still waiting after 30 s", s.bytes_waiting);
+    sefer_introspect_stop();
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("introspect");
@@ -788,6 +839,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_paths_match_exactly);
     tcase_add_test(tc, test_host_header_names_this_server);
     tcase_add_test(tc, test_cjson_failure_is_503);
+    tcase_add_test(tc, test_server_gives_back_past_cache_max);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "promtool", promtool_why_not);
     tcase_set_timeout(tc, 60);
