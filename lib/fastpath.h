@@ -190,12 +190,18 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * random sizes, for a few instructions a free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
     uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
-    if (SF_LIKELY(n != 0 && (SF_GET(page->used) & SF_USED_BIAS))) {
-        *left = n - 1;
-        sf_free_owned(heap, page, p, true);
-    } else { /* (the sample is next) */
-        sf_free_owned(heap, page, p, false);
-    }
+    /* Without a branch: whether a block's page is its class's current one
+     * is a coin toss when frees come in random order (larson: twice the
+     * mispredictions of the profile off, valgrind's model), so the list is
+     * chosen by its address, free and local_free being neighbours. */
+    uint64_t top = (uint64_t)(n != 0) & (uint64_t)((SF_GET(page->used) & SF_USED_BIAS) != 0);
+    *left = n - top;
+    _Static_assert(offsetof(sf_page_t, local_free) == offsetof(sf_page_t, free) + sizeof(sf_block_t *),
+                   "free and local_free are neighbours");
+    sf_block_t *b = (sf_block_t *)p,
+               **list = (sf_block_t **)((char *)page + offsetof(sf_page_t, local_free) - top * sizeof(sf_block_t *));
+    b->next = *list;
+    sf_free_onto(heap, page, b, list);
 }
 
 /* How free() at levels 0-1 pushes the owner's block (a constant in each
