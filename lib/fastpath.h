@@ -190,30 +190,10 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * random sizes, for a few instructions a free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
     uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
-    uint64_t top = (uint64_t)(n != 0) & (uint64_t)((SF_GET(page->used) & SF_USED_BIAS) != 0);
-    if (heap->prof_random) {
-        /* Frees in random order (larson, random replacement): whether a
-         * block's page is its class's current one is a coin toss, and a
-         * branch on it doubled larson's mispredictions (valgrind's model),
-         * so the list is chosen by its address (free and local_free are
-         * neighbours).  Not always: where frees follow their mallocs
-         * (malloc then free) the branch is right every time, and the
-         * chosen address puts two loads ahead of the push that the next
-         * malloc waits for (0.65x on mixed-16-2k-k1).  sf_prof_charge
-         * decides which, by how many frees lately missed the top. */
-        _Static_assert(offsetof(sf_page_t, local_free) == offsetof(sf_page_t, free) + sizeof(sf_block_t *),
-                       "free and local_free are neighbours");
-        *left = n - top;
-        heap->prof_offtop += (uint32_t)(1 - top);
-        sf_block_t *b = (sf_block_t *)p,
-                   **list = (sf_block_t **)((char *)page + offsetof(sf_page_t, local_free) - top * sizeof(sf_block_t *));
-        b->next = *list;
-        sf_free_onto(heap, page, b, list);
-    } else if (SF_LIKELY(top)) {
+    if (SF_LIKELY(n != 0 && (SF_GET(page->used) & SF_USED_BIAS))) {
         *left = n - 1;
         sf_free_owned(heap, page, p, true);
-    } else { /* (a page behind the current one, or the sample is next) */
-        heap->prof_offtop++;
+    } else { /* (the sample is next) */
         sf_free_owned(heap, page, p, false);
     }
 }

@@ -156,27 +156,12 @@ bool sf_prof_due(sf_heap_t *heap, unsigned c) {
     return true;
 }
 
-/* How the owner's frees choose their list while armed (fastpath.h,
- * sf_free_owned_counted): without a branch once more than a quarter of
- * them, over the last PROF_ORDER_WINDOW blocks charged or more, missed the
- * top of their class's current page. */
-#define PROF_ORDER_WINDOW 4096u
-
-static void judge_free_order(sf_heap_t *heap, uint64_t charged) {
-    heap->prof_charged += charged;
-    if (heap->prof_charged < PROF_ORDER_WINDOW) return;
-    heap->prof_random = (uint64_t)heap->prof_offtop * 4 > heap->prof_charged;
-    heap->prof_offtop = 0;
-    heap->prof_charged = 0;
-}
-
 void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
     page->prof_charged = 1;
     heap_refresh(heap);
     if (heap->prof.rate == 0) return;
     uint64_t *skip = &heap->prof.skip[page->class_idx];
     uint64_t len = (uint64_t)page->capacity - sf_page_used(page);
-    judge_free_order(heap, len);
     if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
     if (*skip >= len) {
         *skip -= len;

@@ -395,13 +395,6 @@ typedef struct sf_heap_s {
      * Here, in the padding before the next line: no field above moves) */
     _Atomic uint32_t seg_busy;
     uint32_t seg_depth;
-    /* heap profiling, the owner's frees while armed (fastpath.h,
-     * sf_free_owned_counted): frees that did not land on top of their
-     * class's current page, and blocks charged, since the last look
-     * (profile.c, sf_prof_charge); whether frees come in random order
-     * (then the list is chosen without a branch).  (In the padding too.) */
-    uint32_t prof_offtop, prof_random;
-    uint64_t prof_charged;
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;
