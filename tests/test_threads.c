@@ -1,7 +1,8 @@
 /* test_threads.c - sefer under threads: cross-thread frees with checksummed
  * blocks, a remote-free ring overflow storm, thousands of short-lived
  * threads, more live threads than registry slots, allocation from thread
- * destructors after sefer's own teardown, and fork from a busy process.
+ * destructors after sefer's own teardown, and fork from a busy process (also while threads.cache_max purges
+ * other threads' heaps).
  *
  * Uses the standard names (the interposed malloc family). */
 #define _GNU_SOURCE
@@ -1015,7 +1016,21 @@ static void child_after_fork(void *argp)
     _exit(0);
 }
 
-START_TEST(test_fork_while_busy)
+/* 2 MiB of 1 KiB blocks, allocated and freed: pages that wait. */
+static void burst_of_pages(void)
+{
+    static void *v[2048];
+    for (int i = 0; i < 2048; i++) {
+        v[i] = malloc(1024);
+        FAIL_IF(v[i] == NULL);
+        if (v[i])
+            memset(v[i], 0x4d, 1024);
+    }
+    for (int i = 0; i < 2048; i++)
+        free(v[i]);
+}
+
+static void fork_while_busy(bool purging)
 {
     atomic_store(&busy_stop, 0);
     pthread_t t[BUSY_THREADS];
@@ -1027,6 +1042,10 @@ START_TEST(test_fork_while_busy)
         inherited = malloc(200 + (size_t)i);
         ck_assert_ptr_nonnull(inherited);
         usleep(2000);
+        if (purging) { /* the last burst's pages are past their delay: this one's purge them */
+            usleep(10000);
+            burst_of_pages();
+        }
         int st = st_run_child(child_after_fork, (void *)(intptr_t)(i % 4 == 0), err, sizeof err,
                               10);
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
@@ -1045,6 +1064,27 @@ START_TEST(test_fork_while_busy)
                   "deadlock; exit 10-16 = an allocation failed in the child)",
                   bad, bad_at, st_describe_status(bad_status));
     ck_assert_int_eq(atomic_load(&failures), 0);
+}
+
+START_TEST(test_fork_while_busy)
+{
+    fork_while_busy(false);
+}
+END_TEST
+
+/* The same while every page that empties is purged at once from whichever
+ * heap holds it (threads.cache_max 0, a 1 ms delay): forks land in the
+ * middle of purges of other threads' heaps, which fork must not cut in
+ * half (sf_heaps_fork_prepare), and the children's own page operations
+ * purge the heaps the parent's threads left them. */
+START_TEST(test_fork_while_purging)
+{
+    ST_KNOB_SET("threads.cache_max", "0");
+    ST_KNOB_SET("decommit.delay", "1ms");
+    struct sefer_stats s0 = st_stats();
+    fork_while_busy(true);
+    struct sefer_stats s1 = st_stats();
+    ck_assert_int_gt(ST_DELTA(s1, s0, cache_max_purges), 0);
 }
 END_TEST
 
@@ -1275,6 +1315,7 @@ static Suite *threads_suite(void)
     tcase_add_checked_fixture(tc, heap_per_thread, NULL);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_fork_while_busy);
+    tcase_add_test(tc, test_fork_while_purging);
     suite_add_tcase(s, tc);
     return s;
 }
