@@ -359,12 +359,10 @@ static bool loop_once(struct sf_loop *lp) {
     int n = poll(p, 3 + conns, timeout);
     if (atomic_load(&lp->stopping)) return false;
     sf_profile_tick();
-    /* threads.cache_max: pages past their delay that no thread's page
-     * operation came to give back (every thread asleep); at most every
-     * SF_PROFILE_TICK_MS, and a load and a compare unless the bound is passed */
-    if (atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) >
-        atomic_load_explicit(&sf_heaps_shed_at, memory_order_relaxed))
-        sf_heaps_shed_waiting();
+    /* what the decommit policy, large_cache.ttl and threads.cache_max would
+     * give back at some thread's next page or cache operation, for a
+     * process whose threads all sleep (at least every SF_PROFILE_TICK_MS) */
+    sf_decommit_tick();
     if (n < 0 && errno != EINTR) return mark_lost(lp), false;
     for (int i = 0; i < 3; i++)
         if (p[i].revents & POLLNVAL) return mark_lost(lp), false; /* closed under us */

@@ -16,7 +16,8 @@
  *
  * Nothing here runs on a timer: peaks are noted when memory is taken, and
  * the purges that consult them run where they always did (page allocation,
- * cache operations, thread exit, sefer_trim). */
+ * cache operations, thread exit, sefer_trim), and, while the introspection
+ * server runs, at each turn of its thread's loop (heap.c, sf_decommit_tick). */
 #include "internal.h"
 
 /* The interval number of `now`, and the window rolled forward to it. */
@@ -47,3 +48,4 @@ uint64_t sf_reuse_keep(sf_reuse_t *r, uint64_t now, uint64_t in_use) {
         if (r->peak[i] > most) most = r->peak[i];
     return most > in_use ? most - in_use : 0;
 }
+

@@ -358,6 +358,19 @@ void sf_heaps_shed_waiting(void) {
     pthread_mutex_unlock(&shed_lock);
 }
 
+/* The one caller on a clock: the introspection server's thread, at each
+ * turn of its loop (introspect/loop.c, at least once a second).  Without
+ * it, what decommit.delay, large_cache.ttl and threads.cache_max would
+ * give back waits for some thread's next page or cache operation, and a
+ * process all of whose threads sleep keeps it.  Cheap when there is
+ * nothing to do: two loads and compares. */
+void sf_decommit_tick(void) {
+    if (atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) >
+        atomic_load_explicit(&sf_heaps_shed_at, memory_order_relaxed))
+        sf_heaps_shed_waiting();
+    if (atomic_load_explicit(&sf_gstats.cache_spans, memory_order_relaxed) > 0) sf_cache_purge(false);
+}
+
 void sf_heaps_fork_prepare(void) { sf_lock(&shed_lock); }
 void sf_heaps_fork_parent(void) { sf_unlock(&shed_lock); }
 

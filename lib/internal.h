@@ -337,6 +337,7 @@ SF_HIDDEN void sf_heaps_release_waiting(void);
 SF_HIDDEN extern _Atomic uint64_t sf_heaps_shed_at; /* sf_gstats.heaps_waiting past it: shed */
 SF_HIDDEN void sf_heaps_shed_waiting(void);
 SF_HIDDEN void sf_heaps_shed_refresh(void);
+SF_HIDDEN void sf_decommit_tick(void); /* the introspection server's thread, once a second or more */
 SF_HIDDEN void sf_heaps_fork_prepare(void);
 SF_HIDDEN void sf_heaps_fork_parent(void);
 SF_HIDDEN void sf_heap_tables_empty(sf_heap_t *heap);

@@ -5,8 +5,8 @@
  * figures move by exactly what the test allocates).  Also: the public
  * start/stop API, methods, unknown paths, query validation, /metrics
  * parsed (and checked by promtool when installed); the server's thread
- * giving back what passes threads.cache_max while every other thread
- * sleeps. */
+ * giving back what passes threads.cache_max, and cached spans past
+ * large_cache.ttl, while every other thread sleeps. */
 #include "itest.h"
 
 #include <malloc.h>
@@ -821,6 +821,33 @@ START_TEST(test_server_gives_back_past_cache_max)
 }
 END_TEST
 
+/* The same for the large cache: spans freed and cached go once
+ * large_cache.ttl has passed, with no thread allocating after them. */
+START_TEST(test_server_expires_cached_spans)
+{
+    ST_KNOB_SET("large_cache.ttl", "50ms");
+    it_start();
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        p[i] = sefer_malloc(ST_MIB);
+        ck_assert_ptr_nonnull(p[i]);
+        memset(p[i], 0x5e, ST_MIB);
+    }
+    for (int i = 0; i < 8; i++)
+        sefer_free(p[i]);
+    struct sefer_stats s0 = st_stats(), s;
+    for (int i = 0; i < 3000 && (s = st_stats()).large_cache_spans > 0; i++)
+        usleep(10 * 1000);
+    printf("large cache with every allocating thread asleep: %" PRIu64 " -> %" PRIu64 " spans, %" PRIu64
+           " -> %" PRIu64 " B\n",
+           s0.large_cache_spans, s.large_cache_spans, s0.large_cache_bytes, s.large_cache_bytes);
+    fflush(stdout);
+    ck_assert_msg(s0.large_cache_spans > 0, "nothing was cached");
+    ck_assert_msg(s.large_cache_spans == 0, "%" PRIu64 " spans still cached after 30 s", s.large_cache_spans);
+    sefer_introspect_stop();
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("introspect");
@@ -840,6 +867,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_host_header_names_this_server);
     tcase_add_test(tc, test_cjson_failure_is_503);
     tcase_add_test(tc, test_server_gives_back_past_cache_max);
+    tcase_add_test(tc, test_server_expires_cached_spans);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "promtool", promtool_why_not);
     tcase_set_timeout(tc, 60);
