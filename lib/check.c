@@ -19,8 +19,8 @@
  *     with sf_link_decode, every block a carved block start carrying the
  *     free mark, none twice, so a cycle ends the walk), used + free <=
  *     carved, the class queues and the full list, direct[], the segment
- *     free lists, pages_in_use, the purge queue, the remote-free ring and
- *     overflow list, and the level-3 quarantine.
+ *     free lists, pages_in_use, the purge queue (and its byte counts),
+ *     the remote-free ring and overflow list, and the level-3 quarantine.
  *
  * The pages of a heap whose thread is running are that thread's alone: for
  * them only the segment header and the segment map are checked (a running
@@ -640,7 +640,7 @@ static void check_free_segs(const sf_heap_t *heap, const struct heap_tally *t) {
 }
 
 static void check_purge_queue(const sf_heap_t *heap, const struct heap_tally *t) {
-    size_t n = 0;
+    size_t n = 0, bytes = 0;
     const sf_page_t *prev = NULL;
     for (const sf_page_t *page = heap->purge.first; page != NULL; prev = page, page = page->next) {
         if (n++ > t->page_slots || !valid_page(page)) {
@@ -650,9 +650,13 @@ static void check_purge_queue(const sf_heap_t *heap, const struct heap_tally *t)
         if (sf_segment_of(page)->heap != heap || page->in_use || page->purge_at == 0 ||
             page->prev != prev)
             report("purge queue holds a wrong page", page);
+        bytes += page->committed ? page->page_bytes : 0;
     }
     if (heap->purge.last != prev) report("purge queue's last page is wrong", heap);
     if (n != heap->purge_count) report("purge queue's count is wrong", heap);
+    /* what threads.cache_max and decommit.exited_keep count (segment.c) */
+    if (bytes != heap->purge_bytes) report("purge queue's committed bytes differ from its count", heap);
+    if (heap->exited_counted > heap->purge_bytes) report("exited heap's share counts more than it holds", heap);
     /* every page of the queue on exactly its class's list, and nothing else */
     size_t listed = 0;
     for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
