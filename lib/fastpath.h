@@ -190,12 +190,20 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * random sizes, for a few instructions a free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
     uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
-    if (SF_LIKELY(n != 0 && (SF_GET(page->used) & SF_USED_BIAS))) {
-        *left = n - 1;
-        sf_free_owned(heap, page, p, true);
-    } else { /* (the sample is next) */
+    uint64_t current = (SF_GET(page->used) & SF_USED_BIAS) != 0;
+    if (SF_UNLIKELY(current && n == 0)) { /* the sample is next */
         sf_free_owned(heap, page, p, false);
+        return;
     }
+    /* Whether the page is its class's current one is a coin toss when
+     * frees come in random order (a branch on it doubled larson's
+     * mispredictions), so neither choice branches on it: every block goes
+     * on top, counted now on the current page and counted pending on a
+     * page behind it, charged when that page becomes current (page.c,
+     * move_bias; profile.c, sf_prof_charge_pending). */
+    *left = n - current;
+    page->prof_pending += 1 - current;
+    sf_free_owned(heap, page, p, true);
 }
 
 /* How free() at levels 0-1 pushes the owner's block (a constant in each

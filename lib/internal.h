@@ -585,6 +585,8 @@ SF_HIDDEN void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page);
 /* page->free was just given a list (local_free now NULL): charge it. */
 SF_HIDDEN void sf_prof_charge(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves its heap */
+SF_HIDDEN void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page); /* page becomes current */
+SF_HIDDEN void sf_prof_uncharge(sf_heap_t *heap, sf_page_t *page);      /* page stops being current */
 /* sf_alloc_class: p came from a sampled page of class c: record its stack. */
 SF_HIDDEN void sf_prof_after_class_alloc(void *p);
 SF_HIDDEN void *sf_prof_span(void *p); /* sf_alloc_span: maybe sample a span */

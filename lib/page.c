@@ -60,6 +60,12 @@ static void move_bias(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *old_first)
     if (first == old_first || !is_class_queue(heap, q)) return;
     if (old_first != NULL) SF_SET(old_first->used, old_first->used & ~SF_USED_BIAS);
     if (first != NULL) SF_SET(first->used, first->used | SF_USED_BIAS);
+    /* the profile: what is on `free` is charged while the page is current
+     * (profile.c; pages of sampled blocks are never charged) */
+    if (SF_UNLIKELY(sf_prof_is_armed()) && q < heap->queues + SF_CLASS_COUNT && q >= heap->queues) {
+        if (old_first != NULL && old_first->in_use && old_first->free != NULL) sf_prof_uncharge(heap, old_first);
+        if (first != NULL && first->prof_pending != 0) sf_prof_charge_pending(heap, first);
+    }
 }
 
 static void class_remove(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {

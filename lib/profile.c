@@ -199,8 +199,57 @@ void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
     if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0) return;
     uint64_t n = 0;
     for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
+    n = n > page->prof_pending ? n - page->prof_pending : 0; /* (those were never charged) */
     uint64_t *skip = &heap->prof.skip[page->class_idx];
     *skip = *skip + n < SKIP_NEVER ? *skip + n : SKIP_NEVER;
+}
+
+/* A page becomes its class's current one (page.c, move_bias): the blocks
+ * its owner pushed on `free` while it was behind (fastpath.h,
+ * sf_free_owned_counted: counted in prof_pending, not charged) are now the
+ * ones the fast path hands out next, so they are charged now, and the list
+ * cut at the class's next sample as sf_prof_charge cuts one (the rest goes
+ * in front of local_free, still uncharged). */
+void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page) {
+    uint64_t pending = page->prof_pending;
+    page->prof_pending = 0;
+    page->prof_charged = 1;
+    heap_refresh(heap);
+    if (heap->prof.rate == 0 || pending == 0) return;
+    uint64_t *skip = &heap->prof.skip[page->class_idx];
+    if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
+    if (*skip >= pending) {
+        *skip -= pending;
+        return;
+    }
+    sf_block_t *last = page->free;
+    uint64_t n = 1;
+    for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
+    sf_block_t *rest = last != NULL ? sf_link_decode(page, last) : NULL;
+    if (n < *skip || rest == NULL) {
+        *skip -= n;
+        return;
+    }
+    sf_link_set(page, last, NULL);
+    sf_block_t *tail = rest; /* (rare: once a sample; the rest goes in front of local_free) */
+    for (sf_block_t *next; (next = sf_link_decode(page, tail)) != NULL;) tail = next;
+    sf_link_set(page, tail, page->local_free);
+    page->local_free = rest;
+    *skip = 0;
+}
+
+/* A page stops being its class's current one with blocks still on `free`
+ * (charged): they will be handed out after the next current page's, so
+ * they go back to the count and become pending, charged again when the
+ * page is current again. */
+void sf_prof_uncharge(sf_heap_t *heap, sf_page_t *page) {
+    uint64_t n = 0;
+    for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
+    uint64_t charged = n > page->prof_pending ? n - page->prof_pending : 0;
+    page->prof_pending = n;
+    if (heap->prof.rate == 0) return;
+    uint64_t *skip = &heap->prof.skip[page->class_idx];
+    *skip = *skip + charged < SKIP_NEVER ? *skip + charged : SKIP_NEVER;
 }
 
 /* ---- the tables --------------------------------------------------------------- */

@@ -161,7 +161,12 @@ typedef struct sf_page_s {
                                fails for every offset, so it also says "fast page"
                                without a read of fast_heap (sf_page_divmagic: the
                                constant for every other path) */
-    uint64_t purge_at; /* delayed decommit deadline (ms), 0: none */
+    union {
+        uint64_t purge_at;     /* free pages: delayed decommit deadline (ms), 0: none */
+        uint64_t prof_pending; /* class pages in use, the profile armed: blocks on `free`
+                                  not charged to the sampling count, pushed while the page
+                                  was behind its class's current one (profile.c) */
+    };
     /* second cache line: the owner's fast paths never touch it */
     /* Blocks freed by other threads (remote.c): a lock-free stack threaded
      * through the blocks, pushed with a CAS, taken whole by the owner with
