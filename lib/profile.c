@@ -156,12 +156,12 @@ bool sf_prof_due(sf_heap_t *heap, unsigned c) {
     return true;
 }
 
-void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
-    page->prof_charged = 1;
-    heap_refresh(heap);
-    if (heap->prof.rate == 0) return;
+/* Charges `len` blocks on top of page's free list to the class's count:
+ * all of them if the count has room, else the list is cut after as many
+ * as the count has (the fast path runs dry at the next sample) and the
+ * rest goes in front of local_free, uncharged. */
+static void charge_list(sf_heap_t *heap, sf_page_t *page, uint64_t len) {
     uint64_t *skip = &heap->prof.skip[page->class_idx];
-    uint64_t len = (uint64_t)page->capacity - sf_page_used(page);
     if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
     if (*skip >= len) {
         *skip -= len;
@@ -170,14 +170,28 @@ void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
     sf_block_t *last = page->free;
     uint64_t n = 1;
     for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
-    sf_block_t *rest = sf_link_decode(page, last);
-    if (n < *skip || rest == NULL) { /* (shorter than capacity - used says) */
+    sf_block_t *rest = last != NULL ? sf_link_decode(page, last) : NULL;
+    if (n < *skip || rest == NULL) { /* (shorter than len says) */
         *skip -= n;
         return;
     }
     sf_link_set(page, last, NULL);
-    page->local_free = rest; /* (it was empty: the list just came from it or is new) */
+    if (page->local_free != NULL) { /* (rare: once a sample, and local_free mostly empty) */
+        sf_block_t *tail = rest;
+        for (sf_block_t *next; (next = sf_link_decode(page, tail)) != NULL;) tail = next;
+        sf_link_set(page, tail, page->local_free);
+    }
+    page->local_free = rest;
     *skip = 0;
+}
+
+void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
+    page->prof_charged = 1;
+    heap_refresh(heap);
+    if (heap->prof.rate == 0) return;
+    /* (every free block of the page is on free: the list just came from
+     * local_free, or is new) */
+    charge_list(heap, page, (uint64_t)page->capacity - sf_page_used(page));
 }
 
 void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page) {
@@ -215,27 +229,7 @@ void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page) {
     page->prof_pending = 0;
     page->prof_charged = 1;
     heap_refresh(heap);
-    if (heap->prof.rate == 0 || pending == 0) return;
-    uint64_t *skip = &heap->prof.skip[page->class_idx];
-    if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
-    if (*skip >= pending) {
-        *skip -= pending;
-        return;
-    }
-    sf_block_t *last = page->free;
-    uint64_t n = 1;
-    for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
-    sf_block_t *rest = last != NULL ? sf_link_decode(page, last) : NULL;
-    if (n < *skip || rest == NULL) {
-        *skip -= n;
-        return;
-    }
-    sf_link_set(page, last, NULL);
-    sf_block_t *tail = rest; /* (rare: once a sample; the rest goes in front of local_free) */
-    for (sf_block_t *next; (next = sf_link_decode(page, tail)) != NULL;) tail = next;
-    sf_link_set(page, tail, page->local_free);
-    page->local_free = rest;
-    *skip = 0;
+    if (heap->prof.rate != 0 && pending != 0) charge_list(heap, page, pending);
 }
 
 /* A page stops being its class's current one with blocks still on `free`
