@@ -178,16 +178,15 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
     sf_free_onto(heap, page, b, list);
 }
 
-/* The same while the heap profile is armed: on top of the class's current
- * page (the one whose `used` carries the bias, the fast path's) as long as
- * the class's sampling count has room, each block pushed there taking one
- * off it (the block is one the class hands out before its next sample:
- * charged now rather than at a refill, profile.c); on local_free once the
- * count is 0, so that the free list still runs dry at the sample, and on
- * pages behind the current one, whose lists are charged when they become
- * current (a block counted there would be handed out after the sample the
- * count had already reached).  Frees stay on top, as issue 19 wants for
- * random sizes, for a few instructions a free (profile on only). */
+/* The same while the heap profile is armed: on top, always, but on the
+ * class's current page (the one whose `used` carries the bias, the fast
+ * path's) once the class's sampling count is 0 (then on local_free, so
+ * that the free list still runs dry at the sample).  On the current page
+ * each block pushed takes one off the count (it is one the class hands out
+ * before its next sample: charged now rather than at a refill, profile.c);
+ * on a page behind it, it is counted in the page's prof_pending and
+ * charged when the page becomes current (page.c, move_bias).  A few
+ * instructions a free (profile on only). */
 SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
     uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
     uint64_t current = (SF_GET(page->used) & SF_USED_BIAS) != 0;

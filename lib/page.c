@@ -437,10 +437,12 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
 }
 
 static void page_release(sf_heap_t *heap, sf_page_t *page) {
-    if (SF_UNLIKELY(sf_prof_is_armed())) sf_prof_refund(heap, page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     class_remove(heap, q, page);
+    /* (after the removal: a current page losing the bias has its charged
+     * blocks given back there and made pending, which the refund leaves out) */
+    if (SF_UNLIKELY(sf_prof_is_armed())) sf_prof_refund(heap, page);
     if (was_first) sf_page_update_direct(heap, page->class_idx);
     heap->pages_in_use--;
     sf_segment_page_free(heap, page);

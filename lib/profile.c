@@ -17,9 +17,13 @@
  *     count is cut after `count` blocks, the rest going to local_free, so
  *     the fast path runs dry exactly at the class's next sample;
  *   - the owner's frees stay on top of `free` (fastpath.h,
- *     sf_free_owned_counted): each block pushed there takes one off the
- *     count, as the charge would have, until the count is 0; then they go
- *     to local_free, so the list still runs dry at the sample;
+ *     sf_free_owned_counted): on the class's current page each block
+ *     pushed there takes one off the count, as the charge would have,
+ *     until the count is 0; then they go to local_free, so the list still
+ *     runs dry at the sample.  On a page behind it they are counted in the
+ *     page's prof_pending and charged when it becomes current (page.c,
+ *     move_bias: sf_prof_charge_pending; one that stops being current with
+ *     charged blocks gives them back, sf_prof_uncharge);
  *   - sf_page_malloc_class, reached when the class's current page has no
  *     free block, asks sf_prof_due: a count of 0 makes this allocation the
  *     sample, served from a page of sampled blocks (flag SF_PAGE_SAMPLED:
@@ -160,8 +164,22 @@ bool sf_prof_due(sf_heap_t *heap, unsigned c) {
  * all of them if the count has room, else the list is cut after as many
  * as the count has (the fast path runs dry at the next sample) and the
  * rest goes in front of local_free, uncharged. */
+/* Puts page's whole free list in front of local_free (the tail walk
+ * bounded by the blocks that fit). */
+static void free_to_local(sf_page_t *page, sf_block_t *list) {
+    if (list == NULL) return;
+    if (page->local_free != NULL) {
+        sf_block_t *tail = list;
+        uint64_t n = 1;
+        for (sf_block_t *next; n < page->reserved && (next = sf_link_decode(page, tail)) != NULL; n++) tail = next;
+        sf_link_set(page, tail, page->local_free);
+    }
+    page->local_free = list;
+}
+
 static void charge_list(sf_heap_t *heap, sf_page_t *page, uint64_t len) {
     uint64_t *skip = &heap->prof.skip[page->class_idx];
+    if (page->free == NULL) return;
     if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
     if (*skip >= len) {
         *skip -= len;
@@ -176,12 +194,7 @@ static void charge_list(sf_heap_t *heap, sf_page_t *page, uint64_t len) {
         return;
     }
     sf_link_set(page, last, NULL);
-    if (page->local_free != NULL) { /* (rare: once a sample, and local_free mostly empty) */
-        sf_block_t *tail = rest;
-        for (sf_block_t *next; (next = sf_link_decode(page, tail)) != NULL;) tail = next;
-        sf_link_set(page, tail, page->local_free);
-    }
-    page->local_free = rest;
+    free_to_local(page, rest); /* (rare: once a sample) */
     *skip = 0;
 }
 
@@ -229,7 +242,17 @@ void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page) {
     page->prof_pending = 0;
     page->prof_charged = 1;
     heap_refresh(heap);
-    if (heap->prof.rate != 0 && pending != 0) charge_list(heap, page, pending);
+    if (heap->prof.rate == 0 || pending == 0) return;
+    if (heap->prof.skip[page->class_idx] == 0) {
+        /* the sample is the class's next allocation (frees took the count
+         * to 0 before this page became current): nothing may be handed out
+         * before it, so the list waits on local_free for a swap's charge */
+        sf_block_t *list = page->free;
+        page->free = NULL;
+        free_to_local(page, list);
+        return;
+    }
+    charge_list(heap, page, pending);
 }
 
 /* A page stops being its class's current one with blocks still on `free`
@@ -237,6 +260,7 @@ void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page) {
  * they go back to the count and become pending, charged again when the
  * page is current again. */
 void sf_prof_uncharge(sf_heap_t *heap, sf_page_t *page) {
+    if (!page->prof_charged || heap->prof.rate == 0) return;
     uint64_t n = 0;
     for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
     uint64_t charged = n > page->prof_pending ? n - page->prof_pending : 0;
