@@ -48,4 +48,3 @@ uint64_t sf_reuse_keep(sf_reuse_t *r, uint64_t now, uint64_t in_use) {
         if (r->peak[i] > most) most = r->peak[i];
     return most > in_use ? most - in_use : 0;
 }
-

@@ -308,13 +308,11 @@ void sf_heaps_release_waiting(void) {
  * bound because of such pages, the walk is made again only once
  * decommit.delay / 4 has passed (some may have come due) or the count has
  * grown by another eighth: not at every page. */
-_Atomic uint64_t sf_heaps_shed_at = UINT64_MAX;
 static _Atomic uint64_t shed_next_ms, shed_next_bytes; /* the gate, after a walk short of its target */
 static uint32_t shed_cursor; /* (under shed_lock) where the walk starts */
 
-/* threads.cache_max was set (or at start-up). */
+/* threads.cache_max was set: the next page operation past it walks at once. */
 void sf_heaps_shed_refresh(void) {
-    atomic_store(&sf_heaps_shed_at, sf_knob(SF_KNOB_THREADS_CACHE_MAX));
     atomic_store(&shed_next_ms, 0);
     atomic_store(&shed_next_bytes, 0);
 }
@@ -347,7 +345,7 @@ void sf_heaps_shed_waiting(void) {
     uint64_t max = sf_knob(SF_KNOB_THREADS_CACHE_MAX);
     uint64_t step = max / 8 > ((uint64_t)1 << 20) ? max / 8 : (uint64_t)1 << 20;
     uint64_t target = max > step ? max - step : 0;
-    if (waiting_now() > max) {
+    if (sf_heaps_over_cache_max()) {
         size_t freed = shed_walk(target, now);
         sf_stat_add(&sf_gstats.cache_max_purges, freed != 0);
         sf_stat_add(&sf_gstats.cache_max_purged, freed);
@@ -365,9 +363,7 @@ void sf_heaps_shed_waiting(void) {
  * process all of whose threads sleep keeps it.  Cheap when there is
  * nothing to do: two loads and compares. */
 void sf_decommit_tick(void) {
-    if (atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) >
-        atomic_load_explicit(&sf_heaps_shed_at, memory_order_relaxed))
-        sf_heaps_shed_waiting();
+    if (sf_heaps_over_cache_max()) sf_heaps_shed_waiting();
     if (atomic_load_explicit(&sf_gstats.cache_spans, memory_order_relaxed) > 0) sf_cache_purge(false);
 }
 

@@ -21,7 +21,6 @@ void sf_init_slow(void) {
         sf_clock_init();
         sf_knobs_init();
         sf_memlimit_refresh();
-        sf_heaps_shed_refresh();
         sf_guard_level = (uint8_t)sf_knob(SF_KNOB_GUARD_LEVEL);
         sf_guard_init();
         sf_track_init();

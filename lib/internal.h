@@ -334,8 +334,11 @@ SF_HIDDEN void sf_heaps_after_fork_child(void);
 SF_HIDDEN size_t sf_heaps_collect_abandoned(bool purge_now);
 SF_HIDDEN void sf_heaps_purge_abandoned(void);
 SF_HIDDEN void sf_heaps_release_waiting(void);
-SF_HIDDEN extern _Atomic uint64_t sf_heaps_shed_at; /* sf_gstats.heaps_waiting past it: shed */
 SF_HIDDEN void sf_heaps_shed_waiting(void);
+/* Whether every heap's waiting pages together pass threads.cache_max. */
+SF_INLINE bool sf_heaps_over_cache_max(void) {
+    return atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) > sf_knob(SF_KNOB_THREADS_CACHE_MAX);
+}
 SF_HIDDEN void sf_heaps_shed_refresh(void);
 SF_HIDDEN void sf_decommit_tick(void); /* the introspection server's thread, once a second or more */
 SF_HIDDEN void sf_heaps_fork_prepare(void);

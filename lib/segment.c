@@ -189,24 +189,28 @@ static void commit_add(sf_segment_t *seg, size_t n) {
  * try only: it never waits for a heap).  It is taken once per page taken
  * from or given back to a segment, never on a block's path. */
 
+/* One try at the flag (a load first: a held lock's line is not written). */
+static bool seg_try(sf_heap_t *heap) {
+    uint32_t expected = 0;
+    return atomic_load_explicit(&heap->seg_busy, memory_order_relaxed) == 0 &&
+           atomic_compare_exchange_strong_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
+                                                   memory_order_relaxed);
+}
+
+static void seg_release(sf_heap_t *heap) { atomic_store_explicit(&heap->seg_busy, 0, memory_order_release); }
+
 static void seg_lock(sf_heap_t *heap) {
     if (heap->seg_depth++ != 0) return;
-    uint32_t expected = 0;
-    while (!atomic_compare_exchange_weak_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
-                                                  memory_order_relaxed)) {
-        expected = 0;
-        sched_yield(); /* a purge of a few pages holds it */
-    }
+    while (!seg_try(heap)) sched_yield(); /* a purge of a few pages holds it */
 }
 
 static void seg_unlock(sf_heap_t *heap) {
     if (--heap->seg_depth != 0) return;
-    atomic_store_explicit(&heap->seg_busy, 0, memory_order_release);
+    seg_release(heap);
     /* (the caller holds this heap's lock no more; it may hold others, or
      * the fallback heap's lock: the purge only tries heaps' locks and
      * skips those held) */
-    if (SF_UNLIKELY(atomic_load_explicit(&sf_gstats.heaps_waiting, memory_order_relaxed) > sf_heaps_shed_at))
-        sf_heaps_shed_waiting();
+    if (SF_UNLIKELY(sf_heaps_over_cache_max())) sf_heaps_shed_waiting();
 }
 
 void sf_segment_lock(sf_heap_t *heap) { seg_lock(heap); }
@@ -218,9 +222,7 @@ void sf_segment_lock(sf_heap_t *heap) { seg_lock(heap); }
 bool sf_segment_lock_bounded(sf_heap_t *heap) {
     if (heap->seg_depth != 0) return false;
     for (int i = 0; i < 20000; i++) {
-        uint32_t expected = 0;
-        if (atomic_compare_exchange_strong_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
-                                                    memory_order_relaxed)) {
+        if (seg_try(heap)) {
             heap->seg_depth = 1;
             return true;
         }
@@ -445,10 +447,17 @@ size_t sf_segment_collect_purges(sf_heap_t *heap, bool force) {
 
 /* Decommits heap's waiting pages, oldest first, whatever their deadlines,
  * until `bytes` went back or none waits; returns the bytes given back. */
+static size_t purge_oldest(sf_heap_t *heap, uint64_t bytes, uint64_t due_before) {
+    size_t freed = 0;
+    sf_page_t *page;
+    while (freed < bytes && (page = heap->purge.first) != NULL && page->purge_at <= due_before)
+        freed += purge_now(heap, page);
+    return freed;
+}
+
 size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes) {
     seg_lock(heap);
-    size_t freed = 0;
-    while (freed < bytes && heap->purge.first != NULL) freed += purge_now(heap, heap->purge.first);
+    size_t freed = purge_oldest(heap, bytes, UINT64_MAX);
     seg_unlock(heap);
     return freed;
 }
@@ -459,16 +468,9 @@ size_t sf_segment_purge_oldest(sf_heap_t *heap, size_t bytes) {
  * lock is held (its holder is changing them: the purge tries the next
  * heap). */
 size_t sf_segment_shed(sf_heap_t *heap, uint64_t bytes, uint64_t due_before) {
-    uint32_t expected = 0;
-    if (atomic_load_explicit(&heap->seg_busy, memory_order_relaxed) != 0 ||
-        !atomic_compare_exchange_strong_explicit(&heap->seg_busy, &expected, 1, memory_order_acquire,
-                                                 memory_order_relaxed))
-        return 0;
-    size_t freed = 0;
-    sf_page_t *page;
-    while (freed < bytes && (page = heap->purge.first) != NULL && page->purge_at <= due_before)
-        freed += purge_now(heap, page);
-    atomic_store_explicit(&heap->seg_busy, 0, memory_order_release);
+    if (!seg_try(heap)) return 0;
+    size_t freed = purge_oldest(heap, bytes, due_before);
+    seg_release(heap);
     return freed;
 }
 
