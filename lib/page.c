@@ -61,8 +61,9 @@ static void move_bias(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *old_first)
     if (old_first != NULL) SF_SET(old_first->used, old_first->used & ~SF_USED_BIAS);
     if (first != NULL) SF_SET(first->used, first->used | SF_USED_BIAS);
     /* the profile: what is on `free` is charged while the page is current
-     * (profile.c; pages of sampled blocks are never charged) */
-    if (SF_UNLIKELY(sf_prof_is_armed()) && q < heap->queues + SF_CLASS_COUNT && q >= heap->queues) {
+     * (profile.c; a page of sampled blocks is never charged nor pending,
+     * so both calls leave it as it is) */
+    if (SF_UNLIKELY(sf_prof_is_armed())) {
         if (old_first != NULL && old_first->in_use && old_first->free != NULL) sf_prof_uncharge(heap, old_first);
         if (first != NULL && first->prof_pending != 0) sf_prof_charge_pending(heap, first);
     }

@@ -160,12 +160,21 @@ bool sf_prof_due(sf_heap_t *heap, unsigned c) {
     return true;
 }
 
-/* Charges `len` blocks on top of page's free list to the class's count:
- * all of them if the count has room, else the list is cut after as many
- * as the count has (the fast path runs dry at the next sample) and the
- * rest goes in front of local_free, uncharged. */
-/* Puts page's whole free list in front of local_free (the tail walk
- * bounded by the blocks that fit). */
+/* The blocks on a free list (a walk bounded by the blocks that fit). */
+static uint64_t list_length(const sf_page_t *page, sf_block_t *b) {
+    uint64_t n = 0;
+    for (; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
+    return n;
+}
+
+/* n blocks counted again before the class's next sample (saturating). */
+static void skip_add(sf_heap_t *heap, const sf_page_t *page, uint64_t n) {
+    uint64_t *skip = &heap->prof.skip[page->class_idx];
+    *skip = *skip + n < SKIP_NEVER ? *skip + n : SKIP_NEVER;
+}
+
+/* Puts a list in front of page's local_free (the tail walk bounded by the
+ * blocks that fit). */
 static void free_to_local(sf_page_t *page, sf_block_t *list) {
     if (list == NULL) return;
     if (page->local_free != NULL) {
@@ -177,6 +186,10 @@ static void free_to_local(sf_page_t *page, sf_block_t *list) {
     page->local_free = list;
 }
 
+/* Charges `len` blocks on top of page's free list to the class's count:
+ * all of them if the count has room, else the list is cut after as many
+ * as the count has (the fast path runs dry at the next sample) and the
+ * rest goes in front of local_free, uncharged. */
 static void charge_list(sf_heap_t *heap, sf_page_t *page, uint64_t len) {
     uint64_t *skip = &heap->prof.skip[page->class_idx];
     if (page->free == NULL) return;
@@ -188,7 +201,7 @@ static void charge_list(sf_heap_t *heap, sf_page_t *page, uint64_t len) {
     sf_block_t *last = page->free;
     uint64_t n = 1;
     for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
-    sf_block_t *rest = last != NULL ? sf_link_decode(page, last) : NULL;
+    sf_block_t *rest = sf_link_decode(page, last);
     if (n < *skip || rest == NULL) { /* (shorter than len says) */
         *skip -= n;
         return;
@@ -222,13 +235,17 @@ void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page) {
     return p != NULL ? p : sf_malloc_slow(n, heap);
 }
 
+/* Gives the charged blocks on page's free list back to the count (the
+ * pending ones were never charged); returns the blocks on the list. */
+static uint64_t give_back_charged(sf_heap_t *heap, sf_page_t *page) {
+    uint64_t n = list_length(page, page->free);
+    skip_add(heap, page, n > page->prof_pending ? n - page->prof_pending : 0);
+    return n;
+}
+
 void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
     if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0) return;
-    uint64_t n = 0;
-    for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
-    n = n > page->prof_pending ? n - page->prof_pending : 0; /* (those were never charged) */
-    uint64_t *skip = &heap->prof.skip[page->class_idx];
-    *skip = *skip + n < SKIP_NEVER ? *skip + n : SKIP_NEVER;
+    give_back_charged(heap, page);
 }
 
 /* A page becomes its class's current one (page.c, move_bias): the blocks
@@ -261,13 +278,7 @@ void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page) {
  * page is current again. */
 void sf_prof_uncharge(sf_heap_t *heap, sf_page_t *page) {
     if (!page->prof_charged || heap->prof.rate == 0) return;
-    uint64_t n = 0;
-    for (sf_block_t *b = page->free; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
-    uint64_t charged = n > page->prof_pending ? n - page->prof_pending : 0;
-    page->prof_pending = n;
-    if (heap->prof.rate == 0) return;
-    uint64_t *skip = &heap->prof.skip[page->class_idx];
-    *skip = *skip + charged < SKIP_NEVER ? *skip + charged : SKIP_NEVER;
+    page->prof_pending = give_back_charged(heap, page);
 }
 
 /* ---- the tables --------------------------------------------------------------- */
