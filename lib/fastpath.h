@@ -38,7 +38,7 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
  * valgrind's tracking, phases, the markers; and for the classes above
  * SF_EAGER_MEDIUM_MAX under eager decommit, whose requests are spans.) */
 SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
-    sf_page_t *page = SF_PEEK(heap->mdirect[sf_class_of(n) - SF_MEDIUM_CLASS_MIN]);
+    sf_page_t *page = SF_PEEK(heap->mdirect[sf_medium_class_index(n)]);
     sf_block_t *b = page->free;
     return SF_LIKELY(b != NULL) ? sf_hand_out(heap, page, b, b->next) : NULL;
 }
@@ -214,22 +214,21 @@ enum sf_free_how { SF_FREE_LOCAL, SF_FREE_TOP, SF_FREE_COUNTED };
 SF_INLINE void sf_free_as(void *p, enum sf_free_how how) {
     sf_heap_t *heap = sf_tls_heap;
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
-    if (SF_LIKELY(sf_segmap_is_small_chunk(chunk))) {
-        uintptr_t seg = sf_small_seg(chunk);
-        sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
-        uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
-        if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
-            if (how == SF_FREE_COUNTED) sf_free_owned_counted(heap, page, p);
-            else sf_free_owned(heap, page, p, how == SF_FREE_TOP);
-            return;
-        }
-    } else {
-        /* (the empty asm: else the compiler keeps the map entry's address
-         * in a register for this second look, one instruction more on the
-         * small path above) */
-        __asm__("" : "+r"(chunk));
-        if (sf_segmap_is_medium_chunk(chunk)) {
-            sf_free_medium(p, heap); /* (the rest of its checks, out of line) */
+    if (SF_LIKELY(chunk < SF_SEGMAP_CHUNKS)) {
+        if (SF_LIKELY(sf_segmap_byte(chunk) == SF_SEGMAP_SMALL_HEAD)) {
+            uintptr_t seg = sf_small_seg(chunk);
+            sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
+            uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
+            if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
+                if (how == SF_FREE_COUNTED) sf_free_owned_counted(heap, page, p);
+                else sf_free_owned(heap, page, p, how == SF_FREE_TOP);
+                return;
+            }
+        } else if (sf_segmap_medium_at(chunk)) {
+            /* (the rest of its checks, out of line) */
+            if (how == SF_FREE_COUNTED) sf_free_medium_counted(p, heap);
+            else if (how == SF_FREE_TOP) sf_free_medium_top(p, heap);
+            else sf_free_medium_local(p, heap);
             return;
         }
     }

@@ -126,27 +126,55 @@ SF_INLINE bool free_remote_small(void *p) {
  * medium segment the segment map names for p.  False: not such a block. */
 /* The page of p in medium segment seg: sf_page_of with a medium segment's
  * constants (pages[0] is page 0: one shift and mask to the descriptor's
- * offset; the empty asm keeps the compiler from building the address
- * twice, from pages[] and from the segment). */
+ * offset, then one lea; the empty asm keeps the compiler from building the
+ * address twice, from pages[] and from the segment). */
 SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
-    uintptr_t at = (uintptr_t)seg->pages;
-    __asm__("" : "+r"(at));
-    return (sf_page_t *)(at + ((u >> (SF_MEDIUM_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) &
-                               ((SF_MEDIUM_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
+    uintptr_t index = (u >> (SF_MEDIUM_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) & ((SF_MEDIUM_PAGES - 1) << SF_PAGE_DESC_SHIFT);
+    __asm__("" : "+r"(index));
+    return (sf_page_t *)((uintptr_t)seg + offsetof(sf_segment_t, pages) + index);
 }
 
-SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p) {
+/* Whether off (a pointer's distance from its medium page's first block)
+ * is a block start among the blocks carved so far: one multiply by the
+ * page's fast_divmagic, ceil(2^64 / size), gives both answers, the low
+ * half below the constant for a multiple of the size (as
+ * sf_offset_is_block_start) and the high half floor(off / size), the
+ * block's index, exact for off below 2^32 and at least 2^14 (past any
+ * page's capacity) for every larger off, a wrapped one included.  A 0
+ * constant (not a fast page) fails both.  Three instructions fewer than
+ * the bound test and the block-start test apart (docs/design.md, "Medium
+ * blocks"). */
+SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) {
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    uint64_t index;
+    bool start;
+    __asm__("mulq %[m]\n\tcmpq %[m], %%rax"
+            : "=@ccb"(start), "+a"(off), "=d"(index)
+            : [m] "m"(page->fast_divmagic)
+            : "cc");
+    return start && index < SF_GET(page->capacity);
+#else
+    return off < sf_page_carved_bytes(page) && sf_offset_is_block_start(page, off);
+#endif
+}
+
+/* The push itself, `how` a constant in each caller (fastpath.h, sf_free_as:
+ * the profile's count on top only from the entry point that asks for it,
+ * as the small free does). */
+SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, enum sf_free_how how) {
     uintptr_t u = (uintptr_t)p;
     sf_page_t *page = medium_page_desc(seg, u);
     /* the fast owner first: under valgrind's tracking no page has one, and
      * block_start is no-access to memcheck (track.c) */
     if (SF_PEEK(page->fast_heap) != heap) return false;
-    /* (below the first block, the header included, off wraps past the bound) */
+    /* (below the first block, the header included, off wraps: no index
+     * passes) */
     uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
-    if (off >= sf_page_carved_bytes(page) || !sf_page_takes_free(page, heap, p, off)) return false;
+    if (!medium_carved_start(page, off) || ((const sf_block_t *)p)->cookie == sf_page_cookie(page)) return false;
     /* (a fast owner means level 0-1: the mark is there) */
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
-    sf_free_owned_any(heap, page, p);
+    if (how == SF_FREE_COUNTED) sf_free_owned_counted(heap, page, p);
+    else sf_free_owned(heap, page, p, how == SF_FREE_TOP);
     return true;
 }
 
@@ -177,15 +205,23 @@ static bool l2_medium_free_owned(void *p) {
 SF_INLINE bool free_medium_owned(void *p) {
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
     return sf_segmap_is_medium_chunk(chunk) &&
-           medium_push_owned(sf_tls_heap, (sf_segment_t *)(chunk << SF_SEG_SHIFT), p);
+           medium_push_owned(sf_tls_heap, (sf_segment_t *)(chunk << SF_SEG_SHIFT), p,
+                             sf_prof_is_armed() ? SF_FREE_COUNTED : SF_FREE_TOP);
 }
 
 /* free() of a pointer the segment map puts in a medium segment (its second
  * question, fastpath.h): the push above, without the generic path's
  * questions first (level 2's pages, phases and tracking leave no page with
- * this heap as its fast owner, so the push never takes their blocks). */
-void sf_free_medium(void *p, sf_heap_t *heap) {
-    if (!medium_push_owned(heap, sf_segment_of(p), p)) sf_free_generic(p);
+ * this heap as its fast owner, so the push never takes their blocks).  One
+ * function for each way sf_free_as pushes. */
+void sf_free_medium_top(void *p, sf_heap_t *heap) {
+    if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_TOP)) sf_free_generic(p);
+}
+void sf_free_medium_counted(void *p, sf_heap_t *heap) {
+    if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_COUNTED)) sf_free_generic(p);
+}
+void sf_free_medium_local(void *p, sf_heap_t *heap) {
+    if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_LOCAL)) sf_free_generic(p);
 }
 
 void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p) { sf_free_owned_counted(heap, page, p); }
