@@ -141,17 +141,18 @@ SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
  * sf_offset_is_block_start) and the high half floor(off / size), the
  * block's index, exact for off below 2^32 and at least 2^14 (past any
  * page's capacity) for every larger off, a wrapped one included.  A 0
- * constant (not a fast page) fails both.  Three instructions fewer than
+ * constant (not a fast page) fails the start test.  Three instructions fewer than
  * the bound test and the block-start test apart (docs/design.md, "Medium
  * blocks"). */
 SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) {
 #if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
     uint64_t index;
     bool start;
+    /* (index early-clobbered: mulq writes rdx before cmpq reads the
+     * constant again, so its address must not be in rdx) */
     __asm__("mulq %[m]\n\tcmpq %[m], %%rax"
-            : "=@ccb"(start), "+a"(off), "=d"(index)
-            : [m] "m"(page->fast_divmagic)
-            : "cc");
+            : "=@ccb"(start), "+a"(off), "=&d"(index)
+            : [m] "m"(page->fast_divmagic));
     return start && index < SF_GET(page->capacity);
 #else
     return off < sf_page_carved_bytes(page) && sf_offset_is_block_start(page, off);

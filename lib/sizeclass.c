@@ -33,7 +33,8 @@ const uint64_t sf_class_divmagic[256] = {
  * mdirect[] index of the class of a request of 2048 * i + 1 to
  * 2048 * (i + 1) bytes, sf_class_of's formula on the step's largest size
  * (every medium class size is a multiple of 2 KiB, so a step never holds
- * two classes; tests/api checks every size against sf_class_of).  Entries
+ * two classes; tests/test_size_table.c checks every size against
+ * sf_class_of).  Entries
  * below the first medium step are never read. */
 #define SF_MC_B_(s) (63 - __builtin_clzll((unsigned long long)(s) - 1)) /* 2^b < s <= 2^(b+1) */
 #define SF_MC_(i) ((i) < SF_SMALL_MAX / 2048 ? 0 : \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/test.sh - everything CI checks, in four builds:
+# scripts/test.sh - everything CI checks, in five builds:
 #
 #   build/        release (scripts/setup.sh): every test suite, then
 #                 suite 'debian' (meson dist, the Debian packages built from
@@ -16,6 +16,11 @@
 #                 the tests whose name contains "tsan" (multi-thread stress
 #                 through the sefer_* API; with override=false sefer does
 #                 not interpose malloc, which TSan itself intercepts)
+#   build-debug/  -O0 (buildtype=debug): the fast paths' tests only (api,
+#                 size-table, size-classes-l1, guard); inline asm whose
+#                 register constraints are wrong may work at -O2 by the
+#                 register the compiler happened to pick (d5e80c1's mulq
+#                 did: a review caught it, -O0 crashed)
 #
 # Every build is configured with -Dintrospect=enabled: a machine without
 # libmicrohttpd-dev or libcjson-dev fails the build instead of quietly
@@ -209,7 +214,11 @@ subset tsan build-tsan 'tsan' 600 -Db_sanitize=thread -Dbuildtype=debugoptimized
 #    (limits-rss runs there to be seen skipped: RSS means nothing under ASan.)
 subset asan build-asan 'tsan|^limits' 600 -Db_sanitize=address -Dbuildtype=debugoptimized -Doverride=false
 
-# 5. The summary: one line, summed over every testlog-LABEL.json of this run.
+# 5. Unoptimised (-O0): the tests that run the fast paths' inline asm with
+#    the compiler's other register choices.
+subset debug build-debug '^(api|size-table|size-classes-l1|guard)$' 600 -Dbuildtype=debug
+
+# 6. The summary: one line, summed over every testlog-LABEL.json of this run.
 step "summary"
 for s in "${infra_failed[@]}"; do
     echo "  failed step  $s"
