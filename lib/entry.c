@@ -12,11 +12,11 @@
  * the generic ones, which apply level 2's checks. */
 #include "fastpath.h"
 
-static void *malloc_levels01(size_t n) { return sf_malloc(n); }
-static void free_levels01(void *p) { sf_free_as(p, SF_FREE_TOP); }
-static void free_levels01_profiled(void *p) { sf_free_as(p, SF_FREE_COUNTED); }
-static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
-static void free_level2(void *p) { sf_free_l2(p); }
+SF_HOT static void *malloc_levels01(size_t n) { return sf_malloc(n); }
+SF_HOT static void free_levels01(void *p) { sf_free_as(p, SF_FREE_TOP); }
+SF_HOT static void free_levels01_profiled(void *p) { sf_free_as(p, SF_FREE_COUNTED); }
+SF_HOT static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
+SF_HOT static void free_level2(void *p) { sf_free_l2(p); }
 
 /* The sampled guard on (guard_sample.c): the same, after counting the
  * thread's bytes down to its next sample. */
@@ -29,11 +29,11 @@ static bool sample_due(size_t n) {
     sample_left = left;
     return left < 0;
 }
-static void *malloc_levels01_sampled(size_t n) {
+SF_HOT static void *malloc_levels01_sampled(size_t n) {
     if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc(n);
 }
-static void *malloc_level2_sampled(size_t n) {
+SF_HOT static void *malloc_level2_sampled(size_t n) {
     if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc_l2(n);
 }

@@ -215,13 +215,13 @@ SF_INLINE bool free_medium_owned(void *p) {
  * questions first (level 2's pages, phases and tracking leave no page with
  * this heap as its fast owner, so the push never takes their blocks).  One
  * function for each way sf_free_as pushes. */
-void sf_free_medium_top(void *p, sf_heap_t *heap) {
+SF_HOT void sf_free_medium_top(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_TOP)) sf_free_generic(p);
 }
-void sf_free_medium_counted(void *p, sf_heap_t *heap) {
+SF_HOT void sf_free_medium_counted(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_COUNTED)) sf_free_generic(p);
 }
-void sf_free_medium_local(void *p, sf_heap_t *heap) {
+SF_HOT void sf_free_medium_local(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_LOCAL)) sf_free_generic(p);
 }
 

@@ -34,6 +34,12 @@
 #define SF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define SF_NOINLINE __attribute__((noinline))
 #define SF_INLINE static inline __attribute__((always_inline))
+/* The fast paths' functions start on a cache line of their own: else a
+ * change anywhere earlier in the library moves them by a few bytes, and
+ * where their hot instructions fall across 64-byte lines (the core's
+ * fetch and op-cache windows) moved a benchmark row by up to a tenth with
+ * the same instructions (docs/benchmarks.md, "Code alignment"). */
+#define SF_HOT __attribute__((aligned(64)))
 
 /* Fields one thread writes and others read without a lock (statistics,
  * page flags seen by a remote free).  SF_GET/SF_SET are relaxed atomic
