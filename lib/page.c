@@ -479,10 +479,16 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
             for (sf_page_t *page = queues[c].first; page != NULL; page = page->next)
                 sf_page_collect_remote(heap, page);
         for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
+            /* every queue keeps its head unless forced, but a small
+             * class's pages for sampled blocks, which go when they empty
+             * (is_class_queue: the medium ones are kept for the class's
+             * next sample; released here, every collect sent the next
+             * sample of each medium class to a new page) */
+            bool keep_head = !force && !(sampled && c <= SF_SMALL_CLASS_MAX);
             sf_page_t *page = queues[c].first;
             while (page != NULL) {
                 sf_page_t *next = page->next;
-                if (sf_page_used(page) == 0 && (force || sampled || page != queues[c].first || next != NULL)) {
+                if (sf_page_used(page) == 0 && (!keep_head || page != queues[c].first || next != NULL)) {
                     page_release(heap, page);
                     released++;
                 }
