@@ -125,10 +125,7 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     unsigned shift;
     sf_page_t *page = sf_l2_fast ? sf_l2_page(heap, n, &shift) : NULL;
     if (page != NULL) {
-        if (page->free == NULL && page->local_free != NULL && !sf_prof_is_armed()) {
-            page->free = page->local_free;
-            page->local_free = NULL;
-        }
+        if (page->free == NULL && !sf_prof_is_armed()) sf_page_guarded_swap(page);
         void *b = sf_l2_pop(heap, page, n, shift);
         if (b != NULL) return b;
     }

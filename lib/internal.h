@@ -328,6 +328,9 @@ SF_HIDDEN void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t 
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
+/* Guard level >= 2: local_free becomes the free list, less the block freed
+ * last (page.c).  False: nothing swapped (carve, or look elsewhere). */
+SF_HIDDEN bool sf_page_guarded_swap(sf_page_t *page);
 SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx);

@@ -114,19 +114,22 @@ static void run_scenario(enum scenario sc)
         break;
     }
     case SC_UAF: {
-        /* no quarantine here (SEFER_GUARD_QUARANTINE=0): the block is reusable at once */
+        /* no quarantine here (SEFER_GUARD_QUARANTINE=0): the block is
+         * reusable once its page is carved to its end (level >= 2 carves a
+         * page's fresh blocks before it reuses the one freed last: page.c,
+         * sf_page_guarded_swap), so the mallocs go past a 64 KiB page */
         char *p = malloc(100);
         free(p);
         ((volatile char *)p)[50] = 'x';
         bool level3 = atoi(getenv("SEFER_GUARD_LEVEL")) >= 3;
-        void *again[64];
-        for (int i = 0; i < 64; i++) {
+        static void *again[1024];
+        for (int i = 0; i < 1024; i++) {
             again[i] = malloc(100);
             CHILD_CHECK(again[i] != NULL);
             if (level3) /* a block written after free is never handed out again */
                 CHILD_CHECK(again[i] != (void *)p);
         }
-        for (int i = 0; i < 64; i++)
+        for (int i = 0; i < 1024; i++)
             free(again[i]);
         break;
     }
