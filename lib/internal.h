@@ -328,9 +328,6 @@ SF_HIDDEN void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t 
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
-/* Guard level >= 2: local_free becomes the free list, less the block freed
- * last (page.c).  False: nothing swapped (carve, or look elsewhere). */
-SF_HIDDEN bool sf_page_guarded_swap(sf_page_t *page);
 SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx);
@@ -478,6 +475,37 @@ enum sf_guard_kind {
     SF_GUARD_KINDS
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
+
+/* Guard level >= 2's refill from local_free (page.c's page_refill and
+ * level 2's own swap, alloc.c): the list the owner freed becomes the free
+ * list less its head, the block freed last, which stays behind on
+ * local_free, so that a freed block is not the next one malloc hands out
+ * (a double free after the size was allocated again then still finds it
+ * free).  With that one block alone the page carves instead while it can
+ * (false: the caller carves, or looks elsewhere): classes of 2 KiB and more
+ * carve one block at a time, and their block freed last came straight
+ * back at the next malloc (tests/reliability/misuse.c: reuse-immediate,
+ * double-free-reused, 4 KiB).  Carved to its end, the page hands the block
+ * out (else it stalls).  The link followed must stay in the carved part of
+ * the page, as level 2's pop requires of every link (a write after free
+ * that hit it is reported, and the rest of the list dropped). */
+SF_INLINE bool sf_page_guarded_swap(sf_page_t *page) {
+    sf_block_t *list = page->local_free;
+    if (list == NULL) return false;
+    sf_block_t *rest = sf_link_decode(page, list);
+    if (rest == NULL && page->capacity < page->reserved) return false;
+    page->local_free = NULL;
+    page->free = list;
+    if (rest == NULL) return true;
+    sf_link_set(page, list, NULL);
+    if (SF_UNLIKELY((uintptr_t)rest - (uintptr_t)page->block_start >= sf_page_carved_bytes(page))) {
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, list);
+        return true;
+    }
+    page->local_free = list;
+    page->free = rest;
+    return true;
+}
 /* Run once before a detection aborts the process (introspect/
  * profile_views.c: the heap profile to profile.output); NULL: none. */
 SF_HIDDEN extern void (*sf_guard_abort_hook)(void);

@@ -253,37 +253,6 @@ static void swap_in_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
  * blocks not carved yet beside the frees).  False: it is full.  While
  * profiling, the new list is charged to the sampling countdown (and cut at
  * the next sample); pages of sampled blocks are not. */
-/* Guard level >= 2's refill from local_free: the list the owner freed
- * becomes the free list less its head, the block freed last, which stays
- * behind on local_free, so that a freed block is not the next one malloc
- * hands out (a double free after the size was allocated again then still
- * finds it free).  With that one block alone on local_free the page carves
- * instead while it can (false: the caller carves): classes of 2 KiB and
- * more carve one block at a time, and their block freed last came straight
- * back at the next malloc (tests/reliability/misuse.c: reuse-immediate,
- * double-free-reused, 4 KiB).  Carved to its end, the page hands the block
- * out (else it stalls).  The link followed is checked as page_pop checks
- * one: a write after free that hit it is reported, and the rest of the list
- * is dropped rather than followed. */
-bool sf_page_guarded_swap(sf_page_t *page) {
-    sf_block_t *list = page->local_free;
-    if (list == NULL) return false;
-    sf_block_t *rest = sf_link_decode(page, list);
-    if (rest == NULL && page->capacity < page->reserved) return false;
-    page->local_free = NULL;
-    page->free = list;
-    if (rest == NULL) return true;
-    sf_link_set(page, list, NULL);
-    if ((uint8_t *)rest < page->block_start || (uint8_t *)rest >= page->block_start + sf_page_carved_bytes(page) ||
-        !sf_page_is_block_start(page, rest)) {
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, list);
-        return true;
-    }
-    page->local_free = list;
-    page->free = rest;
-    return true;
-}
-
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
     count_refill(heap);
