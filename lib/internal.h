@@ -486,9 +486,10 @@ SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
  * carve one block at a time, and their block freed last came straight
  * back at the next malloc (tests/reliability/misuse.c: reuse-immediate,
  * double-free-reused, 4 KiB).  Carved to its end, the page hands the block
- * out (else it stalls).  The link followed must stay in the carved part of
- * the page, as level 2's pop requires of every link (a write after free
- * that hit it is reported, and the rest of the list dropped). */
+ * out (else it stalls).  The link followed must name a carved block start
+ * of the page, as page_pop requires (a write after free that hit it is
+ * reported, and the rest of the list dropped).  The profile charges the
+ * new list less the block kept back (profile.c, sf_prof_charge). */
 SF_INLINE bool sf_page_guarded_swap(sf_page_t *page) {
     sf_block_t *list = page->local_free;
     if (list == NULL) return false;
@@ -498,7 +499,7 @@ SF_INLINE bool sf_page_guarded_swap(sf_page_t *page) {
     page->free = list;
     if (rest == NULL) return true;
     sf_link_set(page, list, NULL);
-    if (SF_UNLIKELY((uintptr_t)rest - (uintptr_t)page->block_start >= sf_page_carved_bytes(page))) {
+    if (SF_UNLIKELY(!sf_page_is_block_start(page, rest))) {
         sf_guard_report(SF_GUARD_USE_AFTER_FREE, list);
         return true;
     }

@@ -481,12 +481,14 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
             for (sf_page_t *page = queues[c].first; page != NULL; page = page->next)
                 sf_page_collect_remote(heap, page);
         for (unsigned c = 1; c < SF_CLASS_COUNT; c++) {
-            /* every queue keeps its head unless forced, but a small
-             * class's pages for sampled blocks, which go when they empty
-             * (is_class_queue: the medium ones are kept for the class's
-             * next sample; released here, every collect sent the next
-             * sample of each medium class to a new page) */
-            bool keep_head = !force && !(sampled && c <= SF_SMALL_CLASS_MAX);
+            /* every class queue keeps its head unless forced; a medium
+             * class's page for sampled blocks too (is_class_queue: kept for
+             * the class's next sample; released here, every collect sent
+             * the next sample of each medium class to a new page), but not
+             * in a purge (memory.limit) nor once the profile is off, and a
+             * small class's never (they go when they empty) */
+            bool keep_head = !force && (!sampled || (c > SF_SMALL_CLASS_MAX && !purge_now &&
+                                                     sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0));
             sf_page_t *page = queues[c].first;
             while (page != NULL) {
                 sf_page_t *next = page->next;

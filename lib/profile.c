@@ -215,9 +215,12 @@ void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
     page->prof_charged = 1;
     heap_refresh(heap);
     if (heap->prof.rate == 0) return;
-    /* (every free block of the page is on free: the list just came from
-     * local_free, or is new) */
-    charge_list(heap, page, (uint64_t)page->capacity - sf_page_used(page));
+    /* (every free block of the page is on free, the list just came from
+     * local_free or is new, but at guard level >= 2 the one block a refill
+     * keeps back on local_free: page.c, sf_page_guarded_swap; counted
+     * there, each refill charged a block it never handed out, and samples
+     * came up to twice as often) */
+    charge_list(heap, page, (uint64_t)page->capacity - sf_page_used(page) - (page->local_free != NULL));
 }
 
 void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page) {

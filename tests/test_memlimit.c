@@ -18,6 +18,8 @@
  *                      limit purges: the large cache, this heap's waiting
  *                      pages at once, another live thread's at its next
  *                      page allocation
+ *   purges_sampled_pages  the purge also takes the pages a medium class
+ *                      keeps for its sampled blocks (the profile at 1 B)
  *   hard_fails         memory.limit_action = fail: allocations that would
  *                      pass the limit return NULL with ENOMEM (spans and
  *                      pages both), are counted, and work again once
@@ -232,6 +234,50 @@ START_TEST(test_memlimit_soft_purges)
 }
 END_TEST
 
+/* The profile keeps a medium class's page for sampled blocks between
+ * samples, also through a heap's collects (page.c, sf_page_collect_heap_ex),
+ * but not through the soft threshold's purge: 12 such pages (1 MiB each,
+ * committed) go back when this heap runs its purge at its next slow path. */
+START_TEST(test_memlimit_purges_sampled_pages)
+{
+    sefer_test_clock_ms(1000000000);
+    ST_KNOB_SET("decommit.policy", "adaptive");
+    ST_KNOB_SET("profile.sample_bytes", "1"); /* every block sampled */
+    static const size_t sizes[] = {10000, 12000, 14000, 16000, 20000, 24000,
+                                   28000, 32000, 40000, 48000, 56000, 64000};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        void *p = sefer_malloc(sizes[i]);
+        ck_assert_ptr_nonnull(p);
+        memset(p, 0x55, sizes[i]);
+        sefer_free(p);
+    }
+    struct sefer_stats s0 = st_stats();
+    /* a limit whose soft threshold (50 %) is already behind: the next page
+     * committed purges, and this heap collects at its next slow path */
+    char limit[32];
+    snprintf(limit, sizeof limit, "%" PRIu64, s0.bytes_committed + 8 * ST_MIB);
+    ST_KNOB_SET("memory.soft_percent", "50");
+    ST_KNOB_SET("memory.limit", limit);
+    void *a = sefer_malloc(90000); /* a class not used yet: a page committed */
+    void *b = sefer_malloc(110000); /* the heap's next slow path: its purge */
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    struct sefer_stats s1 = st_stats();
+    printf("sampled medium pages: committed %.1f MiB before the purge, %.1f MiB after (%" PRIu64 " purges)\n",
+           (double)s0.bytes_committed / ST_MIB, (double)s1.bytes_committed / ST_MIB,
+           s1.memory_limit_purges - s0.memory_limit_purges);
+    fflush(stdout);
+    ck_assert_int_ge(ST_DELTA(s1, s0, memory_limit_purges), 1);
+    ck_assert_msg(s1.bytes_committed + 6 * ST_MIB <= s0.bytes_committed,
+                  "the pages kept for sampled blocks outlived the purge: %" PRIu64 " B committed before, %" PRIu64
+                  " B after",
+                  s0.bytes_committed, s1.bytes_committed);
+    sefer_free(a);
+    sefer_free(b);
+    ST_KNOB_SET("profile.sample_bytes", "0");
+}
+END_TEST
+
 /* ---- the hard limit ---------------------------------------------------------- */
 
 /* Allocates blocks of `size` until one is refused or `max` bytes were
@@ -372,6 +418,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_memlimit_cgroup_none);
     tcase_add_test(tc, test_memlimit_knob_text);
     tcase_add_test(tc, test_memlimit_soft_purges);
+    tcase_add_test(tc, test_memlimit_purges_sampled_pages);
     tcase_add_test(tc, test_memlimit_hard_fails_spans);
     tcase_add_test(tc, test_memlimit_hard_fails_pages);
     suite_add_tcase(s, tc);

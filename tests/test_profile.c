@@ -20,7 +20,8 @@
  *   - a class in a steady state is sampled at its rate (fresh processes at
  *     64 KiB per sample, armed at start-up and at run time): at levels 0-1
  *     frees go on top of the free list, where nothing would charge them
- *     to the sampling count unless the profile turns that off;
+ *     to the sampling count unless the profile turns that off; at level 2
+ *     a class of 2 KiB blocks, whose refills keep a block back;
  *   - a large block that realloc grows or shrinks in place is sampled as a
  *     block of its new size (a fresh process at 1 MiB per sample: 100
  *     blocks of 300 KiB, each sampled with p = 0.25, grown to 3.5 MiB in
@@ -261,6 +262,28 @@ START_TEST(test_steady_class) {
     run_child("steady-child", "SEFER_PROFILE_SAMPLE_BYTES", "64KiB"); /* armed at start-up */
     run_child("armed-later-child", "SEFER_PROFILE_SAMPLE_BYTES", "0"); /* armed by a knob change */
     run_child("fifo-child", "SEFER_PROFILE_SAMPLE_BYTES", "64KiB");
+    run_child("steady-l2-child", "SEFER_GUARD_LEVEL", "2");
+}
+END_TEST
+
+/* Guard level 2, a class of 2 KiB blocks (carved one at a time) with one
+ * block kept: each refill keeps the block freed last back on local_free
+ * (page.c, sf_page_guarded_swap), and a count that charged it too sampled
+ * the class at about twice its rate. */
+#define STEADY_L2_PAIRS 500000
+START_TEST(test_steady_l2_child_body) {
+    ck_assert_str_eq(st_knob_get("guard.level"), "2");
+    ck_assert_int_eq(sefer_config_set("profile.sample_bytes", "65536"), 0);
+    void *keep = sefer_malloc(2000);
+    for (int i = 0; i < 1000; i++) sefer_free(sefer_malloc(2000)); /* (the page's lists charged once) */
+    uint64_t k0 = samples();
+    for (int i = 0; i < STEADY_L2_PAIRS; i++) {
+        void *p = sefer_malloc(2000);
+        __asm__ __volatile__("" : "+r"(p) : : "memory");
+        sefer_free(p);
+    }
+    check_samples("level 2, malloc(2000) + free", samples() - k0, STEADY_L2_PAIRS, 2000);
+    sefer_free(keep);
 }
 END_TEST
 
@@ -389,6 +412,8 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_armed_later_child_body);
     } else if (argc > 1 && strcmp(argv[1], "realloc-child") == 0) {
         tcase_add_test(tc, test_realloc_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "steady-l2-child") == 0) {
+        tcase_add_test(tc, test_steady_l2_child_body);
     } else if (argc > 1 && strcmp(argv[1], "fifo-child") == 0) {
         tcase_add_test(tc, test_fifo_child_body);
     } else if (argc > 1 && strcmp(argv[1], "seed-child") == 0) {
