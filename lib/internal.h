@@ -186,10 +186,14 @@ SF_HIDDEN void sf_events_after_fork_child(void);
 /* ---- sizeclass.c: the size-class table ----------------------------------- */
 SF_HIDDEN extern const uint32_t sf_class_size[SF_CLASS_COUNT];
 
+/* The class of n > 128 bytes, four a power of two, as a constant expression
+ * (sizeclass.c builds the medium table with it): with 2^b < n <= 2^(b+1),
+ * 5 + (b - 7) * 4 + (n - 1) / 2^(b - 2). */
+#define SF_LOG2_BELOW(n) (63 - __builtin_clzll((unsigned long long)(n) - 1))
+#define SF_CLASS_ABOVE_128(n) (5 + (SF_LOG2_BELOW(n) - 7) * 4 + (((n) - 1) >> (SF_LOG2_BELOW(n) - 2)))
 SF_INLINE unsigned sf_class_of(size_t n) {
     if (n <= 128) return n == 0 ? 1 : (unsigned)((n + 15) >> 4);
-    unsigned b = 63u - (unsigned)__builtin_clzl(n - 1); /* 2^b < n <= 2^(b+1) */
-    return 5 + (b - 7) * 4 + (unsigned)((n - 1) >> (b - 2));
+    return (unsigned)SF_CLASS_ABOVE_128(n);
 }
 /* mdirect[]'s index of a medium request (SF_SMALL_MAX < n <= SF_MEDIUM_MAX):
  * sf_class_of(n) - SF_MEDIUM_CLASS_MIN by a table of 2 KiB steps, five
@@ -226,14 +230,6 @@ SF_INLINE uint8_t sf_segmap_back_value(size_t i) {
  * pointer shifted right by SF_SEG_SHIFT; NULL's chunk 0 never does).  The free
  * fast path's only question; a plain load outside ThreadSanitizer so the
  * compiler can fold it into the compare. */
-SF_INLINE bool sf_segmap_is_small_chunk(uintptr_t chunk) {
-#if defined(__SANITIZE_THREAD__)
-    uint8_t v = atomic_load_explicit(&sf_segmap[chunk < SF_SEGMAP_CHUNKS ? chunk : 0], memory_order_relaxed);
-#else
-    uint8_t v = ((const uint8_t *)sf_segmap)[chunk < SF_SEGMAP_CHUNKS ? chunk : 0];
-#endif
-    return chunk < SF_SEGMAP_CHUNKS && v == SF_SEGMAP_SMALL_HEAD;
-}
 /* The map's byte for chunk (below SF_SEGMAP_CHUNKS), a plain load outside
  * ThreadSanitizer, which the compiler folds into the free fast path's
  * compare. */
@@ -243,6 +239,10 @@ SF_INLINE uint8_t sf_segmap_byte(uintptr_t chunk) {
 #else
     return ((const uint8_t *)sf_segmap)[chunk];
 #endif
+}
+SF_INLINE bool sf_segmap_is_small_chunk(uintptr_t chunk) {
+    uint8_t v = sf_segmap_byte(chunk < SF_SEGMAP_CHUNKS ? chunk : 0);
+    return chunk < SF_SEGMAP_CHUNKS && v == SF_SEGMAP_SMALL_HEAD;
 }
 /* Whether chunk (below SF_SEGMAP_CHUNKS) is a medium segment's head: the
  * free fast path's second question, once the small one said no.  The empty
@@ -645,7 +645,8 @@ SF_HIDDEN void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page);
  * tail call taking the registers as they are: nothing moves on the path
  * without profiling) */
 SF_HIDDEN void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page);
-/* page->free was just given a list (local_free now NULL): charge it. */
+/* page->free was just given a list (local_free now NULL, or at guard level
+ * >= 2 the one block a refill keeps back): charge it. */
 SF_HIDDEN void sf_prof_charge(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves its heap */
 SF_HIDDEN void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page); /* page becomes current */

@@ -248,6 +248,18 @@ static void swap_in_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
     if (carves_ahead(heap, page)) page_extend(heap, page);
 }
 
+/* The owner's frees become the page's free list (at guard level >= 2 less
+ * the block freed last, and not while that block alone waits on a page
+ * that can still carve: sf_page_guarded_swap).  False: nothing swapped. */
+static bool refill_from_local(sf_heap_t *heap, sf_page_t *page) {
+    if (sf_guard_level >= 2) return sf_page_guarded_swap(page);
+    sf_block_t *list = page->local_free;
+    if (list == NULL) return false;
+    page->local_free = NULL;
+    swap_in_local(heap, page, list);
+    return true;
+}
+
 /* Makes `page` able to serve, if it can be: its own frees, then other
  * threads' (remote.c), then blocks not carved yet (and, carving ahead,
  * blocks not carved yet beside the frees).  False: it is full.  While
@@ -257,16 +269,9 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
     count_refill(heap);
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
-    if (sf_guard_level >= 2 && sf_page_guarded_swap(page)) {
-        /* (fully carved: nothing to carve ahead) */
-    } else if (page->local_free && sf_guard_level < 2) {
-        sf_block_t *list = page->local_free;
-        page->local_free = NULL;
-        swap_in_local(heap, page, list);
-    } else if (page->capacity < page->reserved) {
+    if (!refill_from_local(heap, page)) {
+        if (page->capacity >= page->reserved) return false;
         page_extend(heap, page);
-    } else {
-        return false;
     }
     if (SF_UNLIKELY(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
     return true;

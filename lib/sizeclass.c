@@ -31,14 +31,13 @@ const uint64_t sf_class_divmagic[256] = {
 
 /* The medium classes by 2 KiB step (sf_medium_class_index): entry i is the
  * mdirect[] index of the class of a request of 2048 * i + 1 to
- * 2048 * (i + 1) bytes, sf_class_of's formula on the step's largest size
+ * 2048 * (i + 1) bytes, sf_class_of's formula (SF_CLASS_ABOVE_128) on the
+ * step's largest size
  * (every medium class size is a multiple of 2 KiB, so a step never holds
  * two classes; tests/test_size_table.c checks every size against
  * sf_class_of).  Entries
  * below the first medium step are never read. */
-#define SF_MC_B_(s) (63 - __builtin_clzll((unsigned long long)(s) - 1)) /* 2^b < s <= 2^(b+1) */
-#define SF_MC_(i) ((i) < SF_SMALL_MAX / 2048 ? 0 : \
-    5 + (SF_MC_B_(2048 * ((i) + 1)) - 7) * 4 + (((2048 * ((i) + 1)) - 1) >> (SF_MC_B_(2048 * ((i) + 1)) - 2)) - SF_MEDIUM_CLASS_MIN)
+#define SF_MC_(i) ((i) < SF_SMALL_MAX / 2048 ? 0 : SF_CLASS_ABOVE_128(2048 * ((i) + 1)) - SF_MEDIUM_CLASS_MIN)
 #define SF_MC8_(i) SF_MC_(i), SF_MC_(i + 1), SF_MC_(i + 2), SF_MC_(i + 3), SF_MC_(i + 4), SF_MC_(i + 5), SF_MC_(i + 6), SF_MC_(i + 7)
 const uint8_t sf_medium_class_by_2k[SF_MEDIUM_MAX / 2048] = {
     SF_MC8_(0), SF_MC8_(8), SF_MC8_(16), SF_MC8_(24), SF_MC8_(32), SF_MC8_(40), SF_MC8_(48), SF_MC8_(56),
@@ -46,7 +45,6 @@ const uint8_t sf_medium_class_by_2k[SF_MEDIUM_MAX / 2048] = {
 };
 #undef SF_MC8_
 #undef SF_MC_
-#undef SF_MC_B_
 
 /* Smallest class that holds n bytes and whose size is a multiple of align
  * (a power of two <= SF_MAX_ALIGN_FROM_CLASS); 0 if none (caller uses a span). */
