@@ -307,6 +307,7 @@ SF_INLINE size_t sf_l2_medium_index(size_t n) { return sf_class_of(n + SF_GUARD_
 
 SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap);     /* alloc.c */
 SF_HIDDEN void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap); /* alloc.c */
+SF_HIDDEN void *sf_malloc_l2_refill(size_t n, sf_heap_t *heap); /* alloc.c */
 
 /* The page level 2's fast path pops from for a request of n bytes: gdirect
  * to SF_GDIRECT_MAX, gdirect_hi above it to SF_SMALL_MAX, gmdirect to
@@ -327,6 +328,7 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
         void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n, SF_SMALL_PAGE_SHIFT);
         if (SF_LIKELY(b != NULL)) return b;
+        return sf_malloc_l2_refill(n, heap);
     } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
         return sf_malloc_l2_hi(n, heap);
     } else if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) {

@@ -182,13 +182,16 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
 /* Guard level 2's fast free of a medium block (sf_l2_free_owned, for the
  * small ones, says what it checks): its owner's guarded page, a carved
  * block start not marked free, its size word and canary (no end mark: at
- * level 2 a guard page is there, types.h).  Then the block is held back as
- * the checked path holds it (sf_quarantine_push: level 2 keeps the last
- * one, so the next malloc of its size gets another; with a few blocks a
- * page, a double free after the size was allocated again is then caught:
- * tests/reliability/misuse.c, double-free-reused).  Without it every
- * medium free at level 2 took the checked path: 6-7 times level 1's time
- * on random sizes from 8 to 256 KiB (docs/benchmarks.md, "Guard levels"). */
+ * level 2 a guard page is there, types.h).  Then it goes on its page's
+ * local_free, as a small block's does (sf_l2_free_owned): the refill keeps
+ * the block freed last back there (sf_page_guarded_swap), so the next
+ * malloc of its size gets another, and a double free after the size was
+ * allocated again still finds it free (tests/reliability/misuse.c,
+ * double-free-reused).  It was held in the heap's one-block quarantine
+ * before that swap existed: 60 instructions more a free, for the same
+ * probes caught.  Without this path every medium free at level 2 took the
+ * checked path: 6-7 times level 1's time on random sizes from 8 to 256 KiB
+ * (docs/benchmarks.md, "Guard levels"). */
 static bool l2_medium_free_owned(void *p) {
     uintptr_t u = (uintptr_t)p;
     if (!sf_l2_fast || !sf_segmap_is_medium_chunk(u >> SF_SEG_SHIFT)) return false;
@@ -199,7 +202,8 @@ static bool l2_medium_free_owned(void *p) {
     sf_block_t *b = p;
     if (!sf_page_is_block_start(page, p) || b->cookie == sf_page_cookie(page) || !sf_l2_tail_ok(page, p))
         return false;
-    sf_quarantine_push(heap, page, b);
+    sf_link_set(page, b, page->local_free);
+    sf_free_to_local(heap, page, b);
     return true;
 }
 

@@ -260,7 +260,34 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     if (!dirty) sf_page_local_free_slow(heap, page, b);
 }
 
+/* Level 2's quarantine: the one block freed last, held until the next
+ * arrives (head == tail, count 1).  No link is ever followed, so none needs
+ * checking; the held block's own words must be as its free left them (link
+ * NULL, free mark): else a write after free, reported, and the block is
+ * never reused.  The FIFO's general code below cost each such free some
+ * 110 instructions more (its link check looks the next block's segment up
+ * in the map): every free of the checked path at level 2. */
+static void quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    sf_block_t *old = heap->quarantine_head;
+    b->next = NULL;
+    b->cookie = sf_page_cookie(page);
+    heap->quarantine_head = heap->quarantine_tail = b;
+    heap->quarantine_count = 1;
+    heap->quarantine_bytes = page->block_size;
+    if (old == NULL) return;
+    sf_page_t *old_page = sf_page_of(sf_segment_of(old), old);
+    if (SF_UNLIKELY(old->next != NULL || old->cookie != sf_page_cookie(old_page))) {
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, old);
+        return;
+    }
+    sf_page_local_free_slow(heap, old_page, old);
+}
+
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    if (sf_guard_level == 2) {
+        quarantine_swap_one(heap, page, b);
+        return;
+    }
     b->next = NULL;
     b->cookie = sf_page_cookie(page);
     /* the newest block's link must still be NULL: a write after free into

@@ -182,8 +182,6 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
  * through the generic paths anyway, and a guarded page's fresh blocks are
  * junk-filled and checked, so carving ahead there costs more than it saves
  * (and changes what a stray write past a block meets). */
-#define SF_CARVE_WARM 64
-
 static bool carves_ahead(const sf_heap_t *heap, const sf_page_t *page) {
     return heap->refills >= SF_CARVE_WARM && page->block_size <= SF_SMALL_MAX && sf_guard_level < 2 &&
            page->capacity < SF_CARVE_MIN && page->capacity < page->reserved;
@@ -236,9 +234,7 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
 
 /* One refill more for the carving-ahead threshold (saturating: only the
  * threshold matters). */
-static void count_refill(sf_heap_t *heap) {
-    if (heap->refills < SF_CARVE_WARM) heap->refills++;
-}
+static void count_refill(sf_heap_t *heap) { sf_count_refill(heap); }
 
 /* `list`, the blocks the owner freed, becomes the page's free list, and a
  * heap that refills often carves ahead beside them.  The one swap of both
@@ -252,7 +248,7 @@ static void swap_in_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
  * the block freed last, and not while that block alone waits on a page
  * that can still carve: sf_page_guarded_swap).  False: nothing swapped. */
 static bool refill_from_local(sf_heap_t *heap, sf_page_t *page) {
-    if (sf_guard_level >= 2) return sf_page_guarded_swap(page);
+    if (sf_guard_level >= 2) return sf_page_guarded_swap(heap, page);
     sf_block_t *list = page->local_free;
     if (list == NULL) return false;
     page->local_free = NULL;

@@ -355,6 +355,7 @@ enum sf_heap_kind { SF_HEAP_UNUSED, SF_HEAP_REAL, SF_HEAP_UNCLAIMED, SF_HEAP_SHA
 /* A small page's class is carved up to this many blocks at once once its
  * heap refills often (page.c, "Carving ahead"). */
 #define SF_CARVE_MIN 16u
+#define SF_CARVE_WARM 64 /* refills before a heap carves ahead (page.c, carves_ahead) */
 
 typedef struct sf_heap_s {
     /* owner only: the fast paths read the tables and bump allocs */
