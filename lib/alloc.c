@@ -110,12 +110,12 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
  * three functions on the way there.  Level 2 frees onto local_free, so a
  * class swaps every time it has handed out what the last swap gave it: on
  * random sizes from 16 B to 2 KiB, one malloc in two (a page carves 4 KiB
- * at a time, two to eight blocks of those sizes), 90 instructions each by
+ * at a time: two to eight blocks of 512 B-2 KiB), 90 instructions each by
  * the long way.  Anything else (nothing to swap, the profile armed, a bad
  * link) takes the long way, which reports what needs reporting. */
 static void *l2_swap_pop(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
-    sf_count_refill(heap);
     if (page->free == NULL && !sf_prof_is_armed() && sf_page_guarded_swap(heap, page)) {
+        sf_count_refill(heap); /* (never a marker heap's: their pages are the empty page) */
         void *b = sf_l2_pop(heap, page, n, page_shift);
         if (SF_LIKELY(b != NULL)) return b;
     }
@@ -257,8 +257,12 @@ SF_INLINE bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, siz
 /* Moves the block at p (usable bytes) to a new one of n bytes.  The old
  * block is not the next one of its size handed out: at levels 0-1 it goes
  * to local_free, not on top; at levels 2-3 (checked, a constant in each
- * caller) through the checked path, whose quarantine holds it back (level
- * 2's own push would put it where the next malloc of its size finds it). */
+ * caller) through the checked path: level 3's quarantine holds it back,
+ * and level 2 puts it on local_free, which the refill leaves it on
+ * (sf_page_guarded_swap), or, where the refill would hand it back (a
+ * medium page carved to its end), in its quarantine (free.c,
+ * l2_medium_free_owned).  A small block alone on such a page is the
+ * exception: the next malloc of its size gets it back. */
 SF_INLINE void *realloc_move(void *p, size_t n, size_t usable, bool checked) {
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;

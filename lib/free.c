@@ -187,9 +187,9 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
  * the block freed last back there (sf_page_guarded_swap), so the next
  * malloc of its size gets another, and a double free after the size was
  * allocated again still finds it free (tests/reliability/misuse.c,
- * double-free-reused).  It was held in the heap's one-block quarantine
- * before that swap existed: 60 instructions more a free, for the same
- * probes caught.  Without this path every medium free at level 2 took the
+ * double-free-reused).  Only where the refill would hand it back, alone on
+ * a page carved to its end, is it held in the heap's one-block quarantine,
+ * as every medium free was before: 60 instructions more a free.  Without this path every medium free at level 2 took the
  * checked path: 6-7 times level 1's time on random sizes from 8 to 256 KiB
  * (docs/benchmarks.md, "Guard levels"). */
 static bool l2_medium_free_owned(void *p) {
@@ -202,6 +202,13 @@ static bool l2_medium_free_owned(void *p) {
     sf_block_t *b = p;
     if (!sf_page_is_block_start(page, p) || b->cookie == sf_page_cookie(page) || !sf_l2_tail_ok(page, p))
         return false;
+    if (SF_UNLIKELY(page->local_free == NULL && page->capacity == page->reserved)) {
+        /* alone on a page that cannot carve, the refill would hand it
+         * straight back: held in the heap's quarantine instead (a medium
+         * page has 3-8 blocks: a class that keeps all but one live) */
+        sf_quarantine_push(heap, page, b);
+        return true;
+    }
     sf_link_set(page, b, page->local_free);
     sf_free_to_local(heap, page, b);
     return true;

@@ -492,8 +492,9 @@ SF_INLINE void sf_count_refill(sf_heap_t *heap) {
  * carve one block at a time, and their block freed last came straight
  * back at the next malloc (tests/reliability/misuse.c: reuse-immediate,
  * double-free-reused, 4 KiB).  Carved to its end, the page hands the block
- * out (else it stalls).  A small page of a heap that refills often (the
- * threshold level 1 carves ahead from, page.c) also carves while it has
+ * out (else it stalls).  At level 2 (not 3, whose fresh blocks are junk
+ * filled), a small page of a heap that refills often (the threshold level
+ * 1 carves ahead from, page.c) also carves while it has
  * fewer than SF_CARVE_MIN blocks: a class's blocks only circulate through
  * local_free here, so a page that carved two 2 KiB blocks swapped on every
  * other malloc for good.  The link followed must name a carved block start
@@ -506,7 +507,7 @@ SF_INLINE bool sf_page_guarded_swap(const sf_heap_t *heap, sf_page_t *page) {
     sf_block_t *rest = sf_link_decode(page, list);
     if (page->capacity < page->reserved &&
         (rest == NULL || (page->capacity < SF_CARVE_MIN && heap->refills >= SF_CARVE_WARM &&
-                          page->block_size <= SF_SMALL_MAX)))
+                          page->block_size <= SF_SMALL_MAX && sf_guard_level == 2)))
         return false;
     page->local_free = NULL;
     page->free = list;

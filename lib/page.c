@@ -178,7 +178,8 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
  * class for a block or two (20 generations of 1000 threads keeping 4
  * blocks each held 3x the memory: tests/reliability/test_many_threads.c),
  * so the carving starts after SF_CARVE_WARM refills since the heap's
- * thread claimed it.  Small pages only, at levels 0-1: medium blocks go
+ * thread claimed it.  Small pages only, at levels 0-1 (level 2 carves to
+ * SF_CARVE_MIN its own way: sf_page_guarded_swap): medium blocks go
  * through the generic paths anyway, and a guarded page's fresh blocks are
  * junk-filled and checked, so carving ahead there costs more than it saves
  * (and changes what a stray write past a block meets). */

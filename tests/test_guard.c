@@ -342,6 +342,54 @@ START_TEST(test_level3_usable_is_request)
 }
 END_TEST
 
+/* Level 2: the block freed last is not the next block of its size, also
+ * for a medium block whose page is carved to its end with every other
+ * block live (a medium page holds 3-8 blocks, so a class keeping all but
+ * one live sits there; its free goes to the quarantine, not to the page's
+ * local_free, which the refill would hand straight back).  The child
+ * prints "ok" or the size and round that came straight back. */
+static void check_medium_not_next(void)
+{
+    static const size_t sizes[] = {100000, 200000, 300000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        /* every number of live blocks around a page's count: one of them
+         * leaves the freed block alone on a page carved to its end */
+        for (int live_n = 1; live_n <= 12; live_n++) {
+            void *live[12];
+            for (int i = 0; i < live_n; i++)
+                live[i] = malloc(sizes[s]);
+            for (int round = 0; round < 2 * live_n; round++) {
+                void *p = live[round % live_n];
+                free(p);
+                void *q = malloc(sizes[s]);
+                if (q == p) {
+                    printf("size %zu, %d live, round %d: the block freed last came straight back\n", sizes[s],
+                           live_n, round);
+                    fflush(stdout);
+                    _exit(1);
+                }
+                live[round % live_n] = q;
+            }
+            for (int i = 0; i < live_n; i++)
+                free(live[i]);
+        }
+    }
+    printf("ok\n");
+    fflush(stdout);
+    _exit(0);
+}
+
+START_TEST(test_level2_medium_freed_not_next)
+{
+    static char out[256];
+    char *env[] = {(char *)"SEFER_GUARD_LEVEL=2", NULL};
+    char *args[] = {(char *)"medium-not-next", NULL};
+    int st = st_run_self(env, args, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "ok") != NULL, "child %s: %s",
+                  st_describe_status(st), out);
+}
+END_TEST
+
 static void check_usable(void)
 {
     bool exact = atoi(getenv("SEFER_GUARD_LEVEL")) >= 3;
@@ -728,6 +776,8 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "guardpage") == 0)
         touch_guard_page();
+    if (argc >= 2 && strcmp(argv[1], "medium-not-next") == 0)
+        check_medium_not_next();
     if (argc >= 2 && strcmp(argv[1], "usable") == 0)
         check_usable();
     if (argc >= 3 && strcmp(argv[1], "samplecase") == 0)
@@ -740,6 +790,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, test_guard_matrix, 0, SC_COUNT * 8);
     tcase_add_test(tc, test_guard_pages_around_metadata);
     tcase_add_test(tc, test_level2_blocks_usable);
+    tcase_add_test(tc, test_level2_medium_freed_not_next);
     tcase_add_test(tc, test_level3_usable_is_request);
     tcase_add_loop_test(tc, test_check_at_exit, 0, EX_COUNT * 2);
     tcase_add_loop_test(tc, test_sampled_guard, 0, GS_COUNT * 3);
