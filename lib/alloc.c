@@ -114,8 +114,7 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
  * the long way.  Anything else (nothing to swap, the profile armed, a bad
  * link) takes the long way, which reports what needs reporting. */
 static void *l2_swap_pop(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
-    if (page->free == NULL && !sf_prof_is_armed() && sf_page_guarded_swap(heap, page)) {
-        sf_count_refill(heap); /* (never a marker heap's: their pages are the empty page) */
+    if (page->free == NULL && !sf_prof_is_armed() && sf_page_guarded_swap(page)) {
         void *b = sf_l2_pop(heap, page, n, page_shift);
         if (SF_LIKELY(b != NULL)) return b;
     }
@@ -149,7 +148,7 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     unsigned shift;
     sf_page_t *page = sf_l2_fast ? sf_l2_page(heap, n, &shift) : NULL;
     if (page != NULL) {
-        if (page->free == NULL && !sf_prof_is_armed()) sf_page_guarded_swap(heap, page);
+        if (page->free == NULL && !sf_prof_is_armed()) sf_page_guarded_swap(page);
         void *b = sf_l2_pop(heap, page, n, shift);
         if (b != NULL) return b;
     }

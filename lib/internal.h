@@ -476,12 +476,6 @@ enum sf_guard_kind {
 };
 SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
 
-/* One refill more of the heap's page lists, counted up to SF_CARVE_WARM
- * (only the threshold matters: page.c, carves_ahead). */
-SF_INLINE void sf_count_refill(sf_heap_t *heap) {
-    if (heap->refills < SF_CARVE_WARM) heap->refills++;
-}
-
 /* Guard level >= 2's refill from local_free (page.c's page_refill and
  * level 2's own swap, alloc.c): the list the owner freed becomes the free
  * list less its head, the block freed last, which stays behind on
@@ -492,23 +486,18 @@ SF_INLINE void sf_count_refill(sf_heap_t *heap) {
  * carve one block at a time, and their block freed last came straight
  * back at the next malloc (tests/reliability/misuse.c: reuse-immediate,
  * double-free-reused, 4 KiB).  Carved to its end, the page hands the block
- * out (else it stalls).  At level 2 (not 3, whose fresh blocks are junk
- * filled), a small page of a heap that refills often (the threshold level
- * 1 carves ahead from, page.c) also carves while it has
- * fewer than SF_CARVE_MIN blocks: a class's blocks only circulate through
- * local_free here, so a page that carved two 2 KiB blocks swapped on every
- * other malloc for good.  The link followed must name a carved block start
+ * out (else it stalls).  (Carving ahead to SF_CARVE_MIN here too, as
+ * level 1 does, made level 2 swap less often but run random sizes 10-15 %
+ * slower in bursts: more blocks circulating through local_free, more lines
+ * touched.)  The link followed must name a carved block start
  * of the page, as page_pop requires (a write after free that hit it is
  * reported, and the rest of the list dropped).  The profile charges the
  * new list less the block kept back (profile.c, sf_prof_charge). */
-SF_INLINE bool sf_page_guarded_swap(const sf_heap_t *heap, sf_page_t *page) {
+SF_INLINE bool sf_page_guarded_swap(sf_page_t *page) {
     sf_block_t *list = page->local_free;
     if (list == NULL) return false;
     sf_block_t *rest = sf_link_decode(page, list);
-    if (page->capacity < page->reserved &&
-        (rest == NULL || (page->capacity < SF_CARVE_MIN && heap->refills >= SF_CARVE_WARM &&
-                          page->block_size <= SF_SMALL_MAX && sf_guard_level == 2)))
-        return false;
+    if (rest == NULL && page->capacity < page->reserved) return false;
     page->local_free = NULL;
     page->free = list;
     if (rest == NULL) return true;

@@ -178,8 +178,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
  * class for a block or two (20 generations of 1000 threads keeping 4
  * blocks each held 3x the memory: tests/reliability/test_many_threads.c),
  * so the carving starts after SF_CARVE_WARM refills since the heap's
- * thread claimed it.  Small pages only, at levels 0-1 (level 2 carves to
- * SF_CARVE_MIN its own way: sf_page_guarded_swap): medium blocks go
+ * thread claimed it.  Small pages only, at levels 0-1: medium blocks go
  * through the generic paths anyway, and a guarded page's fresh blocks are
  * junk-filled and checked, so carving ahead there costs more than it saves
  * (and changes what a stray write past a block meets). */
@@ -235,7 +234,9 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
 
 /* One refill more for the carving-ahead threshold (saturating: only the
  * threshold matters). */
-static void count_refill(sf_heap_t *heap) { sf_count_refill(heap); }
+static void count_refill(sf_heap_t *heap) {
+    if (heap->refills < SF_CARVE_WARM) heap->refills++;
+}
 
 /* `list`, the blocks the owner freed, becomes the page's free list, and a
  * heap that refills often carves ahead beside them.  The one swap of both
@@ -249,7 +250,7 @@ static void swap_in_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *list) {
  * the block freed last, and not while that block alone waits on a page
  * that can still carve: sf_page_guarded_swap).  False: nothing swapped. */
 static bool refill_from_local(sf_heap_t *heap, sf_page_t *page) {
-    if (sf_guard_level >= 2) return sf_page_guarded_swap(heap, page);
+    if (sf_guard_level >= 2) return sf_page_guarded_swap(page);
     sf_block_t *list = page->local_free;
     if (list == NULL) return false;
     page->local_free = NULL;
