@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
     bu_max_threads = MAX_THREADS;
     parse(argc, argv);
     nslots = (size_t)(64 * opt.scale) + 1;
-    workers = bu_xcalloc(opt.threads, sizeof *workers);
+    workers = bu_xcalloc_lines(opt.threads, sizeof *workers);
     pthread_t *tids = bu_xcalloc(opt.threads, sizeof *tids);
     pthread_attr_t attr;
     pthread_attr_init(&attr);

@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
         struct worker *w = &workers[t];
         w->index = t;
         w->start = (size_t)t * TABLE / opt.threads;
-        w->burst = bu_xcalloc(burst_len, sizeof *w->burst);
+        w->burst = bu_xcalloc_lines(burst_len, sizeof *w->burst);
         list_reserve(&w->outgoing, HANDOFF_BATCH + burst_len);
         list_reserve(&w->spare, 4 * HANDOFF_BATCH);
         list_reserve(&w->waiting, 4 * HANDOFF_BATCH);

@@ -38,11 +38,11 @@ struct bucket {
 };
 
 struct worker {
-    unsigned index;
+    _Alignas(64) unsigned index; /* (no two workers' counters on one cache line) */
     uint64_t rng, ops, rounds, errors;
     struct bucket due[LIFETIMES]; /* due[r % LIFETIMES]: freed in round r */
     /* the mailbox: blocks the previous thread handed over this round */
-    pthread_mutex_t lock;
+    _Alignas(64) pthread_mutex_t lock;
     struct bucket inbox;
     double end;
 };
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     bu_prog = "rptest";
     bu_parse(argc, argv, &opt, "-");
     per_round = (size_t)(512 * opt.scale) + 1;
-    workers = bu_xcalloc(opt.threads, sizeof *workers);
+    workers = bu_xcalloc_lines(opt.threads, sizeof *workers);
     pthread_t *tids = bu_xcalloc(opt.threads, sizeof *tids);
     for (unsigned i = 0; i < opt.threads; i++) {
         workers[i].index = i;
