@@ -297,7 +297,22 @@ static SF_NOINLINE void free_special(void *p) {
     else if (!free_remote_small(p)) free_checked_uncounted(p);
 }
 
+/* The first free by a thread with no heap yet that reaches the generic
+ * path: if p is a block of a heap whose thread exited, the thread adopts
+ * that heap (heap.c, sf_heap_adopt_for_free) and frees p as its owner.
+ * Out of line, behind one compare: asked inside free_remote_small, the
+ * test and the call cost every remote free 21 instructions
+ * (bench/instructions' remote row, whose freeing thread has no heap). */
+static SF_NOINLINE void free_first_of_heapless(void *p) {
+    sf_segment_t *seg = sf_segmap_header(p);
+    sf_heap_t *owner = seg != NULL ? SF_PEEK(seg->heap) : NULL;
+    if (owner == NULL || owner == &sf_heap_fallback || (sf_mode() & SF_MODE_TRACKED) || !sf_heap_adopt_for_free(owner))
+        sf_heap_adopt_declined();
+    sf_free_generic(p);
+}
+
 void sf_free_generic(void *p) {
+    if (SF_UNLIKELY(sf_tls_heap == &sf_heap_unclaimed)) return free_first_of_heapless(p);
     /* level 2: its fast push first (callers other than free come straight
      * here; in a phase no page takes it, phase.c) */
     if (sf_l2_fast && (sf_l2_free_owned(p) || l2_medium_free_owned(p))) return;
@@ -330,6 +345,8 @@ static void free_checked_uncounted(void *p) {
     }
     sf_block_t *b = p;
     sf_heap_t *owner = seg->heap, *me = sf_tls_heap;
+    if (SF_UNLIKELY(me == &sf_heap_unclaimed) && owner != &sf_heap_fallback && sf_heap_adopt_for_free(owner))
+        me = owner; /* (an exited thread's heap: heap.c) */
     if (owner == me) {
         /* a phase ended and left this page off the free fast path: back on
          * (sf_page_set_fast_owner reads the flags; before the free, which

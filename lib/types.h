@@ -413,6 +413,7 @@ typedef struct sf_heap_s {
     _Atomic int state;
     _Atomic int tid;
     _Atomic uint32_t next_ownerless; /* link in the stack of ownerless heaps (slot + 1) */
+    _Atomic bool in_ownerless;       /* on that stack (maybe stale: adopted by a free, heap.c) */
     _Atomic(sf_block_t *) overflow;  /* remote frees that found the ring full */
     sf_ring_t ring;
 } sf_heap_t;

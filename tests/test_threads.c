@@ -474,6 +474,97 @@ START_TEST(test_abandoned_heap_accounting)
 }
 END_TEST
 
+/* A thread with no heap whose first free is a block of an exited thread's
+ * heap adopts that heap (lib/heap.c, sf_heap_adopt_for_free): the free is
+ * its own, not a remote one, and its next malloc of the size gets the block
+ * back (on top of its page, level 1).  Left again, the heap stays on the
+ * ownerless stack (its entry went stale while the free-adopter had it) and
+ * the next thread that allocates takes it from there. */
+struct adopt_case {
+    void **blocks;
+    struct sefer_stats before, after;
+    void *again;
+    uint64_t remote_delta;
+};
+
+static void *first_free_adopts(void *argp)
+{
+    struct adopt_case *c = argp;
+    c->before = st_stats();
+    free(c->blocks[0]);
+    c->after = st_stats();
+    c->again = malloc(100);
+    c->blocks[0] = c->again;
+    return NULL;
+}
+
+static void *malloc_then_own_free(void *argp)
+{
+    struct adopt_case *c = argp;
+    void *p = malloc(64);
+    st_escape(p);
+    c->before = st_stats();
+    free(c->blocks[1]); /* (its heap's block: an owner free if it adopted the heap) */
+    c->after = st_stats();
+    free(p);
+    return NULL;
+}
+
+START_TEST(test_first_free_adopts_exited_heap)
+{
+    void *blocks[10];
+    sefer_trim();
+    pthread_join(st_spawn(leave_blocks, blocks, 0), NULL);
+    struct sefer_stats s0 = st_stats();
+    ck_assert_uint_ge(s0.heaps_abandoned, 1);
+
+    struct adopt_case c = {.blocks = blocks};
+    pthread_join(st_spawn(first_free_adopts, &c, 0), NULL);
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_uint_eq(c.before.heaps_live, s0.heaps_live); /* (no heap before its free) */
+    ck_assert_msg(c.after.heaps_abandoned == s0.heaps_abandoned - 1 && c.after.heaps_live == s0.heaps_live + 1,
+                  "the first free of an exited thread's block: heaps_abandoned %" PRIu64 " -> %" PRIu64
+                  ", heaps_live %" PRIu64 " -> %" PRIu64 " (the heap was not adopted)",
+                  s0.heaps_abandoned, c.after.heaps_abandoned, s0.heaps_live, c.after.heaps_live);
+    ck_assert_int_eq(ST_DELTA(c.after, c.before, remote_frees), 0);
+    ck_assert_ptr_nonnull(c.again);
+    struct sefer_stats s1 = st_stats();
+    ck_assert_uint_eq(s1.heaps_abandoned, s0.heaps_abandoned); /* left again, with its blocks */
+
+    /* the stale entry serves: a thread that allocates first takes the heap */
+    struct adopt_case d = {.blocks = blocks};
+    pthread_join(st_spawn(malloc_then_own_free, &d, 0), NULL);
+    ck_assert_int_eq(ST_DELTA(d.after, d.before, remote_frees), 0);
+    ck_assert_uint_eq(d.after.heaps_abandoned, s0.heaps_abandoned - 1);
+    for (int i = 2; i < 10; i++)
+        free(blocks[i]);
+    free(blocks[0]);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
+/* A thread whose first free is a block of a live thread's heap adopts
+ * nothing: that free and its later ones are remote frees. */
+static void *free_two_of_live(void *argp)
+{
+    struct adopt_case *c = argp;
+    c->before = st_stats();
+    free(c->blocks[0]);
+    free(c->blocks[1]);
+    c->after = st_stats();
+    return NULL;
+}
+
+START_TEST(test_first_free_of_live_heap_adopts_nothing)
+{
+    void *blocks[2] = {malloc(100), malloc(200)};
+    struct adopt_case c = {.blocks = blocks};
+    pthread_join(st_spawn(free_two_of_live, &c, 0), NULL);
+    ck_assert_int_eq(ST_DELTA(c.after, c.before, remote_frees), 2);
+    ck_assert_uint_eq(c.after.heaps_live, c.before.heaps_live);
+}
+END_TEST
+
 /* Blocks another thread freed count as free in bytes_in_blocks at once,
  * although their owner takes them back only when it needs them (its own
  * lists run dry): they wait on their page's remote list, whose count the
@@ -1297,6 +1388,8 @@ static Suite *threads_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_short_lived_threads);
     tcase_add_test(tc, test_abandoned_heap_accounting);
+    tcase_add_test(tc, test_first_free_adopts_exited_heap);
+    tcase_add_test(tc, test_first_free_of_live_heap_adopts_nothing);
     tcase_add_test(tc, test_remote_frees_leave_bytes_in_blocks);
     tcase_add_test(tc, test_remote_emptied_pages_serve_growth);
     tcase_add_test(tc, test_more_threads_than_slots);

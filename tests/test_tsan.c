@@ -329,6 +329,59 @@ START_TEST(test_exited_threads_blocks)
 }
 END_TEST
 
+/* Rounds of threads, each freeing first what the last round's thread in
+ * its place kept (so its first free adopts that thread's heap, while the
+ * others of its round pop the ownerless stack, whose entries a free may
+ * have made stale: lib/heap.c), then allocating and keeping half. */
+#define SUCCESSORS 4
+#define SUCCESSOR_ROUNDS 40
+static struct st_block successor_kept[SUCCESSORS][LEFT];
+
+static void *successor(void *argp)
+{
+    size_t id = (size_t)(uintptr_t)argp;
+    uint64_t r = 991 + id;
+    for (int k = 0; k < LEFT; k++) {
+        struct st_block *b = &successor_kept[id][k];
+        FAIL_IF(b->p && !st_block_ok(b->p, b->n));
+        sefer_free(b->p);
+        b->p = NULL;
+    }
+    for (int k = 0; k < 2 * LEFT; k++) {
+        size_t n = pick_size(st_rand(&r));
+        unsigned char *p = sefer_malloc(n);
+        FAIL_IF(p == NULL);
+        if (p == NULL)
+            continue;
+        st_block_fill(p, n);
+        if (k & 1)
+            sefer_free(p);
+        else
+            successor_kept[id][k / 2] = (struct st_block){p, n};
+    }
+    return NULL;
+}
+
+START_TEST(test_successors_free_first)
+{
+    for (int round = 0; round < SUCCESSOR_ROUNDS; round++) {
+        pthread_t t[SUCCESSORS];
+        for (size_t i = 0; i < SUCCESSORS; i++)
+            ck_assert_int_eq(pthread_create(&t[i], NULL, successor, (void *)(uintptr_t)i), 0);
+        for (size_t i = 0; i < SUCCESSORS; i++)
+            pthread_join(t[i], NULL);
+    }
+    for (size_t i = 0; i < SUCCESSORS; i++)
+        for (int k = 0; k < LEFT; k++) {
+            struct st_block *b = &successor_kept[i][k];
+            FAIL_IF(b->p && !st_block_ok(b->p, b->n));
+            sefer_free(b->p);
+        }
+    ck_assert_int_eq(atomic_load(&failures), 0);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tsan");
@@ -339,6 +392,7 @@ int main(void)
     tcase_add_test(tc, test_knobs_while_allocating);
     tcase_add_test(tc, test_cache_max_while_allocating);
     tcase_add_test(tc, test_exited_threads_blocks);
+    tcase_add_test(tc, test_successors_free_first);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }
