@@ -297,22 +297,8 @@ static SF_NOINLINE void free_special(void *p) {
     else if (!free_remote_small(p)) free_checked_uncounted(p);
 }
 
-/* The first free by a thread with no heap yet that reaches the generic
- * path: if p is a block of a heap whose thread exited, the thread adopts
- * that heap (heap.c, sf_heap_adopt_for_free) and frees p as its owner.
- * Out of line, behind one compare: asked inside free_remote_small, the
- * test and the call cost every remote free 21 instructions
- * (bench/instructions' remote row, whose freeing thread has no heap). */
-static SF_NOINLINE void free_first_of_heapless(void *p) {
-    sf_segment_t *seg = sf_segmap_header(p);
-    sf_heap_t *owner = seg != NULL ? SF_PEEK(seg->heap) : NULL;
-    if (owner == NULL || owner == &sf_heap_fallback || (sf_mode() & SF_MODE_TRACKED) || !sf_heap_adopt_for_free(owner))
-        sf_heap_adopt_declined();
-    sf_free_generic(p);
-}
-
-void sf_free_generic(void *p) {
-    if (SF_UNLIKELY(sf_tls_heap == &sf_heap_unclaimed)) return free_first_of_heapless(p);
+/* sf_free_generic and sf_free_checked past their first question. */
+SF_INLINE void free_generic_rest(void *p) {
     /* level 2: its fast push first (callers other than free come straight
      * here; in a phase no page takes it, phase.c) */
     if (sf_l2_fast && (sf_l2_free_owned(p) || l2_medium_free_owned(p))) return;
@@ -320,12 +306,43 @@ void sf_free_generic(void *p) {
     else if (!free_remote_small(p) && !free_medium_owned(p)) free_checked_uncounted(p);
 }
 
-void sf_free_checked(void *p) {
+SF_INLINE void free_checked_rest(void *p) {
     /* (level 2's free of a medium block comes here first: out of its fast
      * path, which would otherwise save p across the call on every free) */
     if (l2_medium_free_owned(p)) return;
     if (SF_UNLIKELY(sf_mode())) return free_special(p);
     free_checked_uncounted(p);
+}
+
+/* The first free by a thread with no heap yet that reaches the generic
+ * or the checked path (level 2's free, operator delete): if p is a block of a heap whose thread exited, the thread adopts
+ * that heap (heap.c, sf_heap_adopt_for_free) and frees p as its owner.
+ * Out of line, behind one compare: asked inside free_remote_small, the
+ * test and the call cost every remote free 21 instructions
+ * (bench/instructions' remote row, whose freeing thread has no heap). */
+static SF_NOINLINE void free_first_of_heapless(void *p, bool checked) {
+    sf_segment_t *seg = p != NULL ? sf_segmap_header(p) : NULL;
+    /* (a damaged header: the path below reports it; a span, a fallback
+     * block or free(NULL) decides nothing: the thread asks again) */
+    if (seg != NULL && segment_intact(seg) && !(sf_mode() & SF_MODE_TRACKED) && sf_thread_key_ok) {
+        sf_heap_t *owner = SF_PEEK(seg->heap);
+        if (owner != NULL && owner != &sf_heap_fallback && !sf_heap_adopt_for_free(owner)) sf_heap_adopt_declined();
+    }
+    if (checked) free_checked_rest(p);
+    else free_generic_rest(p);
+}
+
+void sf_free_generic(void *p) {
+    if (SF_UNLIKELY(sf_tls_heap == &sf_heap_unclaimed)) return free_first_of_heapless(p, false);
+    free_generic_rest(p);
+}
+
+void sf_free_checked(void *p) {
+    /* (before any check: adopted, the block's double-free test is the
+     * owner's; a thread with no heap skips it, and the remote path finds
+     * it when the owner takes the block in) */
+    if (SF_UNLIKELY(sf_tls_heap == &sf_heap_unclaimed)) return free_first_of_heapless(p, true);
+    free_checked_rest(p);
 }
 
 void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
@@ -345,8 +362,6 @@ static void free_checked_uncounted(void *p) {
     }
     sf_block_t *b = p;
     sf_heap_t *owner = seg->heap, *me = sf_tls_heap;
-    if (SF_UNLIKELY(me == &sf_heap_unclaimed) && owner != &sf_heap_fallback && sf_heap_adopt_for_free(owner))
-        me = owner; /* (an exited thread's heap: heap.c) */
     if (owner == me) {
         /* a phase ended and left this page off the free fast path: back on
          * (sf_page_set_fast_owner reads the flags; before the free, which

@@ -487,6 +487,10 @@ static sf_heap_t *heap_acquire(void) {
     return NULL;
 }
 
+void sf_heap_adopt_declined(void) {
+    if (sf_tls_heap == &sf_heap_unclaimed) sf_tls_heap = &sf_heap_unclaimed_settled;
+}
+
 /* A thread with no heap yet frees a block of `owner`, a heap whose thread
  * exited: it adopts that heap, rather than the one on top of the ownerless
  * stack when it first allocates.  A thread that takes over an exited
@@ -499,13 +503,13 @@ static sf_heap_t *heap_acquire(void) {
  * freeing what the last round's thread left: 48 MiB of RSS against
  * tcmalloc's 31, docs/design.md, "Exited threads").  The heap stays on the
  * ownerless stack, stale, until a pop finds it taken (heap_claim) or it is
- * left again (ownerless_offer).  Asked at a thread's first free that
- * reaches the generic path only (sf_heap_adopt_declined).  False: not adopted (someone else has
+ * left again (ownerless_offer).  Asked at a thread's first free of a
+ * registry heap's block only (sf_heap_adopt_declined), and not without the
+ * thread key (no destructor would leave the heap again).  A free made in
+ * glibc's last round of thread-key destructors still adopts, and the heap
+ * stays LIVE under a dead thread, as a malloc there claims one (known
+ * limit).  False: not adopted (someone else has
  * it or is collecting it, or this thread already has a heap). */
-void sf_heap_adopt_declined(void) {
-    if (sf_tls_heap == &sf_heap_unclaimed) sf_tls_heap = &sf_heap_unclaimed_settled;
-}
-
 bool sf_heap_adopt_for_free(sf_heap_t *owner) {
     if (sf_tls_heap != &sf_heap_unclaimed || atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_ABANDONED)
         return false;

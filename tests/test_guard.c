@@ -33,19 +33,20 @@ enum scenario {
     SC_XDOUBLE,      /* two other threads free the same block */
     SC_LINK,         /* a freed block's free-list link overwritten, then reuse */
     SC_OVERFLOW_FF,  /* a small block and its tail (canary, size word) all 0xff, then free */
+    SC_HEAPLESS,     /* a block of an exited thread, freed again by a new thread's first free */
     SC_COUNT
 };
 
 static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "overflow",
                                               "overflow-medium", "overflow-span", "uaf", "xdouble",
-                                              "link", "overflow-ff"};
+                                              "link", "overflow-ff", "heapless-double"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
-    "write into a freed block", "write past the end"};
+    "write into a freed block", "write past the end", "double free"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -62,6 +63,17 @@ static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2};
 static void *free_it(void *p)
 {
     free(p);
+    return NULL;
+}
+
+/* SC_HEAPLESS: frees one of two blocks and exits with the other, so its
+ * heap is left abandoned; *(void **)arg: the freed one. */
+static void *free_one_keep_one(void *arg)
+{
+    char *p = malloc(40), *keep = malloc(40);
+    st_escape(keep);
+    free(p);
+    *(void **)arg = p;
     return NULL;
 }
 
@@ -142,6 +154,19 @@ static void run_scenario(enum scenario sc)
         pthread_join(t, NULL);
         break;
     }
+    case SC_HEAPLESS: {
+        /* the new thread has no heap: its first free adopts the exited
+         * thread's heap (lib/heap.c) and must still check the block as
+         * its owner would, at every level (a heapless free that skipped
+         * the check and was then the owner's pushed a free block again) */
+        void *p = NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, free_one_keep_one, &p);
+        pthread_join(t, NULL);
+        pthread_create(&t, NULL, free_it, p);
+        pthread_join(t, NULL);
+        break;
+    }
     case SC_LINK: {
         /* level 2 decodes each link and requires it to stay in its page:
          * a pointer written over a freed block's link is caught when the
@@ -182,7 +207,7 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
 {
     static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
                                               "overflow=", "overflow=", "uaf=", "double=",
-                                              "uaf=", "overflow="};
+                                              "uaf=", "overflow=", "double="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }
