@@ -107,9 +107,10 @@ static inline void *bu_xcalloc(size_t n, size_t s) {
  * the harness's false sharing, not the allocator. */
 static inline void *bu_xcalloc_lines(size_t n, size_t s) {
     size_t bytes = (n * s + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (bytes == 0) bytes = 64;
+    void *p = aligned_alloc(64, bytes);
     if (!p) bu_die("aligned_alloc", ENOMEM);
-    memset(p, 0, bytes ? bytes : 64);
+    memset(p, 0, bytes);
     return p;
 }
 

@@ -314,12 +314,13 @@ SF_INLINE void free_checked_rest(void *p) {
     free_checked_uncounted(p);
 }
 
-/* The first free by a thread with no heap yet that reaches the generic
- * or the checked path (level 2's free, operator delete): if p is a block of a heap whose thread exited, the thread adopts
- * that heap (heap.c, sf_heap_adopt_for_free) and frees p as its owner.
- * Out of line, behind one compare: asked inside free_remote_small, the
- * test and the call cost every remote free 21 instructions
- * (bench/instructions' remote row, whose freeing thread has no heap). */
+/* The first free by a thread with no heap yet that reaches the generic or
+ * the checked path (level 2's free, operator delete): if p is a block of a
+ * heap whose thread exited, the thread adopts that heap (heap.c,
+ * sf_heap_adopt_for_free) and frees p as its owner.  Out of line, behind
+ * one compare: asked inside free_remote_small, the test and the call cost
+ * every remote free 21 instructions (bench/instructions' remote row, whose
+ * freeing thread has no heap). */
 static SF_NOINLINE void free_first_of_heapless(void *p, bool checked) {
     sf_segment_t *seg = p != NULL ? sf_segmap_header(p) : NULL;
     /* (a damaged header: the path below reports it; a span, a fallback

@@ -508,8 +508,8 @@ void sf_heap_adopt_declined(void) {
  * thread key (no destructor would leave the heap again).  A free made in
  * glibc's last round of thread-key destructors still adopts, and the heap
  * stays LIVE under a dead thread, as a malloc there claims one (known
- * limit).  False: not adopted (someone else has
- * it or is collecting it, or this thread already has a heap). */
+ * limit).  False: not adopted (someone else has it or is collecting it, or
+ * this thread already has a heap). */
 bool sf_heap_adopt_for_free(sf_heap_t *owner) {
     if (sf_tls_heap != &sf_heap_unclaimed || atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_ABANDONED)
         return false;

@@ -476,15 +476,14 @@ END_TEST
 
 /* A thread with no heap whose first free is a block of an exited thread's
  * heap adopts that heap (lib/heap.c, sf_heap_adopt_for_free): the free is
- * its own, not a remote one, and its next malloc of the size gets the block
- * back (on top of its page, level 1).  Left again, the heap stays on the
- * ownerless stack (its entry went stale while the free-adopter had it) and
- * the next thread that allocates takes it from there. */
+ * its own, not a remote one.  Left again (with a block the adopter
+ * allocated in place of the one it freed), the heap stays on the ownerless
+ * stack (its entry went stale while the free-adopter had it) and the next
+ * thread that allocates takes it from there. */
 struct adopt_case {
     void **blocks;
     struct sefer_stats before, after;
     void *again;
-    uint64_t remote_delta;
 };
 
 static void *first_free_adopts(void *argp)
