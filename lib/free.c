@@ -243,6 +243,42 @@ static bool l2_medium_free_owned(void *p) {
     return true;
 }
 
+/* Guard level 2: a block of another thread's heap, small or medium, on a
+ * guarded page that takes fast frees (its fast owner is that heap, tagged:
+ * not full, sampled, in a phase, nor the fallback heap's).  The checks the
+ * checked path makes of a block it does not own (a carved block start not
+ * marked free, its size word and canary, an intact segment header), then
+ * onto its page's remote list as at levels 0-1 (the owner encodes the
+ * links as it takes them, remote.c).  Without this every remote free at
+ * level 2 took the checked path: the remote row of bench/instructions at
+ * 342.5 instructions a block against level 1's 181.5, prodcons 2.44x level
+ * 1's time (docs/benchmarks.md, "Guard levels").  False: the checked path
+ * decides. */
+static bool l2_remote_free(void *p) {
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
+    sf_page_t *page;
+    if (sf_segmap_is_small_chunk(chunk)) {
+        if (((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) == 0) return false; /* (the header) */
+        page = sf_small_page_desc(chunk, u);
+    } else if (sf_segmap_is_medium_chunk(chunk)) {
+        page = medium_page_desc((sf_segment_t *)(chunk << SF_SEG_SHIFT), u);
+    } else {
+        return false;
+    }
+    const sf_segment_t *seg = (const sf_segment_t *)(chunk << SF_SEG_SHIFT);
+    uintptr_t fast = (uintptr_t)SF_PEEK(page->fast_heap);
+    sf_heap_t *owner = (sf_heap_t *)(fast - SF_L2_OWNER_TAG), *me = sf_tls_heap;
+    if (!(fast & SF_L2_OWNER_TAG) || owner == me || owner == &sf_heap_fallback || !segment_intact(seg) ||
+        SF_PEEK(seg->heap) != owner)
+        return false;
+    sf_block_t *b = p;
+    if (!sf_page_is_block_start(page, p) || b->cookie == sf_page_cookie(page) || !sf_l2_tail_ok(page, p))
+        return false;
+    count_remote(me);
+    sf_remote_free(owner, page, b);
+    return true;
+}
+
 SF_INLINE bool free_medium_owned(void *p) {
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
     return sf_segmap_is_medium_chunk(chunk) &&
@@ -303,7 +339,8 @@ SF_INLINE void free_generic_rest(void *p) {
      * here; in a phase no page takes it, phase.c) */
     if (sf_l2_fast && (sf_l2_free_owned(p) || l2_medium_free_owned(p))) return;
     if (SF_UNLIKELY(sf_mode())) free_special(p); /* tracked or in a phase */
-    else if (!free_remote_small(p) && !free_medium_owned(p)) free_checked_uncounted(p);
+    else if (!free_remote_small(p) && !free_medium_owned(p) && !(sf_l2_fast && l2_remote_free(p)))
+        free_checked_uncounted(p);
 }
 
 SF_INLINE void free_checked_rest(void *p) {
@@ -311,6 +348,7 @@ SF_INLINE void free_checked_rest(void *p) {
      * path, which would otherwise save p across the call on every free) */
     if (l2_medium_free_owned(p)) return;
     if (SF_UNLIKELY(sf_mode())) return free_special(p);
+    if (sf_l2_fast && l2_remote_free(p)) return;
     free_checked_uncounted(p);
 }
 

@@ -34,19 +34,23 @@ enum scenario {
     SC_LINK,         /* a freed block's free-list link overwritten, then reuse */
     SC_OVERFLOW_FF,  /* a small block and its tail (canary, size word) all 0xff, then free */
     SC_HEAPLESS,     /* a block of an exited thread, freed again by a new thread's first free */
+    SC_XOVERFLOW,    /* one byte written past a small block, then freed by another thread */
+    SC_XOVERFLOW_MED, /* the same for a medium block */
     SC_COUNT
 };
 
 static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "overflow",
                                               "overflow-medium", "overflow-span", "uaf", "xdouble",
-                                              "link", "overflow-ff", "heapless-double"};
+                                              "link", "overflow-ff", "heapless-double",
+                                              "cross-overflow", "cross-overflow-medium"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
-    "write into a freed block", "write past the end", "double free"};
+    "write into a freed block", "write past the end", "double free", "write past the end",
+    "write past the end"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -98,8 +102,12 @@ static void run_scenario(enum scenario sc)
     }
     case SC_OVERFLOW:
     case SC_OVERFLOW_MED:
-    case SC_OVERFLOW_BIG: {
-        size_t n = sc == SC_OVERFLOW ? 40 : sc == SC_OVERFLOW_MED ? 20000 : (1u << 20) + 3;
+    case SC_OVERFLOW_BIG:
+    case SC_XOVERFLOW:
+    case SC_XOVERFLOW_MED: {
+        size_t n = sc == SC_OVERFLOW || sc == SC_XOVERFLOW           ? 40
+                   : sc == SC_OVERFLOW_MED || sc == SC_XOVERFLOW_MED ? 20000
+                                                                     : (1u << 20) + 3;
         char *p = malloc(n);
         /* one byte past what the program may use: at level 3 that is the
          * request itself; level 2's canary ends the block, after the size
@@ -108,7 +116,15 @@ static void run_scenario(enum scenario sc)
         size_t usable = atoi(getenv("SEFER_GUARD_LEVEL")) >= 2 ? malloc_usable_size(p) : n;
         memset(p, 'a', usable);
         ((volatile char *)p)[usable] = 'x';
-        free(p);
+        if (sc == SC_XOVERFLOW || sc == SC_XOVERFLOW_MED) {
+            /* (level 2 checks another thread's free on a path of its own:
+             * lib/free.c, l2_remote_free) */
+            pthread_t t;
+            pthread_create(&t, NULL, free_it, p);
+            pthread_join(t, NULL);
+        } else {
+            free(p);
+        }
         break;
     }
     case SC_OVERFLOW_FF: {
@@ -207,7 +223,7 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
 {
     static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
                                               "overflow=", "overflow=", "uaf=", "double=",
-                                              "uaf=", "overflow=", "double="};
+                                              "uaf=", "overflow=", "double=", "overflow=", "overflow="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }
