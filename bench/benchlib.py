@@ -262,7 +262,8 @@ def build_note(build):
 
 def machine():
     """The machine and its load now: CPU, CPUs, kernel, load averages (1, 5
-    and 15 minutes) and the processes busiest at this moment."""
+    and 15 minutes), the processes busiest at this moment, and the CPU
+    one-thread runs are pinned to (pin_one_thread; None: not pinned)."""
     try:
         with open("/proc/loadavg") as f:
             la = f.read().split()
@@ -275,7 +276,7 @@ def machine():
         ps = []
     return {"cpu": cpu_name(), "cpus": os.cpu_count(), "kernel": platform.release(),
             "loadavg": " ".join(la[:3]), "running_total": la[3] if len(la) > 3 else "?",
-            "busiest": [" ".join(line.split()) for line in ps]}
+            "busiest": [" ".join(line.split()) for line in ps], "one_thread_cpu": bench_cpu()}
 
 
 def load_note(before, after):
@@ -495,6 +496,32 @@ def parse_time_output(text):
         return None, None
 
 
+def bench_cpu():
+    """The CPU every one-thread run is pinned to: SEFER_BENCH_CPU (a CPU
+    number, or "none" to leave the scheduler free), else the lowest CPU this
+    process may use.  None: no pinning."""
+    want = os.environ.get("SEFER_BENCH_CPU", "")
+    if want == "none":
+        return None
+    allowed = os.sched_getaffinity(0)
+    if want:
+        if int(want) not in allowed:
+            die(f"SEFER_BENCH_CPU={want}: not a CPU this process may run on ({sorted(allowed)})")
+        return int(want)
+    return min(allowed)
+
+
+def pin_one_thread(threads):
+    """preexec_fn for a run of `threads` threads: a one-thread run goes to
+    bench_cpu(), the same CPU for every arm and round; None otherwise.  Why:
+    the two vCPUs of the development VM ran one-thread rows at different
+    speeds (churn-64 3x, mixed-16-2k-k8 1.6x, the same library on CPU 0 and
+    on CPU 1, 2026-12-04), so where the scheduler put each run decided its
+    ratio more than the allocators did (docs/benchmarks.md, Traps)."""
+    cpu = bench_cpu() if threads == 1 else None
+    return None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
+
+
 def run_one(args, bin_dir, row, alloc, preload, seen):
     """One run.  Returns a dict: ok, ops (ops/s), rss (KiB), minflt, extra,
     info; or ok=False with why and cmd."""
@@ -506,7 +533,7 @@ def run_one(args, bin_dir, row, alloc, preload, seen):
         full = [TIME, "-f", "%M %R", "-o", tf.name, "env"] + (
             [f"LD_PRELOAD={preload}"] if preload else []) + argv
         p = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env_for(None), start_new_session=True)
+                             env=env_for(None), start_new_session=True, preexec_fn=pin_one_thread(row.threads))
         try:
             out, err = p.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
