@@ -179,13 +179,24 @@ void sf_page_clear_notify(sf_page_t *page) {
 
 /* ---- draining the ring (owner or collector context) --------------------------- */
 
-/* A block that came through the ring.  One that already carries its free
- * mark was freed twice if it is on the page's lists now (the page's remote
- * frees are taken first, so those count too): reported, and dropped.  (At
- * level 3 every block arrives marked: its free set the mark with an atomic
+/* A block that came through the ring.  First whether it is a block start
+ * of a page in use at all: the freeing thread's fast path (free.c,
+ * free_remote_small) does not look at the page, and sends the pointer here
+ * when the page is full or its owner gone, so an interior or wild pointer
+ * freed by another thread arrives unchecked, as on the page's list
+ * (sf_page_collect_remote checks those); taken as a block, it was handed
+ * out by a later malloc, overlapping a live block (tests/test_guard.c,
+ * cross-interior-full).  One that already carries its free mark was freed
+ * twice if it is on the page's lists now (the page's remote frees are
+ * taken first, so those count too): reported, and dropped.  (At level 3
+ * every block arrives marked: its free set the mark with an atomic
  * exchange, which is where level 3 catches a second free.) */
 static void drain_block(sf_heap_t *heap, sf_block_t *b) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+    if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, b)) {
+        sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
+        return;
+    }
     if (sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
         if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {

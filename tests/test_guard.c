@@ -36,21 +36,23 @@ enum scenario {
     SC_HEAPLESS,     /* a block of an exited thread, freed again by a new thread's first free */
     SC_XOVERFLOW,    /* one byte written past a small block, then freed by another thread */
     SC_XOVERFLOW_MED, /* the same for a medium block */
+    SC_XINTERIOR_FULL, /* a pointer inside a block of a full page, freed by another thread */
     SC_COUNT
 };
 
 static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "overflow",
                                               "overflow-medium", "overflow-span", "uaf", "xdouble",
                                               "link", "overflow-ff", "heapless-double",
-                                              "cross-overflow", "cross-overflow-medium"};
+                                              "cross-overflow", "cross-overflow-medium",
+                                              "cross-interior-full"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
     "write into a freed block", "write past the end", "double free", "write past the end",
-    "write past the end"};
+    "write past the end", "inside a block"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2, 1};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -183,6 +185,22 @@ static void run_scenario(enum scenario sc)
         pthread_join(t, NULL);
         break;
     }
+    case SC_XINTERIOR_FULL: {
+        /* the first pages of the class fill up and go to the heap's full
+         * list: another thread's free into one goes through the owner's
+         * ring (remote.c), which once took the pointer unchecked, and the
+         * mallocs after it, past those pages, drain the ring: the interior
+         * pointer was then handed out as a block */
+        static char *held[4096];
+        for (int i = 0; i < 4096; i++)
+            held[i] = malloc(48);
+        pthread_t t;
+        pthread_create(&t, NULL, free_it, held[10] + 16);
+        pthread_join(t, NULL);
+        for (int i = 0; i < 8192; i++)
+            CHILD_CHECK(malloc(48) != held[10] + 16);
+        break;
+    }
     case SC_LINK: {
         /* level 2 decodes each link and requires it to stay in its page:
          * a pointer written over a freed block's link is caught when the
@@ -223,7 +241,8 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
 {
     static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
                                               "overflow=", "overflow=", "uaf=", "double=",
-                                              "uaf=", "overflow=", "double=", "overflow=", "overflow="};
+                                              "uaf=", "overflow=", "double=", "overflow=", "overflow=",
+                                              "interior="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }
