@@ -112,12 +112,7 @@ SF_INLINE bool free_remote_small(void *p) {
     if (owner == me || owner == &sf_heap_fallback || sf_guard_level >= 2 ||
         (sf_prof_is_armed() && on_sampled_page(seg, u)))
         return false;
-    if (me->kind == SF_HEAP_REAL) {
-        SF_COUNT(me->remote_frees);
-        if (sf_outbox_put(me, owner, p)) return true;
-    } else { /* (a thread without a heap of its own has no batches) */
-        sf_stat_add(&sf_gstats.shared_remote_frees, 1);
-    }
+    count_remote(me);
     sf_remote_free(owner, sf_small_page_desc(chunk, u), p);
     return true;
 }

@@ -609,7 +609,6 @@ void sf_heap_thread_done(void *value) {
     sf_tls_heap = &sf_heap_shared; /* later destructors use the fallback heap */
     if (heap == NULL || heap->kind != SF_HEAP_REAL) return;
     sf_track_quiet_begin(); /* under valgrind: sefer's own walk of freed blocks */
-    sf_outbox_send(heap, true); /* other heaps' blocks it was gathering (remote.c) */
     /* every empty page goes back to its segment, but decommits keep their
      * deadline: the next thread usually adopts this heap within it and
      * reuses the pages without faulting them in again */

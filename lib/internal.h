@@ -424,20 +424,6 @@ SF_INLINE uint32_t sf_page_blocks_out(const sf_page_t *page, uint32_t *pending) 
 SF_HIDDEN void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b); /* the ring path */
 SF_HIDDEN void sf_heap_drain_remote(sf_heap_t *heap);
-SF_HIDDEN bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, void *p);
-SF_HIDDEN void sf_outbox_send(sf_heap_t *me, bool may_collect);
-/* Puts p, a small block of `owner`'s freed by this thread (heap me), in the
- * batch it is filling for that heap (remote.c, "Batches"); false: no batch
- * takes it (me is not a thread's own heap, the owner is not live, or every
- * batch is in flight), the caller pushes it on its page's list. */
-SF_INLINE bool sf_outbox_put(sf_heap_t *me, sf_heap_t *owner, void *p) {
-    sf_batch_t *bt = me->outbox;
-    if (SF_LIKELY(bt != NULL && me->outbox_to == owner && bt->n < SF_BATCH_BLOCKS)) {
-        bt->blocks[bt->n++] = p;
-        return true;
-    }
-    return sf_outbox_put_slow(me, owner, p);
-}
 SF_HIDDEN uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN bool sf_page_set_notify(sf_page_t *page);
 SF_HIDDEN void sf_page_clear_notify(sf_page_t *page);

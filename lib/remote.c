@@ -1,20 +1,8 @@
 /* remote.c - frees by a thread that does not own the block.
  *
- * Three channels, all lock-free and all lossless:
+ * Two channels, both lock-free and both lossless:
  *
- *   the freeing thread's batches (sf_batch_t): small blocks at levels 0-1
- *     freed by a thread with a heap of its own.  The pointer goes into an
- *     array of the freeing heap's, the block and its page untouched; the
- *     array goes whole onto the owner heap's inbox (one CAS) when it is
- *     full, when the thread frees another heap's block, enters its class
- *     slow path, collects its heap or exits; the owner takes the inbox
- *     with one exchange where it drains its ring, and frees each block as
- *     its owner (drain_block).  A handed block's line then stays with the
- *     owner, which wrote it last, where the page's list moved it between
- *     the cores three times (docs/design.md, "Batches").  With all of a
- *     heap's batches in flight, the page's list.
- *
- *   the page's list (page->xfree): the rest of the common case.  The freeing thread
+ *   the page's list (page->xfree): the common case.  The freeing thread
  *     pushes the block onto a stack threaded through the blocks of that
  *     page with one CAS on the page's second cache line (the owner's fast
  *     paths never read it), and is done.  The owner takes the whole stack
@@ -189,51 +177,6 @@ void sf_page_clear_notify(sf_page_t *page) {
     }
 }
 
-/* ---- batches ------------------------------------------------------------------- */
-
-/* Pushes the batch this heap's thread is filling onto its owner's inbox
- * (owner context of me: its thread, or a collector holding it).
- * may_collect: an owner found abandoned is collected now (its inbox is
- * drained there), as the ring's frees do; not from inside a collection. */
-void sf_outbox_send(sf_heap_t *me, bool may_collect) {
-    sf_batch_t *bt = me->outbox;
-    if (bt == NULL) return;
-    me->outbox = NULL;
-    sf_heap_t *owner = me->outbox_to;
-    atomic_store_explicit(&bt->in_flight, 1, memory_order_relaxed);
-    sf_batch_t *head = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
-    do {
-        bt->next = head;
-        SF_LS_RMW(INBOX_CAS);
-    } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &head, bt, memory_order_release,
-                                                    memory_order_relaxed));
-    if (may_collect && atomic_load_explicit(&owner->state, memory_order_relaxed) == SF_HEAP_ABANDONED)
-        sf_heap_try_collect_abandoned(owner);
-}
-
-bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, void *p) {
-    if (me->kind != SF_HEAP_REAL || me == &sf_heap_fallback) return false;
-    sf_outbox_send(me, true);
-    if (atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) return false;
-    if (SF_UNLIKELY(me->batches == NULL)) {
-        /* (kept for the heap slot's life, as its ring: batches in flight
-         * are read by their owners after this thread is gone) */
-        me->batches = sf_os_map_plain(SF_BATCHES * sizeof(sf_batch_t));
-        if (me->batches == NULL) return false;
-        sf_stat_add(&sf_gstats.metadata, SF_BATCHES * sizeof(sf_batch_t));
-    }
-    for (unsigned i = 0; i < SF_BATCHES; i++) {
-        sf_batch_t *bt = &me->batches[i];
-        if (atomic_load_explicit(&bt->in_flight, memory_order_acquire) != 0) continue;
-        bt->n = 1;
-        bt->blocks[0] = p;
-        me->outbox = bt;
-        me->outbox_to = owner;
-        return true;
-    }
-    return false;
-}
-
 /* ---- draining the ring (owner or collector context) --------------------------- */
 
 /* A block that came through the ring.  First whether it is a block start
@@ -267,18 +210,6 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b) {
 void sf_heap_drain_remote(sf_heap_t *heap) {
     void *p;
     while ((p = sf_ring_pop(&heap->ring)) != NULL) drain_block(heap, p);
-    if (atomic_load_explicit(&heap->inbox, memory_order_relaxed) != NULL) {
-        SF_LS_RMW(INBOX_XCHG);
-        sf_batch_t *bt = atomic_exchange_explicit(&heap->inbox, NULL, memory_order_acquire);
-        while (bt != NULL) {
-            sf_batch_t *next = bt->next; /* (read before the batch goes back) */
-            uint32_t n = bt->n;
-            for (uint32_t i = 0; i < n; i++) drain_block(heap, bt->blocks[i]);
-            atomic_store_explicit(&bt->in_flight, 0, memory_order_release);
-            SF_SET(heap->remote_batched, heap->remote_batched + n); /* read by statistics */
-            bt = next;
-        }
-    }
     if (atomic_load_explicit(&heap->overflow, memory_order_relaxed) == NULL) return;
     SF_LS_RMW(OVERFLOW_XCHG);
     sf_block_t *list = atomic_exchange_explicit(&heap->overflow, NULL, memory_order_acquire);

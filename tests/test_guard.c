@@ -37,7 +37,6 @@ enum scenario {
     SC_XOVERFLOW,    /* one byte written past a small block, then freed by another thread */
     SC_XOVERFLOW_MED, /* the same for a medium block */
     SC_XINTERIOR_FULL, /* a pointer inside a block of a full page, freed by another thread */
-    SC_XDOUBLE_HEAPS, /* two other threads with heaps of their own free one block, one after the other */
     SC_COUNT
 };
 
@@ -45,15 +44,15 @@ static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "
                                               "overflow-medium", "overflow-span", "uaf", "xdouble",
                                               "link", "overflow-ff", "heapless-double",
                                               "cross-overflow", "cross-overflow-medium",
-                                              "cross-interior-full", "xdouble-heaps"};
+                                              "cross-interior-full"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
     "write into a freed block", "write past the end", "double free", "write past the end",
-    "write past the end", "inside a block", "double free"};
+    "write past the end", "inside a block"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2, 1, 1};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2, 1};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -73,21 +72,6 @@ static void *free_it(void *p)
     return NULL;
 }
 
-/* free_it from a thread that allocated enough first to have a heap of its
- * own (past threads.heap_after): its free of another's block goes into a
- * batch (lib/remote.c, "Batches"), sent to the owner as the thread exits */
-static void *free_it_with_heap(void *p)
-{
-    for (int i = 0; i < 1000; i++)
-    {
-        void *q = malloc(16);
-        st_escape(q);
-        free(q);
-    }
-    free(p);
-    return NULL;
-}
-
 /* SC_HEAPLESS: frees one of two blocks and exits with the other, so its
  * heap is left abandoned; *(void **)arg: the freed one. */
 static void *free_one_keep_one(void *arg)
@@ -97,16 +81,6 @@ static void *free_one_keep_one(void *arg)
     free(p);
     *(void **)arg = p;
     return NULL;
-}
-
-/* p freed by two threads, one after the other, each running fn */
-static void free_from_two_threads(void *p, void *(*fn)(void *))
-{
-    for (int k = 0; k < 2; k++) {
-        pthread_t t;
-        pthread_create(&t, NULL, fn, p);
-        pthread_join(t, NULL);
-    }
 }
 
 static void run_scenario(enum scenario sc)
@@ -189,9 +163,15 @@ static void run_scenario(enum scenario sc)
             free(again[i]);
         break;
     }
-    case SC_XDOUBLE:
-        free_from_two_threads(malloc(40), free_it);
+    case SC_XDOUBLE: {
+        char *p = malloc(40);
+        pthread_t t;
+        pthread_create(&t, NULL, free_it, p);
+        pthread_join(t, NULL);
+        pthread_create(&t, NULL, free_it, p);
+        pthread_join(t, NULL);
         break;
+    }
     case SC_HEAPLESS: {
         /* the new thread has no heap: its first free adopts the exited
          * thread's heap (lib/heap.c) and must still check the block as
@@ -219,20 +199,6 @@ static void run_scenario(enum scenario sc)
         pthread_join(t, NULL);
         for (int i = 0; i < 8192; i++)
             CHILD_CHECK(malloc(48) != held[10] + 16);
-        break;
-    }
-    case SC_XDOUBLE_HEAPS: {
-        /* both frees wait in batches until this thread takes its remote
-         * frees in: the mallocs past the first page of the class */
-        char *p = malloc(48);
-        free_from_two_threads(p, free_it_with_heap);
-        static void *more[4096];
-        for (int i = 0; i < 4096; i++)
-            more[i] = malloc(48);
-        int handed = 0; /* p handed out twice: the free list took it twice */
-        for (int i = 0; i < 4096; i++)
-            handed += more[i] == (void *)p;
-        CHILD_CHECK(handed <= 1);
         break;
     }
     case SC_LINK: {
@@ -276,7 +242,7 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
     static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
                                               "overflow=", "overflow=", "uaf=", "double=",
                                               "uaf=", "overflow=", "double=", "overflow=", "overflow=",
-                                              "interior=", "double="};
+                                              "interior="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }
