@@ -37,6 +37,7 @@ enum scenario {
     SC_XOVERFLOW,    /* one byte written past a small block, then freed by another thread */
     SC_XOVERFLOW_MED, /* the same for a medium block */
     SC_XINTERIOR_FULL, /* a pointer inside a block of a full page, freed by another thread */
+    SC_XDOUBLE_OWNER, /* another thread with a heap frees a block, then its owner frees it */
     SC_COUNT
 };
 
@@ -44,15 +45,15 @@ static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "
                                               "overflow-medium", "overflow-span", "uaf", "xdouble",
                                               "link", "overflow-ff", "heapless-double",
                                               "cross-overflow", "cross-overflow-medium",
-                                              "cross-interior-full"};
+                                              "cross-interior-full", "xdouble-owner"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
     "write into a freed block", "write past the end", "double free", "write past the end",
-    "write past the end", "inside a block"};
+    "write past the end", "inside a block", "double free"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2, 1};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 3, 2, 2, 1, 2, 2, 1, 1};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -72,6 +73,21 @@ static void *free_it(void *p)
     return NULL;
 }
 
+/* free_it from a thread that allocated enough first to have a heap of its
+ * own (past threads.heap_after): the path a thread that allocates takes,
+ * which a design that gathers remote frees per thread would change */
+static void *free_it_with_heap(void *p)
+{
+    for (int i = 0; i < 1000; i++)
+    {
+        void *q = malloc(16);
+        st_escape(q);
+        free(q);
+    }
+    free(p);
+    return NULL;
+}
+
 /* SC_HEAPLESS: frees one of two blocks and exits with the other, so its
  * heap is left abandoned; *(void **)arg: the freed one. */
 static void *free_one_keep_one(void *arg)
@@ -81,6 +97,16 @@ static void *free_one_keep_one(void *arg)
     free(p);
     *(void **)arg = p;
     return NULL;
+}
+
+/* p freed by two threads, one after the other, each running fn */
+static void free_from_two_threads(void *p, void *(*fn)(void *))
+{
+    for (int k = 0; k < 2; k++) {
+        pthread_t t;
+        pthread_create(&t, NULL, fn, p);
+        pthread_join(t, NULL);
+    }
 }
 
 static void run_scenario(enum scenario sc)
@@ -163,15 +189,9 @@ static void run_scenario(enum scenario sc)
             free(again[i]);
         break;
     }
-    case SC_XDOUBLE: {
-        char *p = malloc(40);
-        pthread_t t;
-        pthread_create(&t, NULL, free_it, p);
-        pthread_join(t, NULL);
-        pthread_create(&t, NULL, free_it, p);
-        pthread_join(t, NULL);
+    case SC_XDOUBLE:
+        free_from_two_threads(malloc(40), free_it);
         break;
-    }
     case SC_HEAPLESS: {
         /* the new thread has no heap: its first free adopts the exited
          * thread's heap (lib/heap.c) and must still check the block as
@@ -199,6 +219,26 @@ static void run_scenario(enum scenario sc)
         pthread_join(t, NULL);
         for (int i = 0; i < 8192; i++)
             CHILD_CHECK(malloc(48) != held[10] + 16);
+        break;
+    }
+    case SC_XDOUBLE_OWNER: {
+        /* (a design that kept the other thread's free in a per-thread
+         * batch without the block's free mark, tried and not landed, let
+         * the owner's free through, hand the block out again, and the
+         * batch then freed the live block: docs/design.md, "Cross-thread
+         * frees on random sizes") */
+        char *p = malloc(64);
+        pthread_t t;
+        pthread_create(&t, NULL, free_it_with_heap, p);
+        pthread_join(t, NULL);
+        free(st_launder(p));
+        static void *more[4096];
+        int handed = 0;
+        for (int i = 0; i < 4096; i++) {
+            more[i] = malloc(64);
+            handed += more[i] == (void *)p;
+        }
+        CHILD_CHECK(handed <= 1);
         break;
     }
     case SC_LINK: {
@@ -242,7 +282,7 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
     static const char *const key[SC_COUNT] = {"double=", "invalid=", "interior=", "overflow=",
                                               "overflow=", "overflow=", "uaf=", "double=",
                                               "uaf=", "overflow=", "double=", "overflow=", "overflow=",
-                                              "interior="};
+                                              "interior=", "double="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }
@@ -330,7 +370,11 @@ START_TEST(test_guard_matrix)
                       what, level, err);
         return;
     }
-    ck_assert_msg(strstr(err, sc_text[sc]) != NULL, "%s at level %d (%s) not reported; stderr: %s",
+    /* (level 3 zero-fills a block another thread frees: the owner's second
+     * free then finds its canary gone before its mark, and says so) */
+    bool as_overflow = sc == SC_XDOUBLE_OWNER && level >= 3;
+    const char *text = as_overflow ? "write past the end" : sc_text[sc];
+    ck_assert_msg(strstr(err, text) != NULL, "%s at level %d (%s) not reported; stderr: %s",
                   what, level, on_error, err);
     if (_i % 2 == 0) {
         ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
@@ -338,9 +382,10 @@ START_TEST(test_guard_matrix)
     } else {
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s at level %d with report: child %s, stderr: %s",
                       what, level, st_describe_status(st), err);
-        ck_assert_msg(count_occurrences(err, sc_text[sc]) == 1, "%s reported more than once: %s",
+        ck_assert_msg(count_occurrences(err, text) == 1, "%s reported more than once: %s",
                       what, err);
-        ck_assert_msg(counter_of(out, sc) >= 1, "%s at level %d not counted: %s", what, level, out);
+        ck_assert_msg(counter_of(out, as_overflow ? SC_OVERFLOW : sc) >= 1, "%s at level %d not counted: %s", what,
+                      level, out);
     }
 }
 END_TEST
