@@ -78,14 +78,22 @@ static void *free_it(void *p)
  * which a design that gathers remote frees per thread would change */
 static void *free_it_with_heap(void *p)
 {
-    for (int i = 0; i < 1000; i++)
-    {
+    for (int i = 0; i < 1000; i++) {
         void *q = malloc(16);
         st_escape(q);
         free(q);
     }
     free(p);
     return NULL;
+}
+
+/* Runs fn(arg) on a thread of its own and waits for it (the child side:
+ * no libcheck, so not st_spawn). */
+static void run_in_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    CHILD_CHECK(pthread_create(&t, NULL, fn, arg) == 0);
+    pthread_join(t, NULL);
 }
 
 /* SC_HEAPLESS: frees one of two blocks and exits with the other, so its
@@ -99,15 +107,6 @@ static void *free_one_keep_one(void *arg)
     return NULL;
 }
 
-/* p freed by two threads, one after the other, each running fn */
-static void free_from_two_threads(void *p, void *(*fn)(void *))
-{
-    for (int k = 0; k < 2; k++) {
-        pthread_t t;
-        pthread_create(&t, NULL, fn, p);
-        pthread_join(t, NULL);
-    }
-}
 
 static void run_scenario(enum scenario sc)
 {
@@ -147,9 +146,7 @@ static void run_scenario(enum scenario sc)
         if (sc == SC_XOVERFLOW || sc == SC_XOVERFLOW_MED) {
             /* (level 2 checks another thread's free on a path of its own:
              * lib/free.c, l2_remote_free) */
-            pthread_t t;
-            pthread_create(&t, NULL, free_it, p);
-            pthread_join(t, NULL);
+            run_in_thread(free_it, p);
         } else {
             free(p);
         }
@@ -189,20 +186,20 @@ static void run_scenario(enum scenario sc)
             free(again[i]);
         break;
     }
-    case SC_XDOUBLE:
-        free_from_two_threads(malloc(40), free_it);
+    case SC_XDOUBLE: {
+        char *p = malloc(40);
+        run_in_thread(free_it, p);
+        run_in_thread(free_it, p);
         break;
+    }
     case SC_HEAPLESS: {
         /* the new thread has no heap: its first free adopts the exited
          * thread's heap (lib/heap.c) and must still check the block as
          * its owner would, at every level (a heapless free that skipped
          * the check and was then the owner's pushed a free block again) */
         void *p = NULL;
-        pthread_t t;
-        pthread_create(&t, NULL, free_one_keep_one, &p);
-        pthread_join(t, NULL);
-        pthread_create(&t, NULL, free_it, p);
-        pthread_join(t, NULL);
+        run_in_thread(free_one_keep_one, &p);
+        run_in_thread(free_it, p);
         break;
     }
     case SC_XINTERIOR_FULL: {
@@ -214,9 +211,7 @@ static void run_scenario(enum scenario sc)
         static char *held[4096];
         for (int i = 0; i < 4096; i++)
             held[i] = malloc(48);
-        pthread_t t;
-        pthread_create(&t, NULL, free_it, held[10] + 16);
-        pthread_join(t, NULL);
+        run_in_thread(free_it, held[10] + 16);
         for (int i = 0; i < 8192; i++)
             CHILD_CHECK(malloc(48) != held[10] + 16);
         break;
@@ -228,9 +223,7 @@ static void run_scenario(enum scenario sc)
          * batch then freed the live block: docs/design.md, "Cross-thread
          * frees on random sizes") */
         char *p = malloc(64);
-        pthread_t t;
-        pthread_create(&t, NULL, free_it_with_heap, p);
-        pthread_join(t, NULL);
+        run_in_thread(free_it_with_heap, p);
         free(st_launder(p));
         static void *more[4096];
         int handed = 0;
