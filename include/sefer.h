@@ -106,9 +106,10 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(guard_samples_live, "sampled guard: such blocks live now (at most 64)")                \
     X(bytes_waiting, "bytes of empty pages all heaps keep committed for reuse (bytes_exited_waiting included); past threads.cache_max, those past their decommit.delay go back") \
     X(cache_max_purges, "purges of waiting pages because bytes_waiting passed threads.cache_max, cumulative") \
-    X(bytes_cache_max_purged, "bytes those purges gave back to the OS, cumulative")
+    X(bytes_cache_max_purged, "bytes those purges gave back to the OS, cumulative") \
+    X(remote_batch_frees, "remote frees that came back to their owner in a batch of the freeing thread's, counted as the owner takes them back")
 
-#define SEFER_STATS_VERSION 11
+#define SEFER_STATS_VERSION 12
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

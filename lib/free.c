@@ -3,9 +3,10 @@
  *
  * Guard level 1 checks live here: a pointer sefer does not own (its chunk
  * is not in the segment map), a pointer inside a block or into a page not in
- * use, and a double free (the block's cookie word equals its page address
- * and the block is found on the page's free lists; a cookie match alone may
- * be user data, so it is only a reason to look). */
+ * use, and a double free (the block's cookie word equals its page address:
+ * its free mark, cleared wherever a block is handed out, so at levels 0-1
+ * the mark alone says so; level 2 also finds the block on the page's lists
+ * or its quarantine before it says so). */
 #include "fastpath.h"
 
 #include <stdlib.h>
@@ -50,8 +51,11 @@ sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
         sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
-               (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
-                (sf_guard_level >= 2 && sf_quarantine_holds(seg->heap, p)))) {
+               (sf_guard_level < 2 || (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
+                                       sf_quarantine_holds(seg->heap, p)))) {
+        /* (levels 0-1: the mark alone says so, remote.c's drain_block has
+         * why; the block's first free may wait in another thread's batch,
+         * where no list of this heap's shows it) */
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return NULL;
     }
@@ -112,8 +116,14 @@ SF_INLINE bool free_remote_small(void *p) {
     if (owner == me || owner == &sf_heap_fallback || sf_guard_level >= 2 ||
         (sf_prof_is_armed() && on_sampled_page(seg, u)))
         return false;
-    count_remote(me);
-    sf_remote_free(owner, sf_small_page_desc(chunk, u), p);
+    sf_page_t *page = sf_small_page_desc(chunk, u);
+    if (me->kind == SF_HEAP_REAL) {
+        SF_COUNT(me->remote_frees);
+        if (sf_outbox_put(me, owner, p, sf_page_cookie(page))) return true;
+    } else { /* (a thread without a heap of its own has no batches) */
+        sf_stat_add(&sf_gstats.shared_remote_frees, 1);
+    }
+    sf_remote_free(owner, page, p);
     return true;
 }
 

@@ -609,6 +609,7 @@ void sf_heap_thread_done(void *value) {
     sf_tls_heap = &sf_heap_shared; /* later destructors use the fallback heap */
     if (heap == NULL || heap->kind != SF_HEAP_REAL) return;
     sf_track_quiet_begin(); /* under valgrind: sefer's own walk of freed blocks */
+    sf_outbox_send(heap, true); /* other heaps' blocks it was gathering (remote.c) */
     /* every empty page goes back to its segment, but decommits keep their
      * deadline: the next thread usually adopts this heap within it and
      * reuses the pages without faulting them in again */
@@ -618,6 +619,11 @@ void sf_heap_thread_done(void *value) {
     if (SF_GET(heap->purge_bytes) != 0) atomic_store(&abandoned_purges, true);
     heap_set_ownerless(heap);
     ownerless_offer(heap);
+    /* a batch another thread pushed after the collection above, having
+     * read the state before it changed: taken now (remote.c,
+     * sf_outbox_send, makes the other half of this fence) */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&heap->inbox, memory_order_relaxed) != NULL) sf_heap_try_collect_abandoned(heap);
 }
 
 /* In the child after fork: only the forking thread exists.  Every other
@@ -643,6 +649,10 @@ void sf_heaps_after_fork_child(void) {
             atomic_store(&heap->in_ownerless, false);
             continue;
         }
+        /* the batch its thread was filling: the fork may have cut a put in
+         * half, so its count cannot be trusted; its blocks stay out (a
+         * leak of at most SF_BATCH_BLOCKS per thread of the parent) */
+        heap->outbox = NULL;
         int st = atomic_load(&heap->state);
         if (st == SF_HEAP_LIVE || st == SF_HEAP_COLLECTING) {
             atomic_store(&heap->tid, 0);

@@ -424,6 +424,28 @@ SF_INLINE uint32_t sf_page_blocks_out(const sf_page_t *page, uint32_t *pending) 
 SF_HIDDEN void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b); /* the ring path */
 SF_HIDDEN void sf_heap_drain_remote(sf_heap_t *heap);
+SF_HIDDEN bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_t cookie);
+SF_HIDDEN void sf_outbox_send(sf_heap_t *me, bool may_collect);
+/* Puts b, a small block of `owner`'s freed by this thread (heap me), in the
+ * batch it is filling for that heap (remote.c, "Batches"), with its free
+ * mark (cookie: its page's) written: the owner's free of it, while it
+ * waits, finds the mark and reports a double free.  False: no batch takes
+ * it (me is not a thread's own heap, the owner is not live, every batch is
+ * in flight, or b carries its mark already: a suspect), the caller pushes
+ * it on its page's list, which sends a suspect to the owner's ring. */
+SF_INLINE bool sf_outbox_put(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_t cookie) {
+    sf_batch_t *bt = me->outbox;
+    if (SF_LIKELY(bt != NULL && me->outbox_to == owner && bt->n < SF_BATCH_BLOCKS && b->cookie != cookie)) {
+        b->cookie = cookie;
+        bt->blocks[bt->n] = b;
+        bt->n++;
+        return true;
+    }
+    return sf_outbox_put_slow(me, owner, b, cookie);
+}
+/* A ring or overflow entry whose freeing thread found the block's free mark
+ * already written (remote.c, drain_block): the low bit of the pointer. */
+#define SF_REMOTE_SUSPECT ((uintptr_t)1)
 SF_HIDDEN uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN bool sf_page_set_notify(sf_page_t *page);
 SF_HIDDEN void sf_page_clear_notify(sf_page_t *page);

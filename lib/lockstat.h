@@ -26,6 +26,8 @@
     X(XFREE_CAS, "xfree_cas", "push onto a page's remote-free list (page->xfree)")        \
     X(XFREE_NOTIFY, "xfree_notify", "CAS on page->xfree setting or clearing the full-page flag") \
     X(XFREE_XCHG, "xfree_xchg", "the owner takes a page's remote-free list")             \
+    X(INBOX_CAS, "inbox_cas", "push of a batch of remote frees onto the owner heap's inbox") \
+    X(INBOX_XCHG, "inbox_xchg", "the owner takes its inbox of batches")                  \
     X(HEAP_STATE, "heap_state", "CAS or store on a heap's state (claim, collect, release)") \
     X(OWNERLESS_CAS, "ownerless_cas", "push or pop on the registry's ownerless-heap stack") \
     X(SLOT_MAKE, "slot_make", "fetch_add on the registry's slot count, CAS of a new chunk") \

@@ -371,6 +371,7 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
 }
 
 static void *heap_malloc_from(sf_heap_t *heap, unsigned class_idx, bool sampled) {
+    sf_outbox_send(heap, true);
     sf_heap_drain_remote(heap);
     for (;;) {
         sf_page_t *page = find_page_in(heap, class_idx, sampled);
@@ -469,6 +470,7 @@ size_t sf_page_collect_heap(sf_heap_t *heap, bool force) {
 
 /* sf_page_collect_heap, with forced page release and forced decommit apart. */
 size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
+    sf_outbox_send(heap, false); /* (a collector's: not inside a collection of another) */
     sf_heap_drain_remote(heap);
     /* after the drain: the blocks it returns go through the quarantine */
     if (force) sf_quarantine_flush(heap);

@@ -1,8 +1,25 @@
 /* remote.c - frees by a thread that does not own the block.
  *
- * Two channels, both lock-free and both lossless:
+ * Three channels, all lock-free and all lossless:
  *
- *   the page's list (page->xfree): the common case.  The freeing thread
+ *   the freeing thread's batches (sf_batch_t): small blocks at levels 0-1
+ *     freed by a thread with a heap of its own (and the thread key, whose
+ *     destructor sends what it holds).  The pointer goes into an array of
+ *     the freeing heap's, with the block's free mark written (a block
+ *     already marked is a suspect and takes the ring) and its page
+ *     untouched; the array goes whole onto the owner heap's inbox (one
+ *     CAS) when it is full, when the thread frees another heap's block,
+ *     enters its class slow path, collects its heap or exits; the owner
+ *     takes the inbox with one exchange where it drains its ring, and
+ *     frees each block as its owner (drain_batched).  The page's list
+ *     moved a handed block's line between the cores three times, a batch
+ *     twice (docs/design.md, "Batches").  The mark is what keeps a double
+ *     free from handing out a block twice: the owner's free of a block
+ *     that waits in a batch it cannot see finds the mark, and at levels
+ *     0-1 the mark alone is a double free (free.c, sf_free_check_block).
+ *     With all of a heap's batches in flight, the page's list.
+ *
+ *   the page's list (page->xfree): the rest of the common case.  The freeing thread
  *     pushes the block onto a stack threaded through the blocks of that
  *     page with one CAS on the page's second cache line (the owner's fast
  *     paths never read it), and is done.  The owner takes the whole stack
@@ -23,9 +40,10 @@
  *     now and then), into guarded pages (levels 2-3 and valgrind: their checks
  *     run when the owner drains), into the fallback heap (taken under its
  *     lock, never through xfree) and of a block that already carries its
- *     free mark (a suspected double free, checked by the owner).  A full ring
- *     spills onto the heap's overflow list.  The ring and the overflow list
- *     live in the heap slot, which is never unmapped.
+ *     free mark (a suspect, tagged SF_REMOTE_SUSPECT: a double free, which
+ *     the owner reports, drain_block).  A full ring spills onto the heap's
+ *     overflow list.  The ring and the overflow list live in the heap slot,
+ *     which is never unmapped.
  *
  * Why a page is never released under a pushing thread: a block on xfree is
  * still counted in page->used until the owner takes it, so the page, and
@@ -42,6 +60,13 @@
 
 /* ---- the ring path ---------------------------------------------------------- */
 
+/* Untagged: b (SF_REMOTE_SUSPECT set: the freeing thread found its mark). */
+static sf_block_t *untag(const void *entry) {
+    return (sf_block_t *)((uintptr_t)entry & ~SF_REMOTE_SUSPECT);
+}
+
+/* b: a block, or a block tagged SF_REMOTE_SUSPECT (the tag travels in the
+ * ring cell, and on the overflow list in the link that points to it). */
 void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
     if (sf_ring_push(&owner->ring, b)) {
         /* nobody drains an abandoned heap: collect it now and then */
@@ -59,7 +84,7 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
     sf_event_ring_overflow(owner); /* event.c: the first, then one a minute */
     sf_block_t *head = atomic_load_explicit(&owner->overflow, memory_order_relaxed);
     do {
-        b->next = head;
+        untag(b)->next = head;
         SF_LS_RMW(OVERFLOW_CAS);
     } while (!atomic_compare_exchange_weak_explicit(&owner->overflow, &head, b,
                                                     memory_order_release, memory_order_relaxed));
@@ -73,8 +98,15 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
      * take the page's list too, the freeing thread checked the block and
      * the owner encodes the links as it takes them; level 3's and
      * valgrind's never do) */
-    if ((sf_pages_checked() && !sf_l2_fast) || b->cookie == cookie ||
-        atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
+    if (sf_pages_checked() && !sf_l2_fast) {
+        sf_heap_remote_free(owner, b);
+        return;
+    }
+    if (b->cookie == cookie) { /* marked free already: tell the owner so (drain_block) */
+        sf_heap_remote_free(owner, (sf_block_t *)((uintptr_t)b | SF_REMOTE_SUSPECT));
+        return;
+    }
+    if (atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
         sf_heap_remote_free(owner, b);
         return;
     }
@@ -177,24 +209,92 @@ void sf_page_clear_notify(sf_page_t *page) {
     }
 }
 
+/* ---- batches ------------------------------------------------------------------- */
+
+/* Pushes the batch this heap's thread is filling onto its owner's inbox
+ * (owner context of me: its thread, or a collector holding it).
+ * may_collect: an owner found abandoned is collected now (its inbox is
+ * drained there), as the ring's frees do; not from inside a collection. */
+void sf_outbox_send(sf_heap_t *me, bool may_collect) {
+    sf_batch_t *bt = me->outbox;
+    if (bt == NULL) return;
+    me->outbox = NULL;
+    sf_heap_t *owner = me->outbox_to;
+    atomic_store_explicit(&bt->in_flight, 1, memory_order_relaxed);
+    sf_batch_t *head = atomic_load_explicit(&owner->inbox, memory_order_relaxed);
+    do {
+        bt->next = head;
+        SF_LS_RMW(INBOX_CAS);
+    } while (!atomic_compare_exchange_weak_explicit(&owner->inbox, &head, bt, memory_order_release,
+                                                    memory_order_relaxed));
+    /* (the push before the state's load: an owner that exits stores its
+     * state, then looks at its inbox once more, sf_heap_thread_done; one
+     * of the two sees the other) */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (may_collect && atomic_load_explicit(&owner->state, memory_order_relaxed) == SF_HEAP_ABANDONED)
+        sf_heap_try_collect_abandoned(owner);
+}
+
+bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_t cookie) {
+    /* (without the thread key, nothing sends the batch when the thread
+     * exits: its blocks would wait for ever) */
+    if (me->kind != SF_HEAP_REAL || me == &sf_heap_fallback || !sf_thread_key_ok) return false;
+    sf_outbox_send(me, true);
+    if (b->cookie == cookie) return false; /* a suspect: through the ring */
+    if (atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) return false;
+    if (SF_UNLIKELY(me->batches == NULL)) {
+        /* (kept for the heap slot's life, as its ring: batches in flight
+         * are read by their owners after this thread is gone) */
+        me->batches = sf_os_map_plain(SF_BATCHES * sizeof(sf_batch_t));
+        if (me->batches == NULL) return false;
+        sf_stat_add(&sf_gstats.metadata, SF_BATCHES * sizeof(sf_batch_t));
+    }
+    for (unsigned i = 0; i < SF_BATCHES; i++) {
+        sf_batch_t *bt = &me->batches[i];
+        if (atomic_load_explicit(&bt->in_flight, memory_order_acquire) != 0) continue;
+        b->cookie = cookie;
+        bt->n = 1;
+        bt->blocks[0] = b;
+        me->outbox = bt;
+        me->outbox_to = owner;
+        return true;
+    }
+    return false;
+}
+
 /* ---- draining the ring (owner or collector context) --------------------------- */
 
-/* A block that came through the ring.  First whether it is a block start
- * of a page in use at all: the freeing thread's fast path (free.c,
- * free_remote_small) does not look at the page, and sends the pointer here
- * when the page is full or its owner gone, so an interior or wild pointer
- * freed by another thread arrives unchecked, as on the page's list
- * (sf_page_collect_remote checks those); taken as a block, it was handed
- * out by a later malloc, overlapping a live block (tests/test_guard.c,
- * cross-interior-full).  One that already carries its free mark was freed
- * twice if it is on the page's lists now (the page's remote frees are
- * taken first, so those count too): reported, and dropped.  (At level 3
- * every block arrives marked: its free set the mark with an atomic
- * exchange, which is where level 3 catches a second free.) */
-static void drain_block(sf_heap_t *heap, sf_block_t *b) {
+/* A block that came through the ring (or its overflow list).  First
+ * whether it is a block start of a page in use at all: the freeing
+ * thread's fast path (free.c, free_remote_small) does not look at the page,
+ * and sends the pointer here when the page is full or its owner gone, so
+ * an interior or wild pointer freed by another thread arrives unchecked,
+ * as on the page's list (sf_page_collect_remote checks those); taken as a
+ * block, it was handed out by a later malloc, overlapping a live block
+ * (tests/test_guard.c, cross-interior-full).
+ *
+ * suspect: the freeing thread found the block's free mark already written.
+ * At levels 0-1 that is a double free whatever the block is now: still
+ * free (on a list, or its first free waiting in a ring, an inbox or a
+ * batch the owner cannot see), or handed out again since (its mark
+ * cleared: freeing it now would free a live block, a limit of the design
+ * before batches).  Every way a block leaves a free list clears its mark,
+ * so a live block carries one only if the program wrote a page
+ * descriptor's address into its second word.  Reported, and dropped.  An
+ * entry that is not a suspect but carries the mark (its freeing thread
+ * wrote it, then found the page full: remote.c, sf_remote_free) was freed
+ * twice if it is on the page's lists now: reported and dropped.  Level 2
+ * keeps that test for suspects too (its own remote path checks the mark
+ * first); at level 3 every block arrives marked: its free set the mark
+ * with an atomic exchange, which is where level 3 catches a second free. */
+static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, b)) {
         sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
+        return;
+    }
+    if (suspect && sf_guard_level < 2) {
+        sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
     }
     if (sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
@@ -207,15 +307,49 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b) {
     sf_heap_owner_free(heap, page, b);
 }
 
+/* A block that came in another thread's batch: marked by that thread,
+ * which found it unmarked (sf_outbox_put), so not a double free unless two
+ * frees raced.  The pointer was not checked when it was batched and may
+ * have waited while its segment went away, or became another heap's: the
+ * segment map says first whether it is still one of this heap's small
+ * segments (an invalid pointer is reported, never followed). */
+static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
+    uintptr_t u = (uintptr_t)b, chunk = u >> SF_SEG_SHIFT;
+    const sf_segment_t *seg = (const sf_segment_t *)(chunk << SF_SEG_SHIFT);
+    if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(seg->heap) != heap) {
+        sf_guard_report(SF_GUARD_INVALID, b);
+        return;
+    }
+    sf_page_t *page = sf_page_of((sf_segment_t *)seg, b);
+    if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, b)) {
+        sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
+        return;
+    }
+    sf_heap_owner_free(heap, page, b);
+}
+
 void sf_heap_drain_remote(sf_heap_t *heap) {
     void *p;
-    while ((p = sf_ring_pop(&heap->ring)) != NULL) drain_block(heap, p);
+    while ((p = sf_ring_pop(&heap->ring)) != NULL)
+        drain_block(heap, untag(p), ((uintptr_t)p & SF_REMOTE_SUSPECT) != 0);
+    if (atomic_load_explicit(&heap->inbox, memory_order_relaxed) != NULL) {
+        SF_LS_RMW(INBOX_XCHG);
+        sf_batch_t *bt = atomic_exchange_explicit(&heap->inbox, NULL, memory_order_acquire);
+        while (bt != NULL) {
+            sf_batch_t *next = bt->next; /* (read before the batch goes back) */
+            uint32_t n = bt->n;
+            for (uint32_t i = 0; i < n; i++) drain_batched(heap, bt->blocks[i]);
+            atomic_store_explicit(&bt->in_flight, 0, memory_order_release);
+            SF_SET(heap->remote_batched, heap->remote_batched + n); /* read by statistics */
+            bt = next;
+        }
+    }
     if (atomic_load_explicit(&heap->overflow, memory_order_relaxed) == NULL) return;
     SF_LS_RMW(OVERFLOW_XCHG);
     sf_block_t *list = atomic_exchange_explicit(&heap->overflow, NULL, memory_order_acquire);
     while (list != NULL) {
-        sf_block_t *next = list->next;
-        drain_block(heap, list);
+        sf_block_t *b = untag(list), *next = b->next;
+        drain_block(heap, b, ((uintptr_t)list & SF_REMOTE_SUSPECT) != 0);
         list = next;
     }
 }

@@ -8,6 +8,7 @@ static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
     out->allocs += SF_GET(heap->allocs);
     out->remote_frees += SF_GET(heap->remote_frees);
     out->remote_list_frees += SF_GET(heap->remote_collected);
+    out->remote_batch_frees += SF_GET(heap->remote_batched);
     if (heap->ring.cells) {
         out->ring_pushes += LOAD(heap->ring.tail);
         out->ring_overflows += LOAD(heap->ring.overflowed);
@@ -15,8 +16,8 @@ static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
 }
 
 /* Blocks handed out and their bytes, read page by page from the live
- * segments (blocks waiting in a ring still count: their owner has not taken
- * them back); and the bytes of blocks other threads freed that wait on
+ * segments (blocks waiting in a ring or a batch still count: their owner
+ * has not taken them back); and the bytes of blocks other threads freed that wait on
  * their pages' remote lists (free, but their pages cannot go back). */
 static void live_blocks(uint64_t *blocks, uint64_t *bytes, uint64_t *pending_bytes) {
     *blocks = *bytes = *pending_bytes = 0;

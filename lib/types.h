@@ -308,6 +308,19 @@ typedef struct {
     sf_ring_cell_t *cells;
 } sf_ring_t;
 
+/* A batch of blocks of one heap, freed by the thread of another (remote.c,
+ * "Batches"): filled by that thread without touching the blocks, pushed
+ * whole onto the owner's inbox, emptied by the owner.  256 bytes. */
+#define SF_BATCH_BLOCKS 30
+#define SF_BATCHES 16 /* a heap's batches, one OS page: one filling, the rest in flight */
+typedef struct sf_batch_s {
+    struct sf_batch_s *next;    /* in the owner's inbox */
+    _Atomic uint32_t in_flight; /* set by its sender as it pushes it, cleared by the
+                                   owner once it has taken its blocks */
+    uint32_t n;
+    void *blocks[SF_BATCH_BLOCKS];
+} sf_batch_t;
+
 typedef struct {
     sf_page_t *first, *last;
 } sf_page_queue_t;
@@ -416,6 +429,17 @@ typedef struct sf_heap_s {
     _Atomic bool in_ownerless;       /* on that stack (maybe stale: adopted by a free, heap.c) */
     _Atomic(sf_block_t *) overflow;  /* remote frees that found the ring full */
     sf_ring_t ring;
+    /* batches of this heap's blocks freed by other threads: pushed by them,
+     * taken whole by the owner (remote.c, "Batches") */
+    _Atomic(sf_batch_t *) inbox __attribute__((aligned(64)));
+    /* owner only: the batch being filled with another heap's blocks, that
+     * heap, this heap's SF_BATCHES batches (mapped at its first remote free;
+     * in flight: in an owner's inbox), and the blocks other threads' batches
+     * brought back (read by statistics) */
+    sf_batch_t *outbox __attribute__((aligned(64)));
+    struct sf_heap_s *outbox_to;
+    sf_batch_t *batches;
+    uint64_t remote_batched;
 } sf_heap_t;
 
 #endif /* SEFER_TYPES_H */

@@ -244,6 +244,9 @@ static void *storm_freer(void *argp)
         FAIL_IF(!st_block_ok(storm.blocks[i], STORM_SIZE));
         free(storm.blocks[i]);
     }
+    /* the batch it was filling goes to the owner (lib/remote.c, "Batches":
+     * else it would wait for this thread's next slow path or its exit) */
+    sefer_trim();
     pthread_mutex_lock(&storm.lock);
     storm.freers_done++;
     pthread_cond_broadcast(&storm.cond);
@@ -305,20 +308,28 @@ START_TEST(test_ring_overflow_storm)
                   "%zu remote frees into %zu full pages of an idle owner (ring capacity %llu) never"
                   " overflowed", n, n / STORM_PAGE_BLOCKS, cap);
     /* one notification per full page (the page the owner last allocated
-     * from may not be full), every other free onto the page's list */
+     * from may not be full), every other free onto the page's list; but
+     * the first frees of each freer go into its batches (lib/remote.c,
+     * "Batches": SF_BATCHES of them, until the idle owner takes them), and
+     * a page whose first free went into one is not notified: at most one
+     * page per such block (counted once the owner took them, s3) */
     int64_t told = ST_DELTA(s1, s0, ring_pushes) + ST_DELTA(s1, s0, ring_overflows);
-    ck_assert_msg(told >= (int64_t)(n / STORM_PAGE_BLOCKS) - 1 && told <= (int64_t)(n / STORM_PAGE_BLOCKS),
-                  "ring pushes %" PRId64 " + overflows %" PRId64 " for %zu full pages",
-                  ST_DELTA(s1, s0, ring_pushes), ST_DELTA(s1, s0, ring_overflows), n / STORM_PAGE_BLOCKS);
+    int64_t batched = ST_DELTA(s3, s0, remote_batch_frees);
+    ck_assert_msg(batched > 0 && batched < (int64_t)(n / 2), "%" PRId64 " of %zu remote frees in batches",
+                  batched, n);
+    ck_assert_msg(told + batched >= (int64_t)(n / STORM_PAGE_BLOCKS) - 1 && told <= (int64_t)(n / STORM_PAGE_BLOCKS),
+                  "ring pushes %" PRId64 " + overflows %" PRId64 " (+ %" PRId64 " in batches) for %zu full pages",
+                  ST_DELTA(s1, s0, ring_pushes), ST_DELTA(s1, s0, ring_overflows), batched, n / STORM_PAGE_BLOCKS);
     /* the owner allocating once more, then a second round: by then every
      * block freed by the others is back and counted, exactly once */
     ck_assert_int_eq(ST_DELTA(s2, s1, allocs), 1);
     ck_assert_int_ge(ST_DELTA(s2, s1, frees), 1);
     ck_assert_int_eq(ST_DELTA(s3, s2, allocs), (int64_t)n);
-    /* by now the owner took back every block from its pages' lists too */
-    ck_assert_msg(told + ST_DELTA(s3, s0, remote_list_frees) == (int64_t)n,
-                  "%" PRId64 " through the ring + %" PRId64 " from page lists != %zu remote frees", told,
-                  ST_DELTA(s3, s0, remote_list_frees), n);
+    /* by now the owner took back every block from its pages' lists and
+     * its inbox too */
+    ck_assert_msg(told + ST_DELTA(s3, s0, remote_list_frees) + batched == (int64_t)n,
+                  "%" PRId64 " through the ring + %" PRId64 " from page lists + %" PRId64 " in batches != %zu remote frees",
+                  told, ST_DELTA(s3, s0, remote_list_frees), batched, n);
     ck_assert_msg(ST_DELTA(s3, s0, frees) == (int64_t)n + 1,
                   "%zu remote frees + 1 local: stats.frees grew by %" PRId64
                   " once the owner allocated again",
@@ -623,6 +634,50 @@ START_TEST(test_remote_frees_leave_bytes_in_blocks)
     /* ... and they show as waiting for their owner */
     ck_assert_msg(s2.bytes_remote_pending >= s1.bytes_remote_pending + REMOTE_BLOCKS * 1024,
                   "bytes_remote_pending %" PRIu64 " -> %" PRIu64, s1.bytes_remote_pending, s2.bytes_remote_pending);
+}
+END_TEST
+
+/* A thread with a heap of its own gathers the blocks of others' it frees
+ * into batches (lib/remote.c, "Batches"), without touching them; its exit
+ * sends the one it was filling, and the owner takes them all back as it
+ * next collects: every one counted once, in remote_batch_frees, none on
+ * the page lists or the ring, and bytes_in_blocks back where it was. */
+#define BATCH_TEST_BLOCKS 100 /* of 64 B: more than one batch (30), fewer than all (16 x 30) */
+
+static void *free_list_with_heap(void *argp)
+{
+    /* more allocations than threads.heap_after in a second: a heap of its
+     * own, not the shared one (which gathers no batches) */
+    for (int i = 0; i < 1000; i++)
+    {
+        void *q = malloc(16);
+        st_escape(q);
+        free(q);
+    }
+    return free_list(argp);
+}
+
+START_TEST(test_remote_frees_in_batches)
+{
+    void *v[BATCH_TEST_BLOCKS];
+    malloc_filled(v, BATCH_TEST_BLOCKS, 64, 2);
+    sefer_trim(); /* (nothing of this thread's waiting before the baseline) */
+    struct sefer_stats s0 = st_stats();
+    struct block_list l = {v, BATCH_TEST_BLOCKS};
+    pthread_join(st_spawn(free_list_with_heap, &l, 0), NULL);
+    struct sefer_stats s1 = st_stats();
+    /* (not taken back yet: still counted in blocks) */
+    ck_assert_uint_eq(s1.remote_batch_frees, s0.remote_batch_frees);
+    ck_assert_uint_ge(s1.bytes_in_blocks, s0.bytes_in_blocks);
+    sefer_trim(); /* the owner collects: its inbox too */
+    struct sefer_stats s2 = st_stats();
+    ck_assert_int_eq(ST_DELTA(s2, s0, remote_frees), BATCH_TEST_BLOCKS);
+    ck_assert_int_eq(ST_DELTA(s2, s0, remote_batch_frees), BATCH_TEST_BLOCKS);
+    ck_assert_int_eq(ST_DELTA(s2, s0, remote_list_frees), 0);
+    ck_assert_int_eq(ST_DELTA(s2, s0, ring_pushes), 0);
+    ck_assert_msg(s2.bytes_in_blocks <= s0.bytes_in_blocks - BATCH_TEST_BLOCKS * 64 + 1024,
+                  "bytes_in_blocks %" PRIu64 " -> %" PRIu64 " after %d blocks of 64 B came back",
+                  s0.bytes_in_blocks, s2.bytes_in_blocks, BATCH_TEST_BLOCKS);
 }
 END_TEST
 
@@ -1390,6 +1445,7 @@ static Suite *threads_suite(void)
     tcase_add_test(tc, test_first_free_adopts_exited_heap);
     tcase_add_test(tc, test_first_free_of_live_heap_adopts_nothing);
     tcase_add_test(tc, test_remote_frees_leave_bytes_in_blocks);
+    tcase_add_test(tc, test_remote_frees_in_batches);
     tcase_add_test(tc, test_remote_emptied_pages_serve_growth);
     tcase_add_test(tc, test_more_threads_than_slots);
     tcase_add_test(tc, test_thread_destructor_allocates);

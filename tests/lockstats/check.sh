@@ -23,9 +23,12 @@ atmost() { v=$(get "$1"); [ -n "$v" ] && [ "$v" -le "$2" ] || fail "$1=$v, expec
 blocks=20000 spans=50
 atleast allocs $((blocks + spans))
 atleast remote_frees $blocks
-# every remote free is one push on a page list or one ring claim at least
-xfree=$(get rmw.xfree_cas) ring=$(get rmw.ring_tail_cas)
-[ $((xfree + ring)) -ge $blocks ] || fail "xfree_cas $xfree + ring_tail_cas $ring < $blocks remote frees"
+# every remote free is one push on a page list, one ring claim, or one of
+# at most SF_BATCH_BLOCKS (30, lib/types.h) in a batch pushed on the owner's
+# inbox (lib/remote.c, "Batches")
+xfree=$(get rmw.xfree_cas) ring=$(get rmw.ring_tail_cas) inbox=$(get rmw.inbox_cas)
+[ $((xfree + ring + 30 * inbox)) -ge $blocks ] ||
+    fail "xfree_cas $xfree + ring_tail_cas $ring + 30 x inbox_cas $inbox < $blocks remote frees"
 # each span: taken from and put back to the large cache, linked and
 # unlinked in the segment list, marked and cleared in the segment map
 atleast lock.cache.acquired $((2 * spans))
