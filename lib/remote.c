@@ -94,6 +94,13 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
 
 void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
     uintptr_t cookie = sf_page_cookie(page);
+    /* A pointer off the blocks' 16-byte grid is no block start: reported
+     * here, as its low bits would read as the suspect tag in the ring and
+     * as the full-page flag on the page's list. */
+    if (SF_UNLIKELY((uintptr_t)b & 15)) {
+        sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
+        return;
+    }
     /* (guarded pages, all of them or none (sf_pages_checked): level 2's
      * take the page's list too, the freeing thread checked the block and
      * the owner encodes the links as it takes them; level 3's and
@@ -106,6 +113,10 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
         sf_heap_remote_free(owner, (sf_block_t *)((uintptr_t)b | SF_REMOTE_SUSPECT));
         return;
     }
+    /* Free from now on, whichever way it goes: a second free of it by any
+     * thread finds the mark (a batch would otherwise take a block the
+     * ring carries unmarked, and the owner free it twice). */
+    b->cookie = cookie;
     if (atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE) {
         sf_heap_remote_free(owner, b);
         return;
@@ -124,7 +135,6 @@ void sf_remote_free(sf_heap_t *owner, sf_page_t *page, sf_block_t *b) {
         }
         /* (the flag is clear here: the low bits are the list) */
         b->next = (sf_block_t *)(old & (SF_XFREE_ONE - 1));
-        b->cookie = cookie; /* free from now on: a second free of it is suspect */
         SF_LS_RMW(XFREE_CAS);
         if (atomic_compare_exchange_weak_explicit(&page->xfree, &old,
                                                   ((old & ~(SF_XFREE_ONE - 1)) + SF_XFREE_ONE) | (uintptr_t)b,
