@@ -18,6 +18,9 @@
  *            which frees all K; the next burst's mallocs take
  *            them back (a remote free and its return to the
  *            owner)                                           (one block)
+ *   remoteheap  remote, with a freeing thread that allocated
+ *            first (a heap of its own: sefer gathers its frees of
+ *            other heaps' blocks in batches)               (one block)
  *   remotectl  the remote hand-off with no allocator call: the
  *            second thread writes the same byte into the
  *            slots the owner filled                           (one block)
@@ -175,11 +178,20 @@ static struct {
     void **slots;
     size_t k;
     uint64_t posted, done;
-    int control, quit;
-} hand = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0, 0};
+    int control, quit, allocates;
+} hand = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0, 0, 0};
 
 static void *remote_freer(void *unused) {
     (void)unused;
+    if (hand.allocates) {
+        /* (more than sefer's threads.heap_after allocations in a second:
+         * the thread gets a heap of its own) */
+        static void *own[100];
+        for (int i = 0; i < 100; i++)
+            own[i] = malloc(16);
+        for (int i = 0; i < 100; i++)
+            free(own[i]);
+    }
     pthread_mutex_lock(&hand.lock);
     for (;;) {
         while (hand.done == hand.posted && !hand.quit) pthread_cond_wait(&hand.cond, &hand.lock);
@@ -227,7 +239,7 @@ __attribute__((noinline)) static void run_realloc(uint64_t n, size_t max) {
 /* ---- driver ---- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control|remote|remotectl|mixed [-n OPS]"
+    fprintf(stderr, "usage: fastpath pairs|bursts|realloc|calloc|aligned|control|remote|remoteheap|remotectl|mixed [-n OPS]"
                     " [-s SIZE] [-k BURST] [-r] [-a ALIGN] [-w WARMUP] [-e] [-p|-P] [-m LO:HI[:log]]\n");
     exit(2);
 }
@@ -395,7 +407,7 @@ static void run(const struct fp_opts *o, uint64_t units, void **slots) {
         run_bursts(units, o->burst, slots, o->reverse);
     else if (strcmp(m, "realloc") == 0)
         run_realloc(units, o->size);
-    else if (strcmp(m, "remote") == 0 || strcmp(m, "remotectl") == 0)
+    else if (strcmp(m, "remote") == 0 || strcmp(m, "remoteheap") == 0 || strcmp(m, "remotectl") == 0)
         run_remote(units, o->burst, slots, strcmp(m, "remotectl") == 0);
     else if (strcmp(m, "mixed") == 0)
         run_mixed(units, o->burst, slots);
@@ -446,6 +458,7 @@ int main(int argc, char **argv) {
     if (!slots) return 1;
     pthread_t freer;
     int remote = strncmp(o.mode, "remote", 6) == 0;
+    hand.allocates = strcmp(o.mode, "remoteheap") == 0;
     if (remote && pthread_create(&freer, NULL, remote_freer, NULL) != 0) return 1;
 
     run(&o, warm, slots);
