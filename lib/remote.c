@@ -290,13 +290,19 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
  * cleared: freeing it now would free a live block, a limit of the design
  * before batches).  Every way a block leaves a free list clears its mark,
  * so a live block carries one only if the program wrote a page
- * descriptor's address into its second word.  Reported, and dropped.  An
- * entry that is not a suspect but carries the mark (its freeing thread
- * wrote it, then found the page full: remote.c, sf_remote_free) was freed
- * twice if it is on the page's lists now: reported and dropped.  Level 2
- * keeps that test for suspects too (its own remote path checks the mark
- * first); at level 3 every block arrives marked: its free set the mark
- * with an atomic exchange, which is where level 3 catches a second free. */
+ * descriptor's address into its second word.  Reported, and dropped.
+ *
+ * An entry that is no suspect was found unmarked by its sender, which
+ * marked it (sf_remote_free): a first free, two frees at the very same
+ * moment aside, taken without a walk of the page's lists (on a producer's
+ * full pages, whose frees all come this way, that walk found nothing and
+ * cost bench/xmalloc a tenth of its time).  Where the sender sends the
+ * block as it came (valgrind's tracking, level 2 without its own remote
+ * path), a marked block is looked for on the page's lists: found, it was
+ * freed twice.  Level 2 looks for a suspect there and in its quarantine
+ * too (its own remote path checks the mark first); at level 3 every block
+ * arrives marked: its free set the mark with an atomic exchange, which is
+ * where level 3 catches a second free. */
 static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, b)) {
@@ -307,7 +313,8 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
     }
-    if (sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
+    bool unlooked = sf_pages_checked() && !sf_l2_fast;
+    if ((suspect || unlooked) && sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
         if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {
             sf_guard_report(SF_GUARD_DOUBLE, b);
