@@ -439,6 +439,8 @@ typedef struct sf_heap_s {
     sf_batch_t *outbox __attribute__((aligned(64)));
     struct sf_heap_s *outbox_to;
     sf_batch_t *batches;
+    uint16_t batch_next, batch_backoff; /* where to look for a free batch first;
+                                           frees left to skip batches (all were in flight) */
     uint64_t remote_batched;
 } sf_heap_t;
 
