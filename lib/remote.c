@@ -251,6 +251,7 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
     if (me->kind != SF_HEAP_REAL || me == &sf_heap_fallback || !sf_thread_key_ok) return false;
     /* (a free into an exited thread's heap, or of a suspect, leaves the
      * batch being filled to go on filling) */
+    if (me->outbox != NULL && me->outbox->n == SF_BATCH_BLOCKS) sf_outbox_send(me, true); /* full: due */
     if (atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE || b->cookie == cookie)
         return false;
     sf_outbox_send(me, true);
@@ -313,8 +314,10 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
  * cost bench/xmalloc a tenth of its time).  Where the sender sends the
  * block as it came (valgrind's tracking, level 2 without its own remote
  * path), a marked block is looked for on the page's lists: found, it was
- * freed twice.  Level 2 looks for a suspect there and in its quarantine
- * too (its own remote path checks the mark first); at level 3 every block
+ * freed twice.  Level 2 looks for every marked entry there and in its
+ * quarantine: its owner's free of a block still in the ring, marked, finds
+ * it on neither and quarantines it, and only this look then sees the
+ * second free (test_guard xdouble-ring-owner); at level 3 every block
  * arrives marked: its free set the mark with an atomic exchange, which is
  * where level 3 catches a second free. */
 static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
@@ -328,7 +331,7 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
         return;
     }
     bool unlooked = sf_pages_checked() && !sf_l2_fast;
-    if ((suspect || unlooked) && sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
+    if ((suspect || unlooked || sf_guard_level == 2) && sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
         if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {
             sf_guard_report(SF_GUARD_DOUBLE, b);
