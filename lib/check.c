@@ -686,15 +686,14 @@ static void check_remote(const sf_heap_t *heap, const struct heap_tally *t) {
         for (uint64_t pos = head; pos != tail && pos - head <= ring->mask; pos++) {
             sf_ring_cell_t *cell = &ring->cells[pos & ring->mask];
             if (sf_ring_seq(ring, pos) != pos + 1) break;
-            void *p = (void *)((uintptr_t)atomic_load_explicit(&cell->ptr, memory_order_relaxed) & ~SF_REMOTE_SUSPECT);
+            void *p = sf_remote_untag(atomic_load_explicit(&cell->ptr, memory_order_relaxed));
             if (!owned_block(heap, p)) report("remote-free ring holds no block of its heap", p);
         }
     }
     size_t n = 0;
     /* (links carry SF_REMOTE_SUSPECT: remote.c) */
-    for (const sf_block_t *b = (const sf_block_t *)((uintptr_t)atomic_load_explicit(&heap->overflow, memory_order_acquire) & ~SF_REMOTE_SUSPECT);
-         b != NULL;
-         b = (const sf_block_t *)((uintptr_t)b->next & ~SF_REMOTE_SUSPECT)) {
+    for (const sf_block_t *b = sf_remote_untag(atomic_load_explicit(&heap->overflow, memory_order_acquire)); b != NULL;
+         b = sf_remote_untag(b->next)) {
         if (n++ > t->carved || !owned_block(heap, b)) {
             report("overflow list holds no block of its heap (or loops)", b);
             return;

@@ -446,6 +446,10 @@ SF_INLINE bool sf_outbox_put(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uin
 /* A ring or overflow entry whose freeing thread found the block's free mark
  * already written (remote.c, drain_block): the low bit of the pointer. */
 #define SF_REMOTE_SUSPECT ((uintptr_t)1)
+/* The block of a ring cell or overflow link, its suspect tag taken off. */
+SF_INLINE sf_block_t *sf_remote_untag(const void *entry) {
+    return (sf_block_t *)((uintptr_t)entry & ~SF_REMOTE_SUSPECT);
+}
 SF_HIDDEN uint32_t sf_page_collect_remote(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN bool sf_page_set_notify(sf_page_t *page);
 SF_HIDDEN void sf_page_clear_notify(sf_page_t *page);

@@ -60,11 +60,6 @@
 
 /* ---- the ring path ---------------------------------------------------------- */
 
-/* Untagged: b (SF_REMOTE_SUSPECT set: the freeing thread found its mark). */
-static sf_block_t *untag(const void *entry) {
-    return (sf_block_t *)((uintptr_t)entry & ~SF_REMOTE_SUSPECT);
-}
-
 /* b: a block, or a block tagged SF_REMOTE_SUSPECT (the tag travels in the
  * ring cell, and on the overflow list in the link that points to it). */
 void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
@@ -84,7 +79,7 @@ void sf_heap_remote_free(sf_heap_t *owner, sf_block_t *b) {
     sf_event_ring_overflow(owner); /* event.c: the first, then one a minute */
     sf_block_t *head = atomic_load_explicit(&owner->overflow, memory_order_relaxed);
     do {
-        untag(b)->next = head;
+        sf_remote_untag(b)->next = head;
         SF_LS_RMW(OVERFLOW_CAS);
     } while (!atomic_compare_exchange_weak_explicit(&owner->overflow, &head, b,
                                                     memory_order_release, memory_order_relaxed));
@@ -249,9 +244,9 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
     /* (without the thread key, nothing sends the batch when the thread
      * exits: its blocks would wait for ever) */
     if (me->kind != SF_HEAP_REAL || me == &sf_heap_fallback || !sf_thread_key_ok) return false;
-    /* (a free into an exited thread's heap, or of a suspect, leaves the
-     * batch being filled to go on filling) */
     if (me->outbox != NULL && me->outbox->n == SF_BATCH_BLOCKS) sf_outbox_send(me, true); /* full: due */
+    /* (a free into an exited thread's heap, or of a suspect, leaves a
+     * batch still filling to go on filling) */
     if (atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_LIVE || b->cookie == cookie)
         return false;
     sf_outbox_send(me, true);
@@ -289,6 +284,14 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
 
 /* ---- draining the ring (owner or collector context) --------------------------- */
 
+/* Whether b is a block start of page, a page in use; if not, reported (an
+ * interior pointer, or one into a page not in use) and false. */
+static bool carved_block_or_report(const sf_page_t *page, const sf_block_t *b) {
+    if (SF_GET(page->in_use) && sf_page_is_block_start(page, b)) return true;
+    sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
+    return false;
+}
+
 /* A block that came through the ring (or its overflow list).  First
  * whether it is a block start of a page in use at all: the freeing
  * thread's fast path (free.c, free_remote_small) does not look at the page,
@@ -310,11 +313,11 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
  * An entry that is no suspect was found unmarked by its sender, which
  * marked it (sf_remote_free): a first free, two frees at the very same
  * moment aside, taken without a walk of the page's lists (on a producer's
- * full pages, whose frees all come this way, that walk found nothing and
- * cost bench/xmalloc a tenth of its time).  Where the sender sends the
- * block as it came (valgrind's tracking, level 2 without its own remote
- * path), a marked block is looked for on the page's lists: found, it was
- * freed twice.  Level 2 looks for every marked entry there and in its
+ * full pages, whose frees all come this way, that walk found nothing: a
+ * million instructions of a 0.3 s callgrind run of bench/xmalloc).  Where
+ * the sender sends the block as it came (valgrind's tracking), a marked
+ * block is looked for on the page's lists: found, it was freed twice.
+ * Level 2 looks for every marked entry there and in its
  * quarantine: its owner's free of a block still in the ring, marked, finds
  * it on neither and quarantines it, and only this look then sees the
  * second free (test_guard xdouble-ring-owner); at level 3 every block
@@ -322,16 +325,15 @@ bool sf_outbox_put_slow(sf_heap_t *me, sf_heap_t *owner, sf_block_t *b, uintptr_
  * where level 3 catches a second free. */
 static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, b)) {
-        sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
-        return;
-    }
+    if (!carved_block_or_report(page, b)) return;
     if (suspect && sf_guard_level < 2) {
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
     }
-    bool unlooked = sf_pages_checked() && !sf_l2_fast;
-    if ((suspect || unlooked || sf_guard_level == 2) && sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
+    /* (level 2 looks at every marked entry; levels 0-1 only under
+     * valgrind's tracking, whose senders send blocks as they come) */
+    bool look = sf_guard_level == 2 || (sf_guard_level < 2 && sf_tracked);
+    if (look && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
         if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {
             sf_guard_report(SF_GUARD_DOUBLE, b);
@@ -368,17 +370,13 @@ static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
         if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
         return;
     }
-    if (!SF_GET(page->in_use) || !sf_page_is_block_start(page, b)) {
-        sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, b);
-        return;
-    }
-    sf_heap_owner_free(heap, page, b);
+    if (carved_block_or_report(page, b)) sf_heap_owner_free(heap, page, b);
 }
 
 void sf_heap_drain_remote(sf_heap_t *heap) {
     void *p;
     while ((p = sf_ring_pop(&heap->ring)) != NULL)
-        drain_block(heap, untag(p), ((uintptr_t)p & SF_REMOTE_SUSPECT) != 0);
+        drain_block(heap, sf_remote_untag(p), ((uintptr_t)p & SF_REMOTE_SUSPECT) != 0);
     if (atomic_load_explicit(&heap->inbox, memory_order_relaxed) != NULL) {
         SF_LS_RMW(INBOX_XCHG);
         sf_batch_t *bt = atomic_exchange_explicit(&heap->inbox, NULL, memory_order_acquire);
@@ -395,7 +393,7 @@ void sf_heap_drain_remote(sf_heap_t *heap) {
     SF_LS_RMW(OVERFLOW_XCHG);
     sf_block_t *list = atomic_exchange_explicit(&heap->overflow, NULL, memory_order_acquire);
     while (list != NULL) {
-        sf_block_t *b = untag(list), *next = b->next;
+        sf_block_t *b = sf_remote_untag(list), *next = b->next;
         drain_block(heap, b, ((uintptr_t)list & SF_REMOTE_SUSPECT) != 0);
         list = next;
     }

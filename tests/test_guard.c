@@ -129,6 +129,17 @@ static int times_handed(const void *p, size_t n)
     return handed;
 }
 
+/* 3000 blocks of 64 B, held: the class's first pages fill up and wait on
+ * the heap's full list, so another thread's free of one of them goes
+ * through this heap's ring (lib/remote.c). */
+static char **hold_full_pages_64(void)
+{
+    static char *held[3000];
+    for (int i = 0; i < 3000; i++)
+        held[i] = malloc(64);
+    return held;
+}
+
 static void run_scenario(enum scenario sc)
 {
     int on_stack = 0;
@@ -273,9 +284,7 @@ static void run_scenario(enum scenario sc)
          * heap's ring, which once carried it without the free mark, so the
          * second free (a thread with a heap) batched it and this thread
          * freed it twice (found in review, lib/remote.c) */
-        static char *held[3000];
-        for (int i = 0; i < 3000; i++)
-            held[i] = malloc(64);
+        char **held = hold_full_pages_64();
         run_in_thread(free_it, held[5]);
         run_in_thread(free_it_with_heap, held[5]);
         CHILD_CHECK(times_handed(held[5], 64) <= 1);
@@ -284,9 +293,7 @@ static void run_scenario(enum scenario sc)
     case SC_XODD: {
         /* an odd pointer's low bit once read as the ring's suspect tag:
          * reported as a double free of the block, which it is not */
-        static char *held[3000];
-        for (int i = 0; i < 3000; i++)
-            held[i] = malloc(64);
+        char **held = hold_full_pages_64();
         run_in_thread(free_it, held[5] + 1);
         CHILD_CHECK(times_handed(held[5] + 1, 64) == 0);
         break;
@@ -297,9 +304,7 @@ static void run_scenario(enum scenario sc)
          * the ring: at level 2 the drain once took the ring's entry
          * without a look, after the owner's free had quarantined the same
          * block (found in review, lib/remote.c, drain_block) */
-        static char *held[3000];
-        for (int i = 0; i < 3000; i++)
-            held[i] = malloc(64);
+        char **held = hold_full_pages_64();
         run_in_thread(free_it, held[5]);
         free(st_launder(held[5]));
         CHILD_CHECK(times_handed(held[5], 64) <= 1);
