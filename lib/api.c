@@ -1,9 +1,9 @@
 /* api.c - the prefixed API of sefer.h, for programs that link sefer. */
 #include "fastpath.h"
 
-/* one indirect jump to the fast paths of the guard level (entry.c) */
-SEFER_EXPORT void *sefer_malloc(size_t n) { return sf_entry_malloc(n); }
-SEFER_EXPORT void sefer_free(void *p) { sf_entry_free(p); }
+/* levels 0-1's fast paths, which other modes leave at once (entry.c) */
+SEFER_EXPORT void *sefer_malloc(size_t n) { return sf_malloc_entry(n); }
+SEFER_EXPORT void sefer_free(void *p) { sf_free_entry(p); }
 SEFER_EXPORT void *sefer_calloc(size_t count, size_t size) { return sf_calloc(count, size); }
 SEFER_EXPORT void *sefer_realloc(void *p, size_t n) { return sf_realloc(p, n); }
 SEFER_EXPORT void *sefer_reallocarray(void *p, size_t count, size_t size) {

@@ -2,24 +2,23 @@
  *
  * Guard level 2 has fast paths of its own (fastpath.h: sf_malloc_l2,
  * sf_free_l2) so that its checks cost a few instructions, not a trip through
- * the generic paths.  The level is fixed at start-up, so the choice is made
- * once, in sf_init_slow, by pointing these two at one pair or the other;
- * malloc and free (override.c, api.c) are a single indirect jump through
- * them.  Before initialisation they name levels 0-1's paths, whose first
- * call falls through to the generic path and initialises.  Every other
- * entry point (calloc, realloc, operator new, ...) runs levels 0-1's inline
- * paths at every level: at level 2 they find no page on those paths and take
- * the generic ones, which apply level 2's checks. */
+ * the generic paths; the sampled guard counts bytes on each malloc; the
+ * heap profile, once armed, counts each free.  The exported malloc and free
+ * (override.c, api.c) are levels 0-1's fast paths themselves, with their
+ * bounds read from sf_entry_bounds (internal.h): any other mode sets those
+ * to 0 here, and the slow paths below then run that mode's paths.  They
+ * were an indirect jump through a pointer to the chosen pair: a jump that
+ * never missed and still cost levels 0-1 a fifth of their throughput on
+ * random sizes (docs/design.md, "The exported entry points").  Before
+ * initialisation the bounds are levels 0-1's, whose first call falls
+ * through to the generic path and initialises.  Every other entry point
+ * (calloc, realloc, operator new, ...) runs levels 0-1's inline paths at
+ * every level: at level 2 they find no page on those paths and take the
+ * generic ones, which apply level 2's checks. */
 #include "fastpath.h"
 
-SF_HOT static void *malloc_levels01(size_t n) { return sf_malloc(n); }
-SF_HOT static void free_levels01(void *p) { sf_free_as(p, SF_FREE_TOP); }
-SF_HOT static void free_levels01_profiled(void *p) { sf_free_as(p, SF_FREE_COUNTED); }
-SF_HOT static void *malloc_level2(size_t n) { return sf_malloc_l2(n); }
-SF_HOT static void free_level2(void *p) { sf_free_l2(p); }
-
-/* The sampled guard on (guard_sample.c): the same, after counting the
- * thread's bytes down to its next sample. */
+/* The sampled guard on (guard_sample.c): levels 0-1's or level 2's
+ * malloc, after counting the thread's bytes down to its next sample. */
 static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
 /* (the subtraction unsigned, read back signed: the same two instructions
  * without signed overflow; a request above 2^63 that lifts the count
@@ -38,21 +37,40 @@ SF_HOT static void *malloc_level2_sampled(size_t n) {
     return sf_malloc_l2(n);
 }
 
-void *(*sf_entry_malloc)(size_t) = malloc_levels01;
-void (*sf_entry_free)(void *) = free_levels01;
+sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX + 1, SF_SEGMAP_CHUNKS};
+
+/* Where the exported malloc goes past its bounds: every request in another
+ * mode, the sizes above the medium classes in levels 0-1's (two questions
+ * more before sf_malloc_generic, on requests that map memory or take it
+ * from the large cache).  Direct calls: no indirect jump. */
+SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
+    if (sf_l2_fast) return sf_gsample_on ? malloc_level2_sampled(n) : sf_malloc_l2(n);
+    if (sf_gsample_on) return malloc_levels01_sampled(n);
+    return sf_malloc_generic(n, heap);
+}
+
+/* Where the exported free goes past its bound: every pointer in another
+ * mode, and at levels 0-1 pointers above the segment map's reach (never
+ * sefer's). */
+SF_HOT void sf_free_entry_slow(void *p) {
+    if (sf_l2_fast) sf_free_l2(p);
+    else if (sf_prof_is_armed()) sf_free_as(p, SF_FREE_COUNTED);
+    else sf_free_generic(p);
+}
 
 /* At start-up, and again when the heap profile is armed at run time: from
  * then on levels 0-1's free() counts what it pushes on top against the
  * class's sampling count (fastpath.h, sf_free_owned_counted).  A thread
- * that read the old pointer a moment before pushes once more uncounted,
+ * that read the old bounds a moment before pushes once more uncounted,
  * which moves a sample point by a block or two, nothing else: both pushes
- * leave a valid page. */
+ * leave a valid page.  (At level 2 a thread that read them before takes
+ * levels 0-1's path once, which finds no page there and goes generic.) */
 void sf_entry_choose(void) {
-    if (sf_l2_fast) {
-        __atomic_store_n(&sf_entry_malloc, sf_gsample_on ? malloc_level2_sampled : malloc_level2, __ATOMIC_RELAXED);
-        __atomic_store_n(&sf_entry_free, free_level2, __ATOMIC_RELAXED);
-    } else {
-        if (sf_gsample_on) __atomic_store_n(&sf_entry_malloc, malloc_levels01_sampled, __ATOMIC_RELAXED);
-        if (sf_prof_is_armed()) __atomic_store_n(&sf_entry_free, free_levels01_profiled, __ATOMIC_RELAXED);
+    bool malloc_other = sf_l2_fast || sf_gsample_on;
+    bool free_other = sf_l2_fast || sf_prof_is_armed();
+    if (malloc_other) {
+        __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sf_entry_bounds.medium_end, 0, __ATOMIC_RELAXED);
     }
+    if (free_other) __atomic_store_n(&sf_entry_bounds.chunk_end, 0, __ATOMIC_RELAXED);
 }

@@ -43,21 +43,33 @@ SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
     return SF_LIKELY(b != NULL) ? sf_hand_out(heap, page, b, b->next) : NULL;
 }
 
-SF_INLINE void *sf_malloc(size_t n) {
+/* The fast path for requests below the bounds of direct[] and mdirect[],
+ * else the slow path: for `exported` (the exported malloc) the bounds
+ * sf_entry_choose set and sf_malloc_entry_slow (internal.h,
+ * sf_entry_bounds), for every other entry point the constants and
+ * sf_malloc_generic. */
+SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
     sf_heap_t *heap = sf_tls_heap;
-    if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
+    if (SF_LIKELY(n < (exported ? SF_PEEK(sf_entry_bounds.small_end) : SF_DIRECT_MAX + 1))) {
         /* (another thread writes it when a phase begins: phase.c) */
         sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
-    } else if (n <= SF_MEDIUM_MAX) {
+        /* (the atomic load below: a plain one the compiler reads ahead of
+         * the first comparison, one instruction more on the small path) */
+    } else if (n < (exported ? __atomic_load_n(&sf_entry_bounds.medium_end, __ATOMIC_RELAXED) : SF_MEDIUM_MAX + 1)) {
         /* (here rather than in sf_malloc_generic: its own questions first
          * cost a medium malloc 6 instructions) */
         void *b = sf_medium_pop(heap, n);
         if (SF_LIKELY(b != NULL)) return b;
     }
-    return sf_malloc_generic(n, heap);
+    return exported ? sf_malloc_entry_slow(n, heap) : sf_malloc_generic(n, heap);
 }
+
+SF_INLINE void *sf_malloc(size_t n) { return sf_malloc_bounded(n, false); }
+
+/* The exported malloc: other modes leave it at its first comparison. */
+SF_INLINE void *sf_malloc_entry(size_t n) { return sf_malloc_bounded(n, true); }
 
 /* off (below 2^32) is a multiple of the page's block size: the exact test
  * off * ceil(2^64/size) < ceil(2^64/size).  On x86-64 written as two
@@ -211,10 +223,12 @@ SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) 
  * out). */
 enum sf_free_how { SF_FREE_LOCAL, SF_FREE_TOP, SF_FREE_COUNTED };
 
-SF_INLINE void sf_free_as(void *p, enum sf_free_how how) {
+/* The fast path for a pointer in a chunk below chunk_end, else slow(p)
+ * (SF_SEGMAP_CHUNKS and sf_free_generic but for the exported free). */
+SF_INLINE void sf_free_bounded(void *p, enum sf_free_how how, uintptr_t chunk_end, void (*slow)(void *)) {
     sf_heap_t *heap = sf_tls_heap;
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
-    if (SF_LIKELY(chunk < SF_SEGMAP_CHUNKS)) {
+    if (SF_LIKELY(chunk < chunk_end)) {
         if (SF_LIKELY(sf_segmap_byte(chunk) == SF_SEGMAP_SMALL_HEAD)) {
             uintptr_t seg = sf_small_seg(chunk);
             sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
@@ -231,8 +245,18 @@ SF_INLINE void sf_free_as(void *p, enum sf_free_how how) {
             else sf_free_medium_local(p, heap);
             return;
         }
+    } else {
+        slow(p);
+        return;
     }
     sf_free_generic(p);
+}
+
+SF_INLINE void sf_free_as(void *p, enum sf_free_how how) { sf_free_bounded(p, how, SF_SEGMAP_CHUNKS, sf_free_generic); }
+
+/* The exported free: on top, within the bound sf_entry_choose set. */
+SF_INLINE void sf_free_entry(void *p) {
+    sf_free_bounded(p, SF_FREE_TOP, SF_PEEK(sf_entry_bounds.chunk_end), sf_free_entry_slow);
 }
 
 /* An owner's free at levels 0-1 by any entry point, asking the profile

@@ -489,8 +489,20 @@ SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
 SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p);
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
-SF_HIDDEN extern void *(*sf_entry_malloc)(size_t);
-SF_HIDDEN extern void (*sf_entry_free)(void *);
+/* The exported malloc's and free's fast paths are levels 0-1's, bounded by
+ * these instead of constants: a request below small_end takes direct[],
+ * one below medium_end mdirect[], a pointer in a chunk below chunk_end the
+ * segment map.  Past them each goes to its entry's slow path, which runs
+ * the guard level's or the sampled paths instead.  Any other mode than
+ * levels 0-1 plain sets all three to 0 (sf_entry_choose), so the choice
+ * costs no instruction: the comparisons were there with constants. */
+typedef struct sf_entry_bounds {
+    size_t small_end, medium_end;
+    uintptr_t chunk_end;
+} sf_entry_bounds_t;
+SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
+SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
+SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);
 
 /* ---- guard_report.c: a detected misuse ----------------------------------- */

@@ -9,9 +9,9 @@
 #pragma GCC diagnostic ignored "-Wmissing-attributes"
 #define SF_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 
-/* one indirect jump to the fast paths of the guard level (entry.c) */
-SEFER_EXPORT SF_HOT void *malloc(size_t n) { return sf_entry_malloc(n); }
-SEFER_EXPORT SF_HOT void free(void *p) { sf_entry_free(p); }
+/* levels 0-1's fast paths, which other modes leave at once (entry.c) */
+SEFER_EXPORT SF_HOT void *malloc(size_t n) { return sf_malloc_entry(n); }
+SEFER_EXPORT SF_HOT void free(void *p) { sf_free_entry(p); }
 SEFER_EXPORT void *calloc(size_t count, size_t size) { return sf_calloc(count, size); }
 SEFER_EXPORT void *realloc(void *p, size_t n) { return sf_realloc(p, n); }
 SEFER_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
