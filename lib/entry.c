@@ -6,7 +6,10 @@
  * heap profile, once armed, counts each free.  The exported malloc and free
  * (override.c, api.c) are levels 0-1's fast paths themselves, with their
  * bounds read from sf_entry_bounds (internal.h): any other mode sets those
- * to 0 here, and the slow paths below then run that mode's paths.  They
+ * to 0 here, and what the entry meets past them runs that mode's paths:
+ * level 2's and the counted free inlined there (fastpath.h,
+ * sf_malloc_bounded and sf_free_entry_tail), the rest in the slow paths
+ * below.  They
  * were an indirect jump through a pointer to the chosen pair: a jump that
  * never missed and still cost levels 0-1 a fifth of their throughput on
  * random sizes (docs/design.md, "The exported entry points").  Before
@@ -37,21 +40,22 @@ SF_HOT static void *malloc_level2_sampled(size_t n) {
     return sf_malloc_l2(n);
 }
 
-sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX + 1, SF_SEGMAP_CHUNKS};
+sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX + 1, SF_SEGMAP_CHUNKS, false, false, false};
 
-/* Where the exported malloc goes past its bounds: every request in another
- * mode, the sizes above the medium classes in levels 0-1's (two questions
- * more before sf_malloc_generic, on requests that map memory or take it
- * from the large cache).  Direct calls: no indirect jump. */
+/* Where the exported malloc goes past its bounds and level 2's inlined
+ * path (sf_entry_bounds.malloc_l2) does not take it: every request with
+ * the sampled guard on, a dry free list or a large size at levels 0-1 (two
+ * questions more before sf_malloc_generic).  Direct calls: no indirect
+ * jump. */
 SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
     if (sf_l2_fast) return sf_gsample_on ? malloc_level2_sampled(n) : sf_malloc_l2(n);
     if (sf_gsample_on) return malloc_levels01_sampled(n);
     return sf_malloc_generic(n, heap);
 }
 
-/* Where the exported free goes past its bound: every pointer in another
- * mode, and at levels 0-1 pointers above the segment map's reach (never
- * sefer's). */
+/* Where the exported free goes past its bound when neither inlined path
+ * took it: pointers above the segment map's reach (never sefer's), and a
+ * thread that read the bounds of a moment before the profile was armed. */
 SF_HOT void sf_free_entry_slow(void *p) {
     if (sf_l2_fast) sf_free_l2(p);
     else if (sf_prof_is_armed()) sf_free_as(p, SF_FREE_COUNTED);
@@ -68,6 +72,9 @@ SF_HOT void sf_free_entry_slow(void *p) {
 void sf_entry_choose(void) {
     bool malloc_other = sf_l2_fast || sf_gsample_on;
     bool free_other = sf_l2_fast || sf_prof_is_armed();
+    __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast && !sf_gsample_on, __ATOMIC_RELAXED);
+    __atomic_store_n(&sf_entry_bounds.free_l2, sf_l2_fast, __ATOMIC_RELAXED);
+    __atomic_store_n(&sf_entry_bounds.free_counted, !sf_l2_fast && sf_prof_is_armed(), __ATOMIC_RELAXED);
     if (malloc_other) {
         __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&sf_entry_bounds.medium_end, 0, __ATOMIC_RELAXED);

@@ -43,6 +43,8 @@ SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
     return SF_LIKELY(b != NULL) ? sf_hand_out(heap, page, b, b->next) : NULL;
 }
 
+SF_INLINE void *sf_malloc_l2_entry(size_t n);
+
 /* The fast path for requests below the bounds of direct[] and mdirect[],
  * else the slow path: for `exported` (the exported malloc) the bounds
  * sf_entry_choose set and sf_malloc_entry_slow (internal.h,
@@ -55,13 +57,17 @@ SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
         sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
-        /* (the atomic load below: a plain one the compiler reads ahead of
-         * the first comparison, one instruction more on the small path) */
-    } else if (n < (exported ? __atomic_load_n(&sf_entry_bounds.medium_end, __ATOMIC_RELAXED) : SF_MEDIUM_MAX + 1)) {
-        /* (here rather than in sf_malloc_generic: its own questions first
-         * cost a medium malloc 6 instructions) */
-        void *b = sf_medium_pop(heap, n);
-        if (SF_LIKELY(b != NULL)) return b;
+    } else {
+        /* (level 2 before the medium sizes: its every call comes here) */
+        if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2_entry(n);
+        /* (the atomic load: a plain one the compiler reads ahead of the
+         * first comparison, one instruction more on the small path) */
+        if (n < (exported ? __atomic_load_n(&sf_entry_bounds.medium_end, __ATOMIC_RELAXED) : SF_MEDIUM_MAX + 1)) {
+            /* (here rather than in sf_malloc_generic: its own questions
+             * first cost a medium malloc 6 instructions) */
+            void *b = sf_medium_pop(heap, n);
+            if (SF_LIKELY(b != NULL)) return b;
+        }
     }
     return exported ? sf_malloc_entry_slow(n, heap) : sf_malloc_generic(n, heap);
 }
@@ -254,9 +260,11 @@ SF_INLINE void sf_free_bounded(void *p, enum sf_free_how how, uintptr_t chunk_en
 
 SF_INLINE void sf_free_as(void *p, enum sf_free_how how) { sf_free_bounded(p, how, SF_SEGMAP_CHUNKS, sf_free_generic); }
 
+SF_INLINE void sf_free_entry_tail(void *p);
+
 /* The exported free: on top, within the bound sf_entry_choose set. */
 SF_INLINE void sf_free_entry(void *p) {
-    sf_free_bounded(p, SF_FREE_TOP, SF_PEEK(sf_entry_bounds.chunk_end), sf_free_entry_slow);
+    sf_free_bounded(p, SF_FREE_TOP, SF_PEEK(sf_entry_bounds.chunk_end), sf_free_entry_tail);
 }
 
 /* An owner's free at levels 0-1 by any entry point, asking the profile
@@ -401,6 +409,20 @@ SF_INLINE bool sf_l2_free_owned(void *p) {
 SF_INLINE void sf_free_l2(void *p) {
     if (SF_LIKELY(sf_l2_free_owned(p))) return;
     sf_free_checked(p); /* (which tries it once more, harmlessly) */
+}
+
+/* (sf_malloc_bounded's level 2, declared before it) */
+SF_INLINE void *sf_malloc_l2_entry(size_t n) { return sf_malloc_l2(n); }
+
+/* Where the exported free goes past its bound: level 2's free or the armed
+ * profile's counted one, inlined here, else the slow path.  (Through a call
+ * to sf_free_entry_slow, which holds the same, level 2 ran 0.82-0.93x its
+ * time before e5f5168 on bursts, inlined 0.95-1.02x; the profile's test
+ * first cost level 2 5 % and won the profile nothing measurable.) */
+SF_INLINE void sf_free_entry_tail(void *p) {
+    if (SF_PEEK(sf_entry_bounds.free_l2)) sf_free_l2(p);
+    else if (SF_PEEK(sf_entry_bounds.free_counted)) sf_free_as(p, SF_FREE_COUNTED);
+    else sf_free_entry_slow(p);
 }
 
 /* Pops a block from the class's current page, if it has one ready (its

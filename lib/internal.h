@@ -499,9 +499,13 @@ SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p)
 typedef struct sf_entry_bounds {
     size_t small_end, medium_end;
     uintptr_t chunk_end;
+    /* past the bounds, the mode's paths inlined there (entry.c): level 2's
+     * malloc (without the sampled guard), level 2's free, the armed
+     * profile's counted free */
+    bool malloc_l2, free_l2, free_counted;
 } sf_entry_bounds_t;
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
-SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
+SF_HIDDEN extern SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
 SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);
 
