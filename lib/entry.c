@@ -40,7 +40,7 @@ SF_HOT static void *malloc_level2_sampled(size_t n) {
     return sf_malloc_l2(n);
 }
 
-sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX + 1, SF_SEGMAP_CHUNKS, false, false, false};
+sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false, false};
 
 /* Where the exported malloc goes past its bounds and level 2's inlined
  * path (sf_entry_bounds.malloc_l2) does not take it: every request with
@@ -55,7 +55,8 @@ SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
 
 /* Where the exported free goes past its bound when neither inlined path
  * took it: pointers above the segment map's reach (never sefer's), and a
- * thread that read the bounds of a moment before the profile was armed. */
+ * thread that read the new bound but the old flags while the profile was
+ * being armed. */
 SF_HOT void sf_free_entry_slow(void *p) {
     if (sf_l2_fast) sf_free_l2(p);
     else if (sf_prof_is_armed()) sf_free_as(p, SF_FREE_COUNTED);
@@ -77,7 +78,7 @@ void sf_entry_choose(void) {
     __atomic_store_n(&sf_entry_bounds.free_counted, !sf_l2_fast && sf_prof_is_armed(), __ATOMIC_RELAXED);
     if (malloc_other) {
         __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&sf_entry_bounds.medium_end, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sf_entry_bounds.medium_span, 0, __ATOMIC_RELAXED);
     }
     if (free_other) __atomic_store_n(&sf_entry_bounds.chunk_end, 0, __ATOMIC_RELAXED);
 }

@@ -62,7 +62,8 @@ SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
         if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2_entry(n);
         /* (the atomic load: a plain one the compiler reads ahead of the
          * first comparison, one instruction more on the small path) */
-        if (n < (exported ? __atomic_load_n(&sf_entry_bounds.medium_end, __ATOMIC_RELAXED) : SF_MEDIUM_MAX + 1)) {
+        if (exported ? n - (SF_DIRECT_MAX + 1) < __atomic_load_n(&sf_entry_bounds.medium_span, __ATOMIC_RELAXED)
+                     : n <= SF_MEDIUM_MAX) {
             /* (here rather than in sf_malloc_generic: its own questions
              * first cost a medium malloc 6 instructions) */
             void *b = sf_medium_pop(heap, n);

@@ -490,22 +490,24 @@ SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p)
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
 /* The exported malloc's and free's fast paths are levels 0-1's, bounded by
- * these instead of constants: a request below small_end takes direct[],
- * one below medium_end mdirect[], a pointer in a chunk below chunk_end the
- * segment map.  Past them each goes to its entry's slow path, which runs
- * the guard level's or the sampled paths instead.  Any other mode than
- * levels 0-1 plain sets all three to 0 (sf_entry_choose), so the choice
- * costs no instruction: the comparisons were there with constants. */
+ * these instead of constants: a request below small_end takes direct[], a
+ * request n above the small sizes with n - (SF_DIRECT_MAX + 1) below
+ * medium_span mdirect[] (a span, not an end: a thread that saw small_end
+ * 0 and medium_span not yet 0 while sf_entry_choose ran must not send a
+ * small size, 0 among them, to mdirect[]), a pointer in a chunk below
+ * chunk_end the segment map.  Any other mode than levels 0-1 plain sets
+ * all three to 0 (sf_entry_choose), so the choice costs no instruction:
+ * the comparisons were there with constants. */
 typedef struct sf_entry_bounds {
-    size_t small_end, medium_end;
+    size_t small_end, medium_span;
     uintptr_t chunk_end;
-    /* past the bounds, the mode's paths inlined there (entry.c): level 2's
-     * malloc (without the sampled guard), level 2's free, the armed
-     * profile's counted free */
+    /* past the bounds, the mode's paths inlined there (fastpath.h): level
+     * 2's malloc (without the sampled guard), level 2's free, the armed
+     * profile's counted free; else the slow paths (entry.c) */
     bool malloc_l2, free_l2, free_counted;
 } sf_entry_bounds_t;
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
-SF_HIDDEN extern SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
+SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
 SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);
 

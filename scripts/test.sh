@@ -17,7 +17,7 @@
 #                 through the sefer_* API; with override=false sefer does
 #                 not interpose malloc, which TSan itself intercepts)
 #   build-debug/  -O0 (buildtype=debug): the fast paths' tests only (api,
-#                 size-table, size-classes-l1, guard); inline asm whose
+#                 size-table, entry-bounds, size-classes-l1, guard); inline asm whose
 #                 register constraints are wrong may work at -O2 by the
 #                 register the compiler happened to pick (d5e80c1's mulq
 #                 did: a review caught it, -O0 crashed)
@@ -216,7 +216,7 @@ subset asan build-asan 'tsan|^limits' 600 -Db_sanitize=address -Dbuildtype=debug
 
 # 5. Unoptimised (-O0): the tests that run the fast paths' inline asm with
 #    the compiler's other register choices.
-subset debug build-debug '^(api|size-table|size-classes-l1|guard)$' 600 -Dbuildtype=debug
+subset debug build-debug '^(api|size-table|entry-bounds|size-classes-l1|guard)$' 600 -Dbuildtype=debug
 
 # 6. The summary: one line, summed over every testlog-LABEL.json of this run.
 step "summary"
