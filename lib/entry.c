@@ -5,8 +5,10 @@
  * the generic paths; the sampled guard counts bytes on each malloc; the
  * heap profile, once armed, counts each free.  The exported malloc and free
  * (override.c, api.c) are levels 0-1's fast paths themselves, with their
- * bounds read from sf_entry_bounds (internal.h): any other mode sets those
- * to 0 here, and what the entry meets past them runs that mode's paths:
+ * bounds read from sf_entry_bounds (internal.h): a mode that changes
+ * malloc (level 2, the sampled guard) zeroes malloc's bounds here, one that
+ * changes free (level 2, the armed profile) free's, and what the entry
+ * meets past them runs that mode's paths:
  * level 2's and the counted free inlined there (fastpath.h,
  * sf_malloc_bounded and sf_free_entry_tail), the rest in the slow paths
  * below.  They
@@ -55,8 +57,8 @@ SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
 
 /* Where the exported free goes past its bound when neither inlined path
  * took it: pointers above the segment map's reach (never sefer's), and a
- * thread that read the new bound but the old flags while the profile was
- * being armed. */
+ * thread that read the new bound but the old flags while sf_entry_choose
+ * ran (at start-up, or as the profile was armed). */
 SF_HOT void sf_free_entry_slow(void *p) {
     if (sf_l2_fast) sf_free_l2(p);
     else if (sf_prof_is_armed()) sf_free_as(p, SF_FREE_COUNTED);
@@ -68,8 +70,11 @@ SF_HOT void sf_free_entry_slow(void *p) {
  * class's sampling count (fastpath.h, sf_free_owned_counted).  A thread
  * that read the old bounds a moment before pushes once more uncounted,
  * which moves a sample point by a block or two, nothing else: both pushes
- * leave a valid page.  (At level 2 a thread that read them before takes
- * levels 0-1's path once, which finds no page there and goes generic.) */
+ * leave a valid page.  (At level 2, during start-up, a thread that read
+ * the old bounds takes levels 0-1's path once: its malloc finds no page
+ * there, its pages being guarded, and goes to sf_malloc_entry_slow, then
+ * level 2's path; its free finds no page that takes a fast free and goes
+ * generic, which applies level 2's checks.) */
 void sf_entry_choose(void) {
     bool malloc_other = sf_l2_fast || sf_gsample_on;
     bool free_other = sf_l2_fast || sf_prof_is_armed();

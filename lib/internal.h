@@ -495,9 +495,11 @@ SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p)
  * medium_span mdirect[] (a span, not an end: a thread that saw small_end
  * 0 and medium_span not yet 0 while sf_entry_choose ran must not send a
  * small size, 0 among them, to mdirect[]), a pointer in a chunk below
- * chunk_end the segment map.  Any other mode than levels 0-1 plain sets
- * all three to 0 (sf_entry_choose), so the choice costs no instruction:
- * the comparisons were there with constants. */
+ * chunk_end the segment map.  A mode that changes malloc (level 2, the
+ * sampled guard) sets malloc's two to 0, one that changes free (level 2,
+ * the armed profile) chunk_end (sf_entry_choose).  The choice costs small
+ * sizes no instruction (the comparison was there with a constant); medium
+ * sizes pay three: the span's subtraction and the malloc_l2 test before it. */
 typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;

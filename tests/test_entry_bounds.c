@@ -1,16 +1,24 @@
-/* test_entry_bounds.c - the exported malloc and free under every state
- * sf_entry_choose can leave a concurrent caller in (lib/entry.c; linked
- * statically, so the test can set lib/internal.h's sf_entry_bounds).
+/* test_entry_bounds.c - the exported malloc and free and their bounds
+ * (lib/entry.c; linked statically, so the test reads and sets
+ * lib/internal.h's sf_entry_bounds).  meson runs it plain and with
+ * SEFER_GUARD_LEVEL=2, SEFER_PROFILE_SAMPLE_BYTES and
+ * SEFER_GUARD_SAMPLE_BYTES set:
  *
- * The exported pair reads its bounds with plain loads, and sf_entry_choose
- * zeroes them one store at a time while other threads may be in malloc:
- * a caller can see any of them zero and the others not yet.  For each of
- * those states (and the flags off: levels 0-1), malloc of every size at
- * the tables' edges returns a block that holds the request, free takes it
- * back, and the heap checks clean.  The first version of the bounds
- * (e5f5168) sent malloc(0) with small_end zero and the medium bound not yet
- * to the medium table's index -1: a load 2^53 bytes away (found in review,
- * confirmed under gdb). */
+ *   - the mode's bounds and flags: what sf_entry_choose set for the mode
+ *     the environment asked for (malloc's bounds zero for level 2 and the
+ *     sampled guard, free's for level 2 and the profile; the flags that
+ *     take level 2's and the counted paths);
+ *   - every partial state: the exported pair reads its bounds with plain
+ *     loads and sf_entry_choose writes them one store at a time while
+ *     other threads may be in malloc, so a caller can see any of them
+ *     changed and the others not yet.  In each of the 64 states (each
+ *     bound its levels 0-1 value or 0, each flag as the mode has it or
+ *     not), malloc of every size at the tables' edges returns a block that
+ *     holds the request and, for a small size, is a small block; free
+ *     takes it back; the heap checks clean.  The first version of the
+ *     bounds (e5f5168) sent malloc(0) with small_end zero and the medium
+ *     bound not yet to the medium table's index -1: a load 2^53 bytes away
+ *     (found in review, confirmed under gdb). */
 #include "sefer_test.h"
 
 #include "internal.h"
@@ -27,31 +35,58 @@ static const size_t sizes[] = {0,
                                SF_MEDIUM_MAX + 1,
                                (size_t)1 << 20};
 
+static const sf_entry_bounds_t plain = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS,
+                                        false, false, false};
+
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
+}
+
+START_TEST(test_the_mode_sets_its_bounds)
+{
+    free(malloc(1)); /* (initialised) */
+    bool level2 = env_set("SEFER_GUARD_LEVEL") && strcmp(getenv("SEFER_GUARD_LEVEL"), "2") == 0;
+    bool sampled = env_set("SEFER_GUARD_SAMPLE_BYTES"), profiled = env_set("SEFER_PROFILE_SAMPLE_BYTES");
+    sf_entry_bounds_t b = sf_entry_bounds;
+    bool malloc_other = level2 || sampled, free_other = level2 || profiled;
+    ck_assert_uint_eq(b.small_end, malloc_other ? 0 : plain.small_end);
+    ck_assert_uint_eq(b.medium_span, malloc_other ? 0 : plain.medium_span);
+    ck_assert_uint_eq(b.chunk_end, free_other ? 0 : plain.chunk_end);
+    ck_assert_int_eq(b.malloc_l2, level2 && !sampled);
+    ck_assert_int_eq(b.free_l2, level2);
+    ck_assert_int_eq(b.free_counted, profiled && !level2);
+}
+END_TEST
+
 START_TEST(test_every_partial_state)
 {
-    sf_entry_bounds_t full = sf_entry_bounds;
-    /* (the state a malloc before this one left: levels 0-1, initialised) */
-    free(malloc(1));
-    full = sf_entry_bounds;
-    ck_assert_uint_eq(full.small_end, SF_DIRECT_MAX + 1);
-    ck_assert(!full.malloc_l2 && !full.free_l2 && !full.free_counted);
-    for (unsigned zeroed = 0; zeroed < 8; zeroed++) {
-        sf_entry_bounds_t b = full;
-        if (zeroed & 1) b.small_end = 0;
-        if (zeroed & 2) b.medium_span = 0;
-        if (zeroed & 4) b.chunk_end = 0;
+    free(malloc(1)); /* (initialised) */
+    sf_entry_bounds_t mode = sf_entry_bounds;
+    for (unsigned state = 0; state < 64; state++) {
+        sf_entry_bounds_t b = mode;
+        b.small_end = state & 1 ? 0 : plain.small_end;
+        b.medium_span = state & 2 ? 0 : plain.medium_span;
+        b.chunk_end = state & 4 ? 0 : plain.chunk_end;
+        b.malloc_l2 = state & 8 ? mode.malloc_l2 : false;
+        b.free_l2 = state & 16 ? mode.free_l2 : false;
+        b.free_counted = state & 32 ? mode.free_counted : false;
         sf_entry_bounds = b;
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
             size_t n = sizes[i];
             unsigned char *p = malloc(n);
-            ck_assert_msg(p != NULL, "state %u: malloc(%zu) failed", zeroed, n);
-            ck_assert_msg(sefer_usable_size(p) >= n, "state %u: malloc(%zu) holds %zu", zeroed, n,
-                          sefer_usable_size(p));
+            ck_assert_msg(p != NULL, "state %u: malloc(%zu) failed", state, n);
+            size_t usable = sefer_usable_size(p);
+            ck_assert_msg(usable >= n, "state %u: malloc(%zu) holds %zu", state, n, usable);
+            /* (a small size sent to mdirect[] would get a medium block) */
+            if (n <= SF_DIRECT_MAX)
+                ck_assert_msg(usable <= SF_SMALL_MAX, "state %u: malloc(%zu) got a block of %zu", state, n, usable);
             memset(p, 0x5a, n);
             free(p);
         }
-        sf_entry_bounds = full;
-        ck_assert_msg(sefer_check() == 0, "state %u: the heap checks unclean", zeroed);
+        sf_entry_bounds = mode;
+        ck_assert_msg(sefer_check() == 0, "state %u: the heap checks unclean", state);
     }
 }
 END_TEST
@@ -60,6 +95,7 @@ int main(void)
 {
     Suite *s = suite_create("entry-bounds");
     TCase *tc = tcase_create("states");
+    tcase_add_test(tc, test_the_mode_sets_its_bounds);
     tcase_add_test(tc, test_every_partial_state);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
