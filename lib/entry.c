@@ -22,31 +22,36 @@
  * generic ones, which apply level 2's checks. */
 #include "fastpath.h"
 
-/* The sampled guard on (guard_sample.c): levels 0-1's or level 2's malloc
- * after counting the thread's bytes down to its next sample (the exported
- * malloc reaches levels 0-1's past its first comparison, a jump). */
-__thread int64_t sf_gsample_left __attribute__((tls_model("initial-exec")));
-SF_HOT void *sf_malloc_levels01_sampled(size_t n) {
-    if (SF_UNLIKELY(sf_gsample_due(n))) return sf_gsample_malloc(n, &sf_gsample_left);
+/* The sampled guard on (guard_sample.c): levels 0-1's or level 2's
+ * malloc, after counting the thread's bytes down to its next sample. */
+static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
+/* (the subtraction unsigned, read back signed: the same two instructions
+ * without signed overflow; a request above 2^63 that lifts the count
+ * instead fails with ENOMEM anyway, and only that thread's samples wait) */
+static bool sample_due(size_t n) {
+    int64_t left = (int64_t)((uint64_t)sample_left - n);
+    sample_left = left;
+    return left < 0;
+}
+SF_HOT static void *malloc_levels01_sampled(size_t n) {
+    if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc(n);
 }
 SF_HOT static void *malloc_level2_sampled(size_t n) {
-    if (SF_UNLIKELY(sf_gsample_due(n))) return sf_gsample_malloc(n, &sf_gsample_left);
+    if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc_l2(n);
 }
 
-sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS,
-                                     SF_MALLOC_ALT_NONE, false, false};
+sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false, false};
 
-/* Where the exported malloc goes past its bounds and neither inlined path
- * (sf_entry_bounds.malloc_alt) takes it: every request at level 2 with the
- * sampled guard on, a dry free list or a large size at levels 0-1 (two
- * questions more before sf_malloc_generic), and a thread that read new
- * bounds but the old malloc_alt at start-up.  Direct calls: no indirect
+/* Where the exported malloc goes past its bounds and level 2's inlined
+ * path (sf_entry_bounds.malloc_l2) does not take it: every request with
+ * the sampled guard on, a dry free list or a large size at levels 0-1 (two
+ * questions more before sf_malloc_generic).  Direct calls: no indirect
  * jump. */
 SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
     if (sf_l2_fast) return sf_gsample_on ? malloc_level2_sampled(n) : sf_malloc_l2(n);
-    if (sf_gsample_on) return sf_malloc_levels01_sampled(n);
+    if (sf_gsample_on) return malloc_levels01_sampled(n);
     return sf_malloc_generic(n, heap);
 }
 
@@ -73,9 +78,7 @@ SF_HOT void sf_free_entry_slow(void *p) {
 void sf_entry_choose(void) {
     bool malloc_other = sf_l2_fast || sf_gsample_on;
     bool free_other = sf_l2_fast || sf_prof_is_armed();
-    uint8_t alt = sf_l2_fast ? (sf_gsample_on ? SF_MALLOC_ALT_NONE : SF_MALLOC_ALT_L2)
-                             : (sf_gsample_on ? SF_MALLOC_ALT_SAMPLED : SF_MALLOC_ALT_NONE);
-    __atomic_store_n(&sf_entry_bounds.malloc_alt, alt, __ATOMIC_RELAXED);
+    __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast && !sf_gsample_on, __ATOMIC_RELAXED);
     __atomic_store_n(&sf_entry_bounds.free_l2, sf_l2_fast, __ATOMIC_RELAXED);
     __atomic_store_n(&sf_entry_bounds.free_counted, !sf_l2_fast && sf_prof_is_armed(), __ATOMIC_RELAXED);
     if (malloc_other) {

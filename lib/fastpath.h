@@ -45,23 +45,6 @@ SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
 
 SF_INLINE void *sf_malloc_l2_entry(size_t n);
 
-/* The sampled guard at levels 0-1, inlined in the exported malloc: the
- * thread's count, then the pops of levels 0-1 with constant bounds (a call
- * of sf_malloc_levels01_sampled cost 13 instructions a malloc more than
- * levels 0-1, this 8). */
-SF_INLINE void *sf_malloc_sampled_pop(sf_heap_t *heap, size_t n) {
-    if (SF_UNLIKELY(sf_gsample_due(n))) return sf_gsample_malloc(n, &sf_gsample_left);
-    void *b = NULL;
-    if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
-        sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
-        sf_block_t *f = page->free;
-        if (SF_LIKELY(f != NULL)) return sf_hand_out(heap, page, f, f->next);
-    } else if (n <= SF_MEDIUM_MAX) {
-        b = sf_medium_pop(heap, n);
-    }
-    return SF_LIKELY(b != NULL) ? b : sf_malloc_generic(n, heap);
-}
-
 /* The fast path for requests below the bounds of direct[] and mdirect[],
  * else the slow path: for `exported` (the exported malloc) the bounds
  * sf_entry_choose set and sf_malloc_entry_slow (internal.h,
@@ -75,15 +58,8 @@ SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     } else {
-        /* (level 2's and the sampled guard's before the medium sizes: their
-         * every call comes here) */
-        if (exported) {
-            /* (one comparison, two branches: level 2's costs what its flag
-             * test did, levels 0-1's medium sizes a branch more) */
-            uint8_t alt = SF_PEEK(sf_entry_bounds.malloc_alt);
-            if (alt == SF_MALLOC_ALT_L2) return sf_malloc_l2_entry(n);
-            if (alt > SF_MALLOC_ALT_L2) return sf_malloc_sampled_pop(heap, n);
-        }
+        /* (level 2 before the medium sizes: its every call comes here) */
+        if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2_entry(n);
         /* (the atomic load: a plain one the compiler reads ahead of the
          * first comparison, one instruction more on the small path) */
         if (exported ? n - (SF_DIRECT_MAX + 1) < __atomic_load_n(&sf_entry_bounds.medium_span, __ATOMIC_RELAXED)

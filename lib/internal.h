@@ -499,22 +499,17 @@ SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p)
  * sampled guard) sets malloc's two to 0, one that changes free (level 2,
  * the armed profile) chunk_end (sf_entry_choose).  The choice costs small
  * sizes no instruction (the comparison was there with a constant); medium
- * sizes pay three: the span's subtraction and the malloc_alt test before it. */
+ * sizes pay three: the span's subtraction and the malloc_l2 test before it. */
 typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;
     /* past the bounds, the mode's paths inlined there (fastpath.h): level
-     * 2's malloc or the sampled guard's count and levels 0-1's malloc
-     * (malloc_alt: SF_MALLOC_ALT_*; level 2 with the sampled guard is
-     * neither), level 2's free, the armed profile's counted free; else the
-     * slow paths (entry.c) */
-    uint8_t malloc_alt;
-    bool free_l2, free_counted;
+     * 2's malloc (without the sampled guard), level 2's free, the armed
+     * profile's counted free; else the slow paths (entry.c) */
+    bool malloc_l2, free_l2, free_counted;
 } sf_entry_bounds_t;
-enum { SF_MALLOC_ALT_NONE, SF_MALLOC_ALT_L2, SF_MALLOC_ALT_SAMPLED };
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
-SF_HIDDEN void *sf_malloc_levels01_sampled(size_t n); /* the count, then levels 0-1's malloc */
 SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);
 
@@ -653,17 +648,6 @@ SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 
 /* ---- guard_sample.c: the sampled guard (guard.sample_bytes) -------------- */
 SF_HIDDEN extern bool sf_gsample_on; /* set at start-up */
-/* The calling thread's bytes to its next sample (entry.c) */
-SF_HIDDEN extern __thread int64_t sf_gsample_left __attribute__((tls_model("initial-exec")));
-/* Counts n off the calling thread's bytes: true when a sample is due.
- * (The subtraction unsigned, read back signed: the same two instructions
- * without signed overflow; a request above 2^63 that lifts the count
- * instead fails with ENOMEM anyway, and only that thread's samples wait.) */
-SF_INLINE bool sf_gsample_due(size_t n) {
-    int64_t left = (int64_t)((uint64_t)sf_gsample_left - n);
-    sf_gsample_left = left;
-    return left < 0;
-}
 SF_HIDDEN void sf_gsample_init(void);
 SF_HIDDEN void *sf_gsample_malloc(size_t n, int64_t *left);
 SF_HIDDEN bool sf_gsample_holds(const void *p);

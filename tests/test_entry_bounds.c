@@ -36,7 +36,7 @@ static const size_t sizes[] = {0,
                                (size_t)1 << 20};
 
 static const sf_entry_bounds_t plain = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS,
-                                        SF_MALLOC_ALT_NONE, false, false};
+                                        false, false, false};
 
 static bool env_set(const char *name)
 {
@@ -54,8 +54,7 @@ START_TEST(test_the_mode_sets_its_bounds)
     ck_assert_uint_eq(b.small_end, malloc_other ? 0 : plain.small_end);
     ck_assert_uint_eq(b.medium_span, malloc_other ? 0 : plain.medium_span);
     ck_assert_uint_eq(b.chunk_end, free_other ? 0 : plain.chunk_end);
-    ck_assert_int_eq(b.malloc_alt, level2 ? (sampled ? SF_MALLOC_ALT_NONE : SF_MALLOC_ALT_L2)
-                                          : (sampled ? SF_MALLOC_ALT_SAMPLED : SF_MALLOC_ALT_NONE));
+    ck_assert_int_eq(b.malloc_l2, level2 && !sampled);
     ck_assert_int_eq(b.free_l2, level2);
     ck_assert_int_eq(b.free_counted, profiled && !level2);
 }
@@ -70,7 +69,7 @@ START_TEST(test_every_partial_state)
         b.small_end = state & 1 ? 0 : plain.small_end;
         b.medium_span = state & 2 ? 0 : plain.medium_span;
         b.chunk_end = state & 4 ? 0 : plain.chunk_end;
-        b.malloc_alt = state & 8 ? mode.malloc_alt : SF_MALLOC_ALT_NONE;
+        b.malloc_l2 = state & 8 ? mode.malloc_l2 : false;
         b.free_l2 = state & 16 ? mode.free_l2 : false;
         b.free_counted = state & 32 ? mode.free_counted : false;
         sf_entry_bounds = b;
