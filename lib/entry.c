@@ -8,13 +8,12 @@
  * bounds read from sf_entry_bounds (internal.h): a mode that changes
  * malloc (level 2, the sampled guard) zeroes malloc's bounds here, one that
  * changes free (level 2, the armed profile) free's, and what the entry
- * meets past them runs that mode's paths:
- * level 2's and the counted free inlined there (fastpath.h,
- * sf_malloc_bounded and sf_free_entry_tail), the rest in the slow paths
- * below.  They
- * were an indirect jump through a pointer to the chosen pair: a jump that
- * never missed and still cost levels 0-1 a fifth of their throughput on
- * random sizes (docs/design.md, "The exported entry points").  Before
+ * meets past them runs that mode's paths: level 2's and the counted free
+ * inlined there (fastpath.h, sf_malloc_bounded and sf_free_entry_tail),
+ * the rest in the slow paths below.  They were an indirect jump through a
+ * pointer to the chosen pair: a jump that never missed and still cost
+ * levels 0-1 a fifth of their throughput on random sizes (docs/design.md,
+ * "The exported entry points").  Before
  * initialisation the bounds are levels 0-1's, whose first call falls
  * through to the generic path and initialises.  Every other entry point
  * (calloc, realloc, operator new, ...) runs levels 0-1's inline paths at

@@ -43,7 +43,7 @@ SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
     return SF_LIKELY(b != NULL) ? sf_hand_out(heap, page, b, b->next) : NULL;
 }
 
-SF_INLINE void *sf_malloc_l2_entry(size_t n);
+SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
 
 /* The fast path for requests below the bounds of direct[] and mdirect[],
  * else the slow path: for `exported` (the exported malloc) the bounds
@@ -59,7 +59,7 @@ SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     } else {
         /* (level 2 before the medium sizes: its every call comes here) */
-        if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2_entry(n);
+        if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2(n);
         /* (the atomic load: a plain one the compiler reads ahead of the
          * first comparison, one instruction more on the small path) */
         if (exported ? n - (SF_DIRECT_MAX + 1) < __atomic_load_n(&sf_entry_bounds.medium_span, __ATOMIC_RELAXED)
@@ -411,9 +411,6 @@ SF_INLINE void sf_free_l2(void *p) {
     if (SF_LIKELY(sf_l2_free_owned(p))) return;
     sf_free_checked(p); /* (which tries it once more, harmlessly) */
 }
-
-/* (sf_malloc_bounded's level 2, declared before it) */
-SF_INLINE void *sf_malloc_l2_entry(size_t n) { return sf_malloc_l2(n); }
 
 /* Where the exported free goes past its bound: level 2's free or the armed
  * profile's counted one, inlined here, else the slow path.  (Through a call
