@@ -69,8 +69,8 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->local_free;
         if (b != NULL) {
-            /* (profiling: the list is charged, and cut at the next sample) */
-            if (SF_UNLIKELY(sf_prof_is_armed())) return sf_prof_malloc_swap(n, heap, page);
+            /* (the count first: a sample leaves the lists as they are) */
+            if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
             page->local_free = NULL;
             /* a page of few blocks carved: maybe carve ahead (page.c) */
             if (SF_UNLIKELY(page->capacity < SF_CARVE_MIN)) return sf_page_swap_short(heap, page, b);
@@ -111,10 +111,10 @@ static SF_NOINLINE void *malloc_special(size_t n, sf_heap_t *heap) {
  * class swaps every time it has handed out what the last swap gave it: on
  * random sizes from 16 B to 2 KiB, one malloc in two (a page carves 4 KiB
  * at a time: two to eight blocks of 512 B-2 KiB), 90 instructions each by
- * the long way.  Anything else (nothing to swap, the profile armed, a bad
- * link) takes the long way, which reports what needs reporting. */
+ * the long way.  Anything else (nothing to swap, a bad link) takes the
+ * long way, which reports what needs reporting. */
 static void *l2_swap_pop(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
-    if (page->free == NULL && !sf_prof_is_armed() && sf_page_guarded_swap(page)) {
+    if (page->free == NULL && sf_page_guarded_swap(page)) {
         void *b = sf_l2_pop(heap, page, n, page_shift);
         if (SF_LIKELY(b != NULL)) return b;
     }
@@ -148,7 +148,7 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     unsigned shift;
     sf_page_t *page = sf_l2_fast ? sf_l2_page(heap, n, &shift) : NULL;
     if (page != NULL) {
-        if (page->free == NULL && !sf_prof_is_armed()) sf_page_guarded_swap(page);
+        if (page->free == NULL) sf_page_guarded_swap(page);
         void *b = sf_l2_pop(heap, page, n, shift);
         if (b != NULL) return b;
     }
@@ -164,7 +164,8 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
-        if (sf_page_collect_remote(heap, page) != 0 && SF_LIKELY(!sf_prof_is_armed())) {
+        if (sf_page_collect_remote(heap, page) != 0) {
+            if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
             sf_block_t *b = page->local_free;
             page->local_free = NULL;
             return sf_hand_out(heap, page, b, b->next);

@@ -356,9 +356,6 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
         return;
     }
     if (sf_page_used(page) > page->capacity) report("page has more blocks in use than carved", page);
-    /* (a page in use holds the profile's pending count where a free page
-     * holds its decommit deadline: at most its blocks) */
-    if (page->prof_pending > page->capacity) report("page's pending profile count passes its blocks", page);
     check_page_owner(page, heap);
     memset(ck.seen, 0, sizeof ck.seen);
     size_t nfree = walk_free_list(page, page->free);

@@ -2,15 +2,15 @@
  *
  * Guard level 2 has fast paths of its own (fastpath.h: sf_malloc_l2,
  * sf_free_l2) so that its checks cost a few instructions, not a trip through
- * the generic paths; the sampled guard counts bytes on each malloc; the
- * heap profile, once armed, counts each free.  The exported malloc and free
- * (override.c, api.c) are levels 0-1's fast paths themselves, with their
- * bounds read from sf_entry_bounds (internal.h): a mode that changes
- * malloc (level 2, the sampled guard) zeroes malloc's bounds here, one that
- * changes free (level 2, the armed profile) free's, and what the entry
- * meets past them runs that mode's paths: level 2's and the counted free
- * inlined there (fastpath.h, sf_malloc_bounded and sf_free_entry_tail),
- * the rest in the slow paths below.  They were an indirect jump through a
+ * the generic paths; the sampled guard counts bytes on each malloc.  (The
+ * heap profile changes no path: every path counts down to its next sample,
+ * fastpath.h.)  The exported malloc and free (override.c, api.c) are
+ * levels 0-1's fast paths themselves, with their bounds read from
+ * sf_entry_bounds (internal.h): a mode that changes malloc (level 2, the
+ * sampled guard) zeroes malloc's bounds here, one that changes free (level
+ * 2) free's, and what the entry meets past them runs that mode's paths:
+ * level 2's inlined there (fastpath.h, sf_malloc_bounded and
+ * sf_free_entry_tail), the rest in the slow paths below.  They were an indirect jump through a
  * pointer to the chosen pair: a jump that never missed and still cost
  * levels 0-1 a fifth of their throughput on random sizes (docs/design.md,
  * "The exported entry points").  Before
@@ -41,7 +41,7 @@ SF_HOT static void *malloc_level2_sampled(size_t n) {
     return sf_malloc_l2(n);
 }
 
-sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false, false};
+sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false};
 
 /* Where the exported malloc goes past its bounds and level 2's inlined
  * path (sf_entry_bounds.malloc_l2) does not take it: every request with
@@ -54,32 +54,25 @@ SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
     return sf_malloc_generic(n, heap);
 }
 
-/* Where the exported free goes past its bound when neither inlined path
- * took it: pointers above the segment map's reach (never sefer's), and a
- * thread that read the new bound but the old flags while sf_entry_choose
- * ran (at start-up, or as the profile was armed). */
+/* Where the exported free goes past its bound when the inlined path did
+ * not take it: pointers above the segment map's reach (never sefer's), and
+ * a thread that read the new bound but the old flag while sf_entry_choose
+ * ran at start-up. */
 SF_HOT void sf_free_entry_slow(void *p) {
     if (sf_l2_fast) sf_free_l2(p);
-    else if (sf_prof_is_armed()) sf_free_as(p, SF_FREE_COUNTED);
     else sf_free_generic(p);
 }
 
-/* At start-up, and again when the heap profile is armed at run time: from
- * then on levels 0-1's free() counts what it pushes on top against the
- * class's sampling count (fastpath.h, sf_free_owned_counted).  A thread
- * that read the old bounds a moment before pushes once more uncounted,
- * which moves a sample point by a block or two, nothing else: both pushes
- * leave a valid page.  (At level 2, during start-up, a thread that read
+/* At start-up.  (At level 2, a thread that read
  * the old bounds takes levels 0-1's path once: its malloc finds no page
  * there, its pages being guarded, and goes to sf_malloc_entry_slow, then
  * level 2's path; its free finds no page that takes a fast free and goes
  * generic, which applies level 2's checks.) */
 void sf_entry_choose(void) {
     bool malloc_other = sf_l2_fast || sf_gsample_on;
-    bool free_other = sf_l2_fast || sf_prof_is_armed();
+    bool free_other = sf_l2_fast;
     __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast && !sf_gsample_on, __ATOMIC_RELAXED);
     __atomic_store_n(&sf_entry_bounds.free_l2, sf_l2_fast, __ATOMIC_RELAXED);
-    __atomic_store_n(&sf_entry_bounds.free_counted, !sf_l2_fast && sf_prof_is_armed(), __ATOMIC_RELAXED);
     if (malloc_other) {
         __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&sf_entry_bounds.medium_span, 0, __ATOMIC_RELAXED);

@@ -5,12 +5,12 @@
  * call on its fast path.  Neither path takes a lock, makes an atomic
  * read-modify-write or enters the kernel:
  *
- *   malloc: TLS heap -> direct[(n+15)/16] -> page -> pop page->free
+ *   malloc: TLS heap -> direct[(n+15)/16] -> page -> count n down to the
+ *           heap profile's next sample -> pop page->free
  *   free:   segmap byte == 1 (a small segment) -> page (shifts of the
  *           pointer) -> the page's fast owner is this thread's heap ->
  *           block-start and double-free checks (guard level 1) -> push
- *           on top of page->free (local_free while the heap profile is
- *           armed), count down page->used
+ *           on top of page->free, count down page->used
  *
  * The table covers every small size (up to 8 KiB) and the free asks no
  * question whose answer is random on random sizes (a class's current page
@@ -32,6 +32,26 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
     return b;
 }
 
+/* The heap profile's countdown (profile.c, "Sampling"): n bytes more
+ * allocated from the heap; true if they reach its next sample point, and
+ * then the caller hands nothing out: sf_sample_take serves the request.
+ * Every allocation passes here once (its fast pop, or the slow path's
+ * sf_page_malloc_class), profile on or off: a subtraction from memory and
+ * a jump on its sign, the whole cost of a profile left on.  (Off, the
+ * countdown runs out every SF_SAMPLE_IDLE bytes to look at the knob.) */
+SF_INLINE bool sf_sample_tick(sf_heap_t *heap, size_t n) {
+    /* (unsigned arithmetic read back signed: no signed overflow) */
+    int64_t left = (int64_t)((uint64_t)heap->sample_left - n);
+    heap->sample_left = left;
+    return SF_UNLIKELY(left < 0);
+}
+
+/* sf_hand_out for a request of n bytes, after the countdown. */
+SF_INLINE void *sf_hand_out_ticked(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, size_t n) {
+    if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
+    return sf_hand_out(heap, page, b, b->next);
+}
+
 /* A medium size (SF_DIRECT_MAX < n <= SF_MEDIUM_MAX): a block of its
  * class's current page, as the fast path pops a small one, or NULL.
  * (mdirect[] holds only the empty page where direct[] does: guarded pages,
@@ -40,7 +60,7 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
 SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
     sf_page_t *page = SF_PEEK(heap->mdirect[sf_medium_class_index(n)]);
     sf_block_t *b = page->free;
-    return SF_LIKELY(b != NULL) ? sf_hand_out(heap, page, b, b->next) : NULL;
+    return SF_LIKELY(b != NULL) ? sf_hand_out_ticked(heap, page, b, n) : NULL;
 }
 
 SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
@@ -56,7 +76,7 @@ SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
         /* (another thread writes it when a phase begins: phase.c) */
         sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
-        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+        if (SF_LIKELY(b != NULL)) return sf_hand_out_ticked(heap, page, b, n);
     } else {
         /* (level 2 before the medium sizes: its every call comes here) */
         if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2(n);
@@ -173,11 +193,10 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
  * Levels 0-1 push on top of page->free, so the next malloc of the class
  * takes the block freed last: a class in a steady state keeps reusing the
  * few blocks (and cache lines) it just used, as the thread caches of
- * jemalloc and tcmalloc do (docs/design.md, "Cache misses").  Level 2 and
- * the heap profile push on local_free instead, which the fast path reaches
- * only through a swap on a slow path: level 2 so that a freed block is not
- * the next one handed out, the profile so that every list the fast path
- * hands out is charged to its sampling count (profile.c). */
+ * jemalloc and tcmalloc do (docs/design.md, "Cache misses").  Level 2
+ * pushes on local_free instead, which the fast path reaches only through a
+ * swap on a slow path, so that a freed block is not the next one handed
+ * out. */
 SF_INLINE void sf_free_onto(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t **list) {
     b->cookie = sf_page_cookie(page);
     *list = b;
@@ -197,38 +216,10 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
     sf_free_onto(heap, page, b, list);
 }
 
-/* The same while the heap profile is armed: on top, always, but on the
- * class's current page (the one whose `used` carries the bias, the fast
- * path's) once the class's sampling count is 0 (then on local_free, so
- * that the free list still runs dry at the sample).  On the current page
- * each block pushed takes one off the count (it is one the class hands out
- * before its next sample: charged now rather than at a refill, profile.c);
- * on a page behind it, it is counted in the page's prof_pending and
- * charged when the page becomes current (page.c, move_bias).  A few
- * instructions a free (profile on only). */
-SF_INLINE void sf_free_owned_counted(sf_heap_t *heap, sf_page_t *page, void *p) {
-    uint64_t *left = &heap->prof.skip[page->class_idx], n = *left;
-    uint64_t current = (SF_GET(page->used) & SF_USED_BIAS) != 0;
-    if (SF_UNLIKELY(current && n == 0)) { /* the sample is next */
-        sf_free_owned(heap, page, p, false);
-        return;
-    }
-    /* Whether the page is its class's current one is a coin toss when
-     * frees come in random order (a branch on it doubled larson's
-     * mispredictions), so neither choice branches on it: every block goes
-     * on top, counted now on the current page and counted pending on a
-     * page behind it, charged when that page becomes current (page.c,
-     * move_bias; profile.c, sf_prof_charge_pending). */
-    *left = n - current;
-    page->prof_pending += 1 - current;
-    sf_free_owned(heap, page, p, true);
-}
-
 /* How free() at levels 0-1 pushes the owner's block (a constant in each
- * caller): on top, counted on top (the profile armed, entry.c), or on
- * local_free (realloc's move: the old block is not the next one handed
- * out). */
-enum sf_free_how { SF_FREE_LOCAL, SF_FREE_TOP, SF_FREE_COUNTED };
+ * caller): on top, or on local_free (realloc's move: the old block is not
+ * the next one handed out). */
+enum sf_free_how { SF_FREE_LOCAL, SF_FREE_TOP };
 
 /* The fast path for a pointer in a chunk below chunk_end, else slow(p)
  * (SF_SEGMAP_CHUNKS and sf_free_generic but for the exported free). */
@@ -241,14 +232,12 @@ SF_INLINE void sf_free_bounded(void *p, enum sf_free_how how, uintptr_t chunk_en
             sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
             uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
             if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
-                if (how == SF_FREE_COUNTED) sf_free_owned_counted(heap, page, p);
-                else sf_free_owned(heap, page, p, how == SF_FREE_TOP);
+                sf_free_owned(heap, page, p, how == SF_FREE_TOP);
                 return;
             }
         } else if (sf_segmap_medium_at(chunk)) {
             /* (the rest of its checks, out of line) */
-            if (how == SF_FREE_COUNTED) sf_free_medium_counted(p, heap);
-            else if (how == SF_FREE_TOP) sf_free_medium_top(p, heap);
+            if (how == SF_FREE_TOP) sf_free_medium_top(p, heap);
             else sf_free_medium_local(p, heap);
             return;
         }
@@ -268,22 +257,13 @@ SF_INLINE void sf_free_entry(void *p) {
     sf_free_bounded(p, SF_FREE_TOP, SF_PEEK(sf_entry_bounds.chunk_end), sf_free_entry_tail);
 }
 
-/* An owner's free at levels 0-1 by any entry point, asking the profile
- * (the push to local_free out of line: else the compiler merges the two
- * pushes' counts, two instructions more on the path taken). */
-SF_INLINE void sf_free_owned_any(sf_heap_t *heap, sf_page_t *page, void *p) {
-    if (SF_UNLIKELY(sf_prof_is_armed())) sf_free_owned_profiled(heap, page, p);
-    else sf_free_owned(heap, page, p, true);
-}
-
 /* Every other entry point's free (operator delete, cfree, free_sized,
- * realloc to 0): the same as free(), asking the profile once it has
- * the block (two instructions more than free()). */
+ * realloc to 0): levels 0-1's push, else the generic path. */
 SF_INLINE void sf_free(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
     if (SF_LIKELY(page != NULL)) {
-        sf_free_owned_any(heap, page, p);
+        sf_free_owned(heap, page, p, true);
         return;
     }
     sf_free_generic(p);
@@ -299,12 +279,12 @@ SF_INLINE void sf_free(void *p) {
  * size in the block's last 4 bytes (internal.h, "guarded.c"), written on
  * malloc and checked on free.  Anything unusual, including a failed check,
  * goes to the generic path, which reports it. */
-/* Pops a block for a request of n bytes from `page` (a gdirect, gdirect_hi
- * or gmdirect entry) if it has one whose link checks out; NULL otherwise
- * (empty page, or a bad link: the checked path reports it).  page_shift:
- * the page's size (SF_SMALL_PAGE_SHIFT, or SF_MEDIUM_PAGE_SHIFT from
- * gmdirect), which a link must stay within. */
-SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift) {
+/* The head of `page`'s free list (a gdirect, gdirect_hi or gmdirect
+ * entry) if its link checks out, its decoded successor in *next; NULL
+ * otherwise (empty page, or a bad link: the checked path reports it).
+ * page_shift: the page's size (SF_SMALL_PAGE_SHIFT, or
+ * SF_MEDIUM_PAGE_SHIFT from gmdirect), which a link must stay within. */
+SF_INLINE sf_block_t *sf_l2_ready(sf_page_t *page, unsigned page_shift, sf_block_t **next_out) {
     sf_block_t *b = page->free;
     if (SF_LIKELY(b != NULL)) {
 #if defined(__x86_64__)
@@ -314,16 +294,30 @@ SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned p
         /* (empty asm: else the compiler keeps the encoded link and the
          * secret alive to test next == NULL as link == secret: 2 movs) */
         __asm__("" : "+r"(next));
-        if (SF_LIKELY(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << page_shift) || next == NULL)) {
-            uint64_t value = sf_canary_value(page, b);
-            uint32_t *size = sf_size_word(page, b);
-            sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
-            memcpy((uint8_t *)b + n, &value, sizeof value); /* a short request's canary is there */
-            *size = (uint32_t)n;
-            return b;
-        }
+        *next_out = next;
+        if (SF_LIKELY(((uintptr_t)next ^ (uintptr_t)b) < ((uintptr_t)1 << page_shift) || next == NULL)) return b;
     }
     return NULL;
+}
+
+/* Hands out b (sf_l2_ready's) for a request of n bytes: its canary and
+ * size word written. */
+SF_INLINE void *sf_l2_give(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t *next, size_t n) {
+    uint64_t value = sf_canary_value(page, b);
+    uint32_t *size = sf_size_word(page, b);
+    sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
+    memcpy((uint8_t *)b + n, &value, sizeof value); /* a short request's canary is there */
+    *size = (uint32_t)n;
+    return b;
+}
+
+/* Both, after the heap profile's countdown; NULL: nothing ready (or the
+ * sample's request failed). */
+SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift) {
+    sf_block_t *next, *b = sf_l2_ready(page, page_shift, &next);
+    if (SF_UNLIKELY(b == NULL)) return NULL;
+    if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
+    return sf_l2_give(heap, page, b, next, n);
 }
 
 /* The gdirect index of a request: by its size with the tail; the smallest
@@ -359,9 +353,13 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
     /* (the larger sizes out of line: inlined, the compiler merged the two
      * pops and the small sizes paid three moves) */
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
-        void *b = sf_l2_pop(heap, heap->gdirect[sf_l2_index(n)], n, SF_SMALL_PAGE_SHIFT);
-        if (SF_LIKELY(b != NULL)) return b;
-        return sf_malloc_l2_refill(n, heap);
+        /* (not sf_l2_pop: a sample's request returned from here, else its
+         * NULL would go on to the refill, and every path pay a frame) */
+        sf_page_t *page = heap->gdirect[sf_l2_index(n)];
+        sf_block_t *next, *b = sf_l2_ready(page, SF_SMALL_PAGE_SHIFT, &next);
+        if (SF_UNLIKELY(b == NULL)) return sf_malloc_l2_refill(n, heap);
+        if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
+        return sf_l2_give(heap, page, b, next, n);
     } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
         return sf_malloc_l2_hi(n, heap);
     } else if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) {
@@ -412,14 +410,12 @@ SF_INLINE void sf_free_l2(void *p) {
     sf_free_checked(p); /* (which tries it once more, harmlessly) */
 }
 
-/* Where the exported free goes past its bound: level 2's free or the armed
- * profile's counted one, inlined here, else the slow path.  (Through a call
- * to sf_free_entry_slow, which holds the same, level 2 ran 0.82-0.93x its
- * time before e5f5168 on bursts, inlined 0.95-1.02x; the profile's test
- * first cost level 2 5 % and won the profile nothing measurable.) */
+/* Where the exported free goes past its bound: level 2's free, inlined
+ * here, else the slow path.  (Through a call to sf_free_entry_slow, which
+ * holds the same, level 2 ran 0.82-0.93x its time before e5f5168 on
+ * bursts, inlined 0.95-1.02x.) */
 SF_INLINE void sf_free_entry_tail(void *p) {
     if (SF_PEEK(sf_entry_bounds.free_l2)) sf_free_l2(p);
-    else if (SF_PEEK(sf_entry_bounds.free_counted)) sf_free_as(p, SF_FREE_COUNTED);
     else sf_free_entry_slow(p);
 }
 
@@ -430,9 +426,11 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL || SF_GET(page->flags) != 0) return NULL;
     sf_block_t *b = page->free;
+    if (b == NULL && page->local_free == NULL) return NULL;
+    /* (before the swap: a sample leaves the lists as they are) */
+    if (sf_sample_tick(heap, page->block_size)) return sf_sample_take_class(class_idx, heap);
     if (b == NULL) {
-        if ((b = page->local_free) == NULL) return NULL;
-        if (SF_UNLIKELY(sf_prof_is_armed())) return sf_prof_swap(heap, page); /* (charged) */
+        b = page->local_free;
         page->local_free = NULL;
     }
     return sf_hand_out(heap, page, b, b->next);

@@ -169,9 +169,8 @@ SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) {
 #endif
 }
 
-/* The push itself, `how` a constant in each caller (fastpath.h, sf_free_as:
- * the profile's count on top only from the entry point that asks for it,
- * as the small free does). */
+/* The push itself, `how` a constant in each caller (fastpath.h,
+ * sf_free_as). */
 SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, enum sf_free_how how) {
     uintptr_t u = (uintptr_t)p;
     sf_page_t *page = medium_page_desc(seg, u);
@@ -184,8 +183,7 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
     if (!medium_carved_start(page, off) || ((const sf_block_t *)p)->cookie == sf_page_cookie(page)) return false;
     /* (a fast owner means level 0-1: the mark is there) */
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
-    if (how == SF_FREE_COUNTED) sf_free_owned_counted(heap, page, p);
-    else sf_free_owned(heap, page, p, how == SF_FREE_TOP);
+    sf_free_owned(heap, page, p, how == SF_FREE_TOP);
     return true;
 }
 
@@ -199,16 +197,15 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
  * sizes from 8 to 64 KiB in bursts of 8, 1.17 mispredicted branches and
  * 146 instructions a block, 0.33 and 137 this way (bench/instructions at
  * level 2).  Only behind a head marked free (a free list whose head a
- * stray write moved into a live block is not written through), and not
- * while the profile is armed (it charges what a swap puts on the free
- * list).  Small blocks keep local_free: a small free of a page behind the
+ * stray write moved into a live block is not written through).  Small
+ * blocks keep local_free: a small free of a page behind the
  * class's current one would read that page's head, a line the program
  * has usually not touched for long (churn of 64 B blocks ran at 0.62x
  * this way).  False: the caller puts b elsewhere. */
 static bool l2_free_behind_head(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_block_t *head = page->free;
     uintptr_t cookie = sf_page_cookie(page);
-    if (head == NULL || head->cookie != cookie || sf_prof_is_armed()) return false;
+    if (head == NULL || head->cookie != cookie) return false;
     b->next = head->next; /* (links are keyed, not placed: copied as they are) */
     sf_link_set(page, head, b);
     b->cookie = cookie;
@@ -292,8 +289,7 @@ static bool l2_remote_free(void *p) {
 SF_INLINE bool free_medium_owned(void *p) {
     uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
     return sf_segmap_is_medium_chunk(chunk) &&
-           medium_push_owned(sf_tls_heap, (sf_segment_t *)(chunk << SF_SEG_SHIFT), p,
-                             sf_prof_is_armed() ? SF_FREE_COUNTED : SF_FREE_TOP);
+           medium_push_owned(sf_tls_heap, (sf_segment_t *)(chunk << SF_SEG_SHIFT), p, SF_FREE_TOP);
 }
 
 /* free() of a pointer the segment map puts in a medium segment (its second
@@ -304,14 +300,9 @@ SF_INLINE bool free_medium_owned(void *p) {
 SF_HOT void sf_free_medium_top(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_TOP)) sf_free_generic(p);
 }
-SF_HOT void sf_free_medium_counted(void *p, sf_heap_t *heap) {
-    if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_COUNTED)) sf_free_generic(p);
-}
 SF_HOT void sf_free_medium_local(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_LOCAL)) sf_free_generic(p);
 }
-
-void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p) { sf_free_owned_counted(heap, page, p); }
 
 static void free_checked_uncounted(void *p);
 
@@ -333,7 +324,7 @@ static SF_NOINLINE void free_special(void *p) {
         if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
             off * sf_page_divmagic(page) < sf_page_divmagic(page) && b->cookie != sf_page_cookie(page)) {
             sf_phase_count(SF_PHASE_FREE, -(int64_t)page->block_size);
-            sf_free_owned_any(me, page, b);
+            sf_free_owned(me, page, b, true);
             return;
         }
     }

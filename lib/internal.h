@@ -478,15 +478,12 @@ SF_HIDDEN size_t sf_block_bytes(const void *p);
 /* ---- free.c: the generic free path --------------------------------------- */
 SF_HIDDEN void sf_free_generic(void *p);
 /* A medium block's free from the fast path (fastpath.h, sf_free_as): pushed
- * on top, on top counted by the profile, or on local_free. */
+ * on top, or on local_free. */
 SF_HIDDEN void sf_free_medium_top(void *p, sf_heap_t *heap);
-SF_HIDDEN void sf_free_medium_counted(void *p, sf_heap_t *heap);
 SF_HIDDEN void sf_free_medium_local(void *p, sf_heap_t *heap);
 SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
 SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
 SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
-/* fastpath.h's owner free at levels 0-1 while the heap profile is armed */
-SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p);
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
 /* The exported malloc's and free's fast paths are levels 0-1's, bounded by
@@ -496,17 +493,17 @@ SF_HIDDEN void sf_free_owned_profiled(sf_heap_t *heap, sf_page_t *page, void *p)
  * 0 and medium_span not yet 0 while sf_entry_choose ran must not send a
  * small size, 0 among them, to mdirect[]), a pointer in a chunk below
  * chunk_end the segment map.  A mode that changes malloc (level 2, the
- * sampled guard) sets malloc's two to 0, one that changes free (level 2,
- * the armed profile) chunk_end (sf_entry_choose).  The choice costs small
+ * sampled guard) sets malloc's two to 0, one that changes free (level 2)
+ * chunk_end (sf_entry_choose).  The choice costs small
  * sizes no instruction (the comparison was there with a constant); medium
  * sizes pay three: the span's subtraction and the malloc_l2 test before it. */
 typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;
     /* past the bounds, the mode's paths inlined there (fastpath.h): level
-     * 2's malloc (without the sampled guard), level 2's free, the armed
-     * profile's counted free; else the slow paths (entry.c) */
-    bool malloc_l2, free_l2, free_counted;
+     * 2's malloc (without the sampled guard), level 2's free; else the
+     * slow paths (entry.c) */
+    bool malloc_l2, free_l2;
 } sf_entry_bounds_t;
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
@@ -542,8 +539,7 @@ SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
  * slower in bursts: more blocks circulating through local_free, more lines
  * touched.)  The link followed must name a carved block start
  * of the page, as page_pop requires (a write after free that hit it is
- * reported, and the rest of the list dropped).  The profile charges the
- * new list less the block kept back (profile.c, sf_prof_charge). */
+ * reported, and the rest of the list dropped). */
 SF_INLINE bool sf_page_guarded_swap(sf_page_t *page) {
     sf_block_t *list = page->local_free;
     if (list == NULL) return false;
@@ -680,31 +676,25 @@ SF_HIDDEN extern bool sf_tracked; /* under valgrind with valgrind.track on */
 SF_INLINE bool sf_pages_checked(void) { return sf_guard_level >= 2 || sf_tracked; }
 
 /* ---- profile.c: sampled heap profiling (docs/design.md, "Heap profiling") --- */
-/* Set once profile.sample_bytes is first non-zero, never cleared: the slow
- * paths then hand lists to the fast path through the profiler, which cuts
- * them at the next sample.  While it is false no fast path changes. */
+/* Set once profile.sample_bytes is first non-zero, never cleared: the
+ * slow paths then look for sampled blocks (the fast paths never change:
+ * every allocation counts down to the next sample, profile on or off). */
 SF_HIDDEN extern bool sf_prof_armed;
 SF_INLINE bool sf_prof_is_armed(void) { return SF_PEEK(sf_prof_armed); }
 SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */
 SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside malloc) */
 SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
-/* sf_page_malloc_class: the class's current page has nothing on its free
- * list; true if this allocation is the class's next sample. */
-SF_HIDDEN bool sf_prof_due(sf_heap_t *heap, unsigned class_idx);
-/* The owner's frees of `page` (local_free, not empty; free is empty)
- * become its list, charged: the first block, or NULL if this allocation is
- * the class's next sample (the caller then takes the slow path). */
-SF_HIDDEN void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page);
-/* sf_malloc_generic's swap: the same, or the slow path for the sample (one
- * tail call taking the registers as they are: nothing moves on the path
- * without profiling) */
-SF_HIDDEN void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page);
-/* page->free was just given a list (local_free now NULL, or at guard level
- * >= 2 the one block a refill keeps back): charge it. */
-SF_HIDDEN void sf_prof_charge(sf_heap_t *heap, sf_page_t *page);
-SF_HIDDEN void sf_prof_refund(sf_heap_t *heap, sf_page_t *page); /* page leaves its heap */
-SF_HIDDEN void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page); /* page becomes current */
-SF_HIDDEN void sf_prof_uncharge(sf_heap_t *heap, sf_page_t *page);      /* page stops being current */
+/* The heap's countdown (sf_heap_t.sample_left) fell below zero with an
+ * allocation that counted `size` bytes: whether that allocation is a
+ * sample (then the record takes its weight from size); the countdown is
+ * drawn again either way. */
+SF_HIDDEN bool sf_prof_decide(sf_heap_t *heap, uint64_t size);
+/* A fast pop's countdown fell below zero (fastpath.h, sf_sample_tick):
+ * serves the request of n bytes, sampled if it is due. */
+SF_HIDDEN void *sf_sample_take(size_t n, sf_heap_t *heap);
+/* The same for a block of class c (sf_heap_pop's callers ask for a class:
+ * aligned requests among them). */
+SF_HIDDEN void *sf_sample_take_class(unsigned c, sf_heap_t *heap);
 /* sf_alloc_class: p came from a sampled page of class c: record its stack. */
 SF_HIDDEN void sf_prof_after_class_alloc(void *p);
 SF_HIDDEN void *sf_prof_span(void *p); /* sf_alloc_span: maybe sample a span */

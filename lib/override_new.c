@@ -39,7 +39,7 @@ SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
     if (SF_LIKELY(n <= SF_DIRECT_MAX)) { /* sf_malloc's fast path */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->free;
-        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
+        if (SF_LIKELY(b != NULL)) return sf_hand_out_ticked(heap, page, b, n);
     }
     void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_generic(n, heap);
     return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);
@@ -55,7 +55,7 @@ SF_INLINE void delete_impl(void *p, enum sf_family family, size_t size) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
     if (SF_LIKELY(page != NULL)) { /* sf_free's fast path */
-        sf_free_owned_any(heap, page, p);
+        sf_free_owned(heap, page, p, true);
         return;
     }
     if (SF_UNLIKELY(sf_guard_level >= 3)) sf_guarded_delete(p, family, size);

@@ -60,13 +60,6 @@ static void move_bias(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *old_first)
     if (first == old_first || !is_class_queue(heap, q)) return;
     if (old_first != NULL) SF_SET(old_first->used, old_first->used & ~SF_USED_BIAS);
     if (first != NULL) SF_SET(first->used, first->used | SF_USED_BIAS);
-    /* the profile: what is on `free` is charged while the page is current
-     * (profile.c; a page of sampled blocks is never charged nor pending,
-     * so both calls leave it as it is) */
-    if (SF_UNLIKELY(sf_prof_is_armed())) {
-        if (old_first != NULL && old_first->in_use && old_first->free != NULL) sf_prof_uncharge(heap, old_first);
-        if (first != NULL && first->prof_pending != 0) sf_prof_charge_pending(heap, first);
-    }
 }
 
 static void class_remove(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
@@ -148,7 +141,6 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     SF_SET(page->fast_divmagic, 0); /* (sf_page_set_fast_owner: when the page is fast) */
     SF_SET(page->capacity, 0);
     page->free = page->local_free = NULL;
-    page->prof_charged = 0;
     atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
     SF_SET(page->used, 0);
     SF_SET(page->flags, (uint8_t)(sf_pages_checked() ? SF_PAGE_GUARDED : 0));
@@ -260,9 +252,7 @@ static bool refill_from_local(sf_heap_t *heap, sf_page_t *page) {
 
 /* Makes `page` able to serve, if it can be: its own frees, then other
  * threads' (remote.c), then blocks not carved yet (and, carving ahead,
- * blocks not carved yet beside the frees).  False: it is full.  While
- * profiling, the new list is charged to the sampling countdown (and cut at
- * the next sample); pages of sampled blocks are not. */
+ * blocks not carved yet beside the frees).  False: it is full. */
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
     count_refill(heap);
@@ -271,7 +261,6 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
         if (page->capacity >= page->reserved) return false;
         page_extend(heap, page);
     }
-    if (SF_UNLIKELY(sf_prof_is_armed()) && !(page->flags & SF_PAGE_SAMPLED)) sf_prof_charge(heap, page);
     return true;
 }
 
@@ -331,7 +320,6 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         sf_page_set_fast_owner(page, heap);
     }
     page_extend(heap, page);
-    if (SF_UNLIKELY(sf_prof_is_armed()) && !sampled) sf_prof_charge(heap, page);
     class_push_front(heap, q, page);
     sf_page_update_direct(heap, class_idx);
     return page;
@@ -391,17 +379,24 @@ void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
         heap->memlimit_epoch = epoch;
         sf_page_collect_heap_ex(heap, false, true);
     }
+    /* the heap profile's countdown (fastpath.h, sf_sample_tick), by the
+     * class's size: the allocations that come this far did not count
+     * themselves; one a fast pop found due comes forced (sf_sample_take) */
+    uint8_t force = heap->prof.force;
+    heap->prof.force = SF_PROF_FORCE_NONE;
+    bool sampled = force == SF_PROF_FORCE_SAMPLE;
+    if (force == SF_PROF_FORCE_NONE && sf_sample_tick(heap, sf_class_size[class_idx]))
+        sampled = sf_prof_decide(heap, sf_class_size[class_idx]);
+    if (SF_UNLIKELY(sampled)) {
+        void *p = heap_malloc_from(heap, class_idx, true);
+        if (p != NULL) return p;
+    }
     /* the current page may still have blocks (guard level >= 2 comes here
      * for every allocation): take one before the full slow path */
     sf_page_t *first = heap->queues[class_idx].first;
     if (first != NULL && first->free != NULL) {
         sf_block_t *b = page_pop(heap, first);
         if (b != NULL) return b;
-    }
-    /* profiling: the class's lists are used up to its next sample */
-    if (SF_UNLIKELY(sf_prof_is_armed()) && sf_prof_due(heap, class_idx)) {
-        void *p = heap_malloc_from(heap, class_idx, true);
-        if (p != NULL) return p;
     }
     return heap_malloc_from(heap, class_idx, false);
 }
@@ -447,9 +442,6 @@ static void page_release(sf_heap_t *heap, sf_page_t *page) {
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     class_remove(heap, q, page);
-    /* (after the removal: a current page losing the bias has its charged
-     * blocks given back there and made pending, which the refund leaves out) */
-    if (SF_UNLIKELY(sf_prof_is_armed())) sf_prof_refund(heap, page);
     if (was_first) sf_page_update_direct(heap, page->class_idx);
     heap->pages_in_use--;
     sf_segment_page_free(heap, page);

@@ -1,45 +1,37 @@
 /* profile.c - sampled heap profiling: which call stacks hold memory.
  *
  * Sampling (docs/design.md, "Heap profiling", has the argument in full).
- * profile.sample_bytes = R makes each allocated byte a sample point with
- * probability 1/R: a block of s bytes is sampled with p = 1 - exp(-s/R),
- * independently of every other block.  Split by size class, that process is
- * one Bernoulli process per class (every block of class c has the same p),
- * and the number of blocks of class c before its next sample is geometric:
- * floor(E / s) with E exponential of mean R.  Each heap keeps that count per
- * class (sf_heap_prof_t.skip), so the fast paths need not count anything:
+ * profile.sample_bytes = R puts sample points on the bytes each heap
+ * allocates as a Poisson process of rate 1/R: the gaps between points are
+ * exponential with mean R, independent of each other.  An allocation is
+ * sampled when its bytes hold a point, so a block counted with s bytes is
+ * sampled with p = 1 - exp(-s/R), independently of every other block.
+ * Each heap counts down the gap to its next point (sf_heap_t.sample_left):
  *
- *   - a free list reaches the fast path from page.c (page_refill, a new
- *     page) and from the swaps of alloc.c and fastpath.h, which call
- *     sf_prof_swap while profiling (the remote-free and level 2 swaps leave
- *     it to page.c).  sf_prof_charge takes the list's
- *     length (capacity - used, O(1)) off the count; a list longer than the
- *     count is cut after `count` blocks, the rest going to local_free, so
- *     the fast path runs dry exactly at the class's next sample;
- *   - the owner's frees stay on top of `free` (fastpath.h,
- *     sf_free_owned_counted): on the class's current page each block
- *     pushed there takes one off the count, as the charge would have,
- *     until the count is 0; then they go to local_free, so the list still
- *     runs dry at the sample.  On a page behind it they are counted in the
- *     page's prof_pending and charged when it becomes current (page.c,
- *     move_bias: sf_prof_charge_pending; one that stops being current with
- *     charged blocks gives them back, sf_prof_uncharge);
- *   - sf_page_malloc_class, reached when the class's current page has no
- *     free block, asks sf_prof_due: a count of 0 makes this allocation the
- *     sample, served from a page of sampled blocks (flag SF_PAGE_SAMPLED:
- *     off every free fast path, so its free comes to sf_prof_freed), and a
- *     new count is drawn;
- *   - blocks charged but never handed out (their page released with a free
- *     list left: sf_prof_refund) are given back to the count, so the count
- *     is exactly the number of blocks the class hands out before its next
- *     sample, as if every allocation had counted itself;
+ *   - every allocation subtracts its bytes once: a fast pop (fastpath.h,
+ *     sf_sample_tick) the request's size, the slow path
+ *     (page.c, sf_page_malloc_class) the class's, since it is not told the
+ *     request; two instructions on the fast path, on or off;
+ *   - below zero, a point fell in the allocation: sf_prof_decide draws
+ *     the next gap from the allocation's end (the process forgets its past)
+ *     and says it is a sample; the fast pop hands nothing out and
+ *     sf_sample_take serves the request from a page of sampled blocks
+ *     (flag SF_PAGE_SAMPLED: off every free fast path, so its free comes to
+ *     sf_prof_freed), where sf_alloc_class records it;
+ *   - the first time a heap looks, and when the knob moved, the process
+ *     starts afresh at the allocation's start; with the profile off the
+ *     countdown runs out every SF_SAMPLE_IDLE bytes to look at the knob
+ *     (so a rate set at run time takes hold in each thread within that);
  *   - spans (no list, no fast path) are sampled one by one with probability
  *     p (sf_prof_span).
  *
- * A sample of a block of s bytes taken at rate R weighs s/p bytes and 1/p
- * blocks, kept with it, so every estimate is unbiased per site whatever the
- * rate was when each sample was taken.  With profile.sample_bytes = 0 and
- * profiling never on, none of this runs and no path changes.
+ * A sample counted with s bytes, of a block of b bytes, weighs b/p bytes
+ * and 1/p blocks, kept with it, so every estimate is unbiased per site
+ * whatever the rate was when each sample was taken, and whichever of the
+ * two sizes the path counted.  (Until 0.1.0's third round the count was
+ * of blocks per class, charged when the slow path handed a free list to
+ * the fast one, and the frees counted themselves: 20 instructions a
+ * malloc/free pair, docs/design.md.)
  *
  * Storage: every table is mapped from the OS (never malloc) and together
  * they stay under profile.max_bytes.  Sites (stacks stored once, found by a
@@ -126,162 +118,66 @@ static uint64_t heap_random(sf_heap_t *heap) {
     return x * 0x2545f4914f6cdd1dull;
 }
 
-#define SKIP_NEVER ((uint64_t)1 << 62)
+/* The profile off: the countdown's refill, after which a heap looks at
+ * profile.sample_bytes again (the latency of a rate set at run time). */
+#define SF_SAMPLE_IDLE ((int64_t)16 << 20)
+#define GAP_MAX ((int64_t)1 << 62)
 
-/* Blocks of class c handed out before the next sample: floor(E / s). */
-static uint64_t draw_skip(sf_heap_t *heap, unsigned c, uint64_t rate) {
-    double e = -prof_log(unit_of(heap_random(heap))) * (double)rate / (double)sf_class_size[c];
-    return e >= (double)SKIP_NEVER ? SKIP_NEVER : (uint64_t)e;
+/* A gap between sample points: exponential with mean `rate` bytes. */
+static int64_t draw_gap(sf_heap_t *heap, uint64_t rate) {
+    double e = -prof_log(unit_of(heap_random(heap))) * (double)rate;
+    return e >= (double)GAP_MAX ? GAP_MAX : (int64_t)e;
 }
 
-/* The heap's counts follow profile.sample_bytes: drawn again when it
- * changed (at a block boundary, which the process's lack of memory makes
- * as good as any). */
-static void heap_refresh(sf_heap_t *heap) {
+/* ---- the allocation paths' side (fastpath.h, page.c) ------------------------ */
+
+static __thread uint64_t prof_due_size __attribute__((tls_model("initial-exec")));
+
+bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
     uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
-    if (SF_LIKELY(rate == heap->prof.rate)) return;
-    heap->prof.rate = rate;
-    for (unsigned c = 1; c < SF_CLASS_COUNT; c++) heap->prof.skip[c] = rate ? draw_skip(heap, c, rate) : SKIP_NEVER;
-}
-
-/* ---- the slow paths' side (page.c, alloc.c, free.c) -------------------------- */
-
-bool sf_prof_due(sf_heap_t *heap, unsigned c) {
-    heap_refresh(heap);
-    uint64_t rate = heap->prof.rate;
-    if (rate == 0 || heap->prof.skip[c] != 0) return false;
-    uint64_t next = draw_skip(heap, c, rate);
-    if (SF_UNLIKELY(prof_quiet)) { /* (inside the unwinder: served unsampled) */
-        heap->prof.skip[c] = next + 1;
+    if (rate == 0) {
+        heap->prof.rate = 0;
+        heap->sample_left = SF_SAMPLE_IDLE;
         return false;
     }
-    heap->prof.skip[c] = next;
+    if (rate != heap->prof.rate) {
+        /* the first look, or a new rate: a process that starts at this
+         * allocation's first byte */
+        heap->prof.rate = rate;
+        int64_t gap = draw_gap(heap, rate);
+        if ((uint64_t)gap >= size) {
+            heap->sample_left = gap - (int64_t)size;
+            return false;
+        }
+    }
+    heap->sample_left = draw_gap(heap, rate);
+    if (SF_UNLIKELY(prof_quiet)) return false; /* (inside the unwinder: served unsampled) */
     prof_due_rate = rate;
+    prof_due_size = size;
     return true;
 }
 
-/* The blocks on a free list (a walk bounded by the blocks that fit). */
-static uint64_t list_length(const sf_page_t *page, sf_block_t *b) {
-    uint64_t n = 0;
-    for (; b != NULL && n < page->reserved; b = sf_link_decode(page, b)) n++;
-    return n;
-}
-
-/* n blocks counted again before the class's next sample (saturating). */
-static void skip_add(sf_heap_t *heap, const sf_page_t *page, uint64_t n) {
-    uint64_t *skip = &heap->prof.skip[page->class_idx];
-    *skip = *skip + n < SKIP_NEVER ? *skip + n : SKIP_NEVER;
-}
-
-/* Puts a list in front of page's local_free (the tail walk bounded by the
- * blocks that fit). */
-static void free_to_local(sf_page_t *page, sf_block_t *list) {
-    if (list == NULL) return;
-    if (page->local_free != NULL) {
-        sf_block_t *tail = list;
-        uint64_t n = 1;
-        for (sf_block_t *next; n < page->reserved && (next = sf_link_decode(page, tail)) != NULL; n++) tail = next;
-        sf_link_set(page, tail, page->local_free);
+void *sf_sample_take(size_t n, sf_heap_t *heap) {
+    if (!sf_prof_decide(heap, n)) {
+        /* not due (a first look, the profile off, the unwinder): the
+         * request the long way, which counts it again: so not twice */
+        heap->sample_left += (int64_t)n;
+        return sf_malloc_generic(n, heap);
     }
-    page->local_free = list;
+    /* the class's slow path takes it from a page of sampled blocks (at
+     * level 2 through sf_guarded_malloc, which writes its canary) */
+    heap->prof.force = SF_PROF_FORCE_SAMPLE;
+    void *p = sf_guard_level >= 2 ? sf_guarded_malloc(n, 16) : sf_alloc_class(sf_class_of(n));
+    heap->prof.force = SF_PROF_FORCE_NONE;
+    return p;
 }
 
-/* Charges `len` blocks on top of page's free list to the class's count:
- * all of them if the count has room, else the list is cut after as many
- * as the count has (the fast path runs dry at the next sample) and the
- * rest goes in front of local_free, uncharged. */
-static void charge_list(sf_heap_t *heap, sf_page_t *page, uint64_t len) {
-    uint64_t *skip = &heap->prof.skip[page->class_idx];
-    if (page->free == NULL) return;
-    if (*skip == 0) *skip = 1; /* (only if the rate changed since sf_prof_due) */
-    if (*skip >= len) {
-        *skip -= len;
-        return;
-    }
-    sf_block_t *last = page->free;
-    uint64_t n = 1;
-    for (sf_block_t *next; n < *skip && (next = sf_link_decode(page, last)) != NULL; n++) last = next;
-    sf_block_t *rest = sf_link_decode(page, last);
-    if (n < *skip || rest == NULL) { /* (shorter than len says) */
-        *skip -= n;
-        return;
-    }
-    sf_link_set(page, last, NULL);
-    free_to_local(page, rest); /* (rare: once a sample) */
-    *skip = 0;
-}
-
-void sf_prof_charge(sf_heap_t *heap, sf_page_t *page) {
-    page->prof_charged = 1;
-    heap_refresh(heap);
-    if (heap->prof.rate == 0) return;
-    /* (every free block of the page is on free, the list just came from
-     * local_free or is new, but at guard level >= 2 the one block a refill
-     * keeps back on local_free: page.c, sf_page_guarded_swap; counted
-     * there, each refill charged a block it never handed out, and samples
-     * came up to twice as often) */
-    charge_list(heap, page, (uint64_t)page->capacity - sf_page_used(page) - (page->local_free != NULL));
-}
-
-void *sf_prof_swap(sf_heap_t *heap, sf_page_t *page) {
-    heap_refresh(heap);
-    if (heap->prof.rate != 0 && heap->prof.skip[page->class_idx] == 0) return NULL;
-    page->free = page->local_free;
-    page->local_free = NULL;
-    sf_prof_charge(heap, page);
-    sf_block_t *b = page->free;
-    return sf_hand_out(heap, page, b, b->next);
-}
-
-void *sf_prof_malloc_swap(size_t n, sf_heap_t *heap, sf_page_t *page) {
-    void *p = sf_prof_swap(heap, page);
-    return p != NULL ? p : sf_malloc_slow(n, heap);
-}
-
-/* Gives the charged blocks on page's free list back to the count (the
- * pending ones were never charged); returns the blocks on the list. */
-static uint64_t give_back_charged(sf_heap_t *heap, sf_page_t *page) {
-    uint64_t n = list_length(page, page->free);
-    skip_add(heap, page, n > page->prof_pending ? n - page->prof_pending : 0);
-    return n;
-}
-
-void sf_prof_refund(sf_heap_t *heap, sf_page_t *page) {
-    if (!page->prof_charged || (page->flags & SF_PAGE_SAMPLED) || heap->prof.rate == 0) return;
-    give_back_charged(heap, page);
-}
-
-/* A page becomes its class's current one (page.c, move_bias): the blocks
- * its owner pushed on `free` while it was behind (fastpath.h,
- * sf_free_owned_counted: counted in prof_pending, not charged) are now the
- * ones the fast path hands out next, so they are charged now, and the list
- * cut at the class's next sample as sf_prof_charge cuts one (the rest goes
- * in front of local_free, still uncharged). */
-void sf_prof_charge_pending(sf_heap_t *heap, sf_page_t *page) {
-    uint64_t pending = page->prof_pending;
-    page->prof_pending = 0;
-    page->prof_charged = 1;
-    heap_refresh(heap);
-    if (heap->prof.rate == 0 || pending == 0) return;
-    if (heap->prof.skip[page->class_idx] == 0) {
-        /* the sample is the class's next allocation (frees took the count
-         * to 0 before this page became current): nothing may be handed out
-         * before it, so the list waits on local_free for a swap's charge */
-        sf_block_t *list = page->free;
-        page->free = NULL;
-        free_to_local(page, list);
-        return;
-    }
-    charge_list(heap, page, pending);
-}
-
-/* A page stops being its class's current one with blocks still on `free`
- * (charged): they will be handed out after the next current page's, so
- * they go back to the count and become pending, charged again when the
- * page is current again. */
-void sf_prof_uncharge(sf_heap_t *heap, sf_page_t *page) {
-    if (!page->prof_charged || heap->prof.rate == 0) return;
-    page->prof_pending = give_back_charged(heap, page);
+void *sf_sample_take_class(unsigned c, sf_heap_t *heap) {
+    bool due = sf_prof_decide(heap, sf_class_size[c]);
+    heap->prof.force = due ? SF_PROF_FORCE_SAMPLE : SF_PROF_FORCE_COUNTED;
+    void *p = sf_alloc_class(c);
+    heap->prof.force = SF_PROF_FORCE_NONE;
+    return p;
 }
 
 /* ---- the tables --------------------------------------------------------------- */
@@ -454,13 +350,14 @@ static size_t live_find(uintptr_t a) {
     return SIZE_MAX;
 }
 
-/* A sampled block of `size` bytes taken at `rate`: its stack and weight. */
-static void record(void *p, uint64_t size, uint64_t rate) {
+/* A sampled block of `size` bytes, counted with `counted` bytes at `rate`:
+ * its stack and weight. */
+static void record(void *p, uint64_t size, uint64_t counted, uint64_t rate) {
     uintptr_t frames[SF_PROF_DEPTH_MAX];
     unsigned depth = (unsigned)sf_knob(SF_KNOB_PROFILE_DEPTH);
     if (depth > SF_PROF_DEPTH_MAX) depth = SF_PROF_DEPTH_MAX;
     unsigned n = sf_prof_capture(frames, depth);
-    double prob = prof_p_of((double)size / (double)(rate ? rate : 1));
+    double prob = prof_p_of((double)(counted ? counted : 1) / (double)(rate ? rate : 1));
     prof_live_t e = {(uintptr_t)p, 0, 0, (uint64_t)((double)size / prob + 0.5),
                      (uint64_t)(SF_PROF_OBJ_UNIT / prob + 0.5)};
     sf_lock(&prof_lock);
@@ -485,7 +382,7 @@ static void record(void *p, uint64_t size, uint64_t rate) {
 void sf_prof_after_class_alloc(void *p) {
     sf_page_t *page = sf_page_of(sf_segment_of(p), p);
     if (!(SF_GET(page->flags) & SF_PAGE_SAMPLED)) return;
-    record(p, page->block_size, prof_due_rate);
+    record(p, page->block_size, prof_due_size, prof_due_rate);
 }
 
 void *sf_prof_span(void *p) {
@@ -496,7 +393,7 @@ void *sf_prof_span(void *p) {
     uint64_t r = splitmix(atomic_fetch_add_explicit(&span_rng, 0x9e3779b97f4a7c15ull, memory_order_relaxed));
     if (unit_of(r) > prof_p_of((double)size / (double)rate)) return p;
     SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_SAMPLED));
-    record(p, size, rate);
+    record(p, size, size, rate);
     return p;
 }
 
@@ -595,10 +492,18 @@ void sf_prof_init(void) {
     if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0) __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
 }
 
+/* profile.sample_bytes was set: the calling thread's heap starts afresh at
+ * its next allocation (a rate it cannot have drawn with); every other heap
+ * at the end of its current gap, or within SF_SAMPLE_IDLE bytes if the
+ * profile was off (only the owner writes a heap's countdown). */
 void sf_prof_knob_changed(void) {
+    sf_heap_t *heap = sf_tls_heap;
+    if (heap->kind == SF_HEAP_REAL) {
+        heap->prof.rate = UINT64_MAX;
+        heap->sample_left = 0;
+    }
     if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) == 0 || sf_prof_is_armed()) return;
     __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
-    sf_entry_choose(); /* free() on local_free from now on */
 }
 
 void sf_prof_constructor(void) { sf_prof_stack_init(); }

@@ -598,7 +598,7 @@ static void page_free(sf_heap_t *heap, sf_page_t *page) {
     sf_segment_t *seg = sf_segment_of(page);
     unsigned idx = (unsigned)(page - seg->pages);
     SF_SET(page->in_use, 0);
-    page->purge_at = 0; /* (it held prof_pending while in use) */
+    page->purge_at = 0;
     SF_SET(page->fast_heap, NULL);
     SF_SET(page->fast_divmagic, 0);
     page->free = page->local_free = NULL;

@@ -167,12 +167,7 @@ typedef struct sf_page_s {
                                fails for every offset, so it also says "fast page"
                                without a read of fast_heap (sf_page_divmagic: the
                                constant for every other path) */
-    union {
-        uint64_t purge_at;     /* free pages: delayed decommit deadline (ms), 0: none */
-        uint64_t prof_pending; /* class pages in use, the profile armed: blocks on `free`
-                                  not charged to the sampling count, pushed while the page
-                                  was behind its class's current one (profile.c) */
-    };
+    uint64_t purge_at;     /* free pages: delayed decommit deadline (ms), 0: none */
     /* second cache line: the owner's fast paths never touch it */
     /* Blocks freed by other threads (remote.c): a lock-free stack threaded
      * through the blocks, pushed with a CAS, taken whole by the owner with
@@ -184,12 +179,7 @@ typedef struct sf_page_s {
     struct sf_page_s *next, *prev;
     uint8_t *page_start;
     size_t page_bytes;
-    union {
-        size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
-        size_t prof_charged; /* class pages: `free` was charged to the heap's sampling
-                                countdown (profile.c), so what is left on it is refunded
-                                if the page goes away */
-    };
+    size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
@@ -333,13 +323,15 @@ typedef struct {
     uint64_t peak[SF_REUSE_WINDOW];  /* pages (a heap) or bytes (the large cache) */
 } sf_reuse_t;
 
-/* A heap's sampling state (profile.c): per size class, how many more
- * allocations are not sampled; the blocks on its pages' free lists are
- * charged to it when a list is handed to the fast path. */
+/* A heap's sampling state (profile.c) but for its countdown, which sits
+ * beside `allocs` (sf_heap_t.sample_left). */
+enum { SF_PROF_FORCE_NONE, SF_PROF_FORCE_SAMPLE, SF_PROF_FORCE_COUNTED };
 typedef struct {
-    uint64_t skip[SF_CLASS_COUNT];
-    uint64_t rate; /* the profile.sample_bytes they were drawn with (0: none) */
-    uint64_t rng;  /* 0: not seeded yet */
+    uint64_t rate;  /* the profile.sample_bytes the countdown was drawn with (0: none) */
+    uint64_t rng;   /* 0: not seeded yet */
+    uint8_t force;  /* the next class allocation (page.c, sf_page_malloc_class) is a
+                       sample (SF_PROF_FORCE_SAMPLE) or counted already
+                       (SF_PROF_FORCE_COUNTED); profile.c, sf_sample_take */
 } sf_heap_prof_t;
 
 enum sf_heap_state { SF_HEAP_FREE, SF_HEAP_LIVE, SF_HEAP_ABANDONED, SF_HEAP_COLLECTING };
@@ -376,6 +368,10 @@ typedef struct sf_heap_s {
     sf_page_t *gdirect[SF_GDIRECT_COUNT]; /* guard level 2's fast path: the same, by
                                          (size+8+15)/16; all empty page otherwise */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
+    /* bytes the heap's allocations may take before the heap profile's next
+     * sample point (fastpath.h, sf_sample_tick; profile.c): below zero, the
+     * allocation that took it there is sampled */
+    int64_t sample_left;
     sf_page_queue_t queues[SF_CLASS_COUNT];
     sf_page_queue_t full;
     sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */
