@@ -60,6 +60,8 @@ size_t sf_block_bytes(const void *p) {
 static void *malloc_special(size_t n, sf_heap_t *heap);
 static void *aligned_special(size_t align, size_t n);
 
+/* Only once the fast path found its page's free list empty (the swaps
+ * below replace it). */
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
         /* the fast path's page ran dry: the blocks its owner freed since
@@ -177,12 +179,20 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
     return sf_alloc_class(c);
 }
 
+/* An aligned request that is a plain malloc of `align` bytes: a power of
+ * two's class is exactly that size and its blocks are aligned to it.  Not
+ * above SF_EAGER_MEDIUM_MAX: under eager decommit such a malloc is a span,
+ * aligned to 4 KiB only (sf_malloc_aligned_slow takes the class itself). */
+SF_INLINE bool aligned_is_malloc(size_t align, size_t n) {
+    return n <= align && align <= SF_EAGER_MEDIUM_MAX && sf_guard_level < 2;
+}
+
 void *sf_malloc_aligned(size_t align, size_t n) {
     if (align <= 16) return sf_malloc(n);
     if (SF_UNLIKELY(sf_mode())) return aligned_special(align, n);
     /* the common aligned request (see sf_malloc_aligned_slow), without
      * entering a function that saves registers for the rare ones */
-    if (n <= align && align <= SF_MAX_ALIGN_FROM_CLASS && SF_LIKELY(sf_guard_level < 2)) return sf_malloc(align);
+    if (SF_LIKELY(aligned_is_malloc(align, n))) return sf_malloc(align);
     return sf_malloc_aligned_slow(align, n);
 }
 
@@ -192,7 +202,7 @@ void *sf_malloc_aligned(size_t align, size_t n) {
 static SF_NOINLINE void *aligned_special(size_t align, size_t n) {
     unsigned m = sf_mode();
     void *p = (m & SF_MODE_TRACKED) ? sf_tracked_malloc(n, align) : sf_malloc_aligned_slow(align, n);
-    bool counted_inside = n <= align && align <= SF_MAX_ALIGN_FROM_CLASS && sf_guard_level < 2;
+    bool counted_inside = aligned_is_malloc(align, n);
     return (m & SF_MODE_PHASE) && !counted_inside ? counted(p) : p;
 }
 
@@ -202,9 +212,8 @@ void *sf_malloc_aligned_slow(size_t align, size_t n) {
         errno = ENOMEM;
         return NULL;
     }
-    /* the class of a power of two is exactly that size, and its blocks are
-     * aligned to it: the common aligned request is a plain malloc */
-    if (n <= align && align <= SF_MAX_ALIGN_FROM_CLASS) return sf_malloc(align);
+    /* the common aligned request is a plain malloc */
+    if (aligned_is_malloc(align, n)) return sf_malloc(align);
     unsigned c = sf_class_for_aligned(n, align);
     if (c == 0) return sf_alloc_span(n, align);
     void *p = sf_heap_pop(sf_tls_heap, c);

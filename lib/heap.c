@@ -653,6 +653,8 @@ void sf_heaps_after_fork_child(void) {
          * half, so its count cannot be trusted; its blocks stay out (a
          * leak of at most SF_BATCH_BLOCKS per thread of the parent) */
         heap->outbox = NULL;
+        /* a sample its thread was taking: not its adopter's next allocation */
+        heap->prof.force = SF_PROF_FORCE_NONE;
         int st = atomic_load(&heap->state);
         if (st == SF_HEAP_LIVE || st == SF_HEAP_COLLECTING) {
             atomic_store(&heap->tid, 0);

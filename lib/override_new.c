@@ -39,7 +39,10 @@ SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
     if (SF_LIKELY(n <= SF_DIRECT_MAX)) { /* sf_malloc's fast path */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->free;
-        if (SF_LIKELY(b != NULL)) return sf_hand_out_ticked(heap, page, b, n);
+        if (SF_LIKELY(b != NULL)) {
+            void *p = sf_hand_out_ticked(heap, page, b, n); /* (NULL: a sample's request failed) */
+            return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);
+        }
     }
     void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_generic(n, heap);
     return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);

@@ -140,19 +140,25 @@ bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
         heap->sample_left = SF_SAMPLE_IDLE;
         return false;
     }
-    if (rate != heap->prof.rate) {
-        /* the first look, or a new rate: a process that starts at this
-         * allocation's first byte */
+    uint64_t drawn_at = heap->prof.rate;
+    if (drawn_at == 0 || drawn_at == UINT64_MAX) {
+        /* the first look, the profile off until now, or this thread set
+         * the knob: a process that starts at this allocation's first byte */
         heap->prof.rate = rate;
+        drawn_at = rate;
         int64_t gap = draw_gap(heap, rate);
         if ((uint64_t)gap >= size) {
             heap->sample_left = gap - (int64_t)size;
             return false;
         }
     }
+    /* a point of the process drawn at `drawn_at` fell inside this
+     * allocation: a sample at that rate (another thread may have set a new
+     * one since; the next gap is the new rate's) */
+    heap->prof.rate = rate;
     heap->sample_left = draw_gap(heap, rate);
     if (SF_UNLIKELY(prof_quiet)) return false; /* (inside the unwinder: served unsampled) */
-    prof_due_rate = rate;
+    prof_due_rate = drawn_at;
     prof_due_size = size;
     return true;
 }
@@ -160,9 +166,11 @@ bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
 void *sf_sample_take(size_t n, sf_heap_t *heap) {
     if (!sf_prof_decide(heap, n)) {
         /* not due (a first look, the profile off, the unwinder): the
-         * request the long way, which counts it again: so not twice */
+         * request again by its fast path, which counts it again, so not
+         * twice.  (Not sf_malloc_generic: its swaps take the page's free
+         * list to be empty, which it need not be here, and overwrote it.) */
         heap->sample_left += (int64_t)n;
-        return sf_malloc_generic(n, heap);
+        return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc(n);
     }
     /* the class's slow path takes it from a page of sampled blocks (at
      * level 2 through sf_guarded_malloc, which writes its canary) */

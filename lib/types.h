@@ -370,7 +370,8 @@ typedef struct sf_heap_s {
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
     /* bytes the heap's allocations may take before the heap profile's next
      * sample point (fastpath.h, sf_sample_tick; profile.c): below zero, the
-     * allocation that took it there is sampled */
+     * allocation that took it there asks sf_prof_decide (a sample, unless
+     * the heap had not drawn a gap at the rate in force) */
     int64_t sample_left;
     sf_page_queue_t queues[SF_CLASS_COUNT];
     sf_page_queue_t full;

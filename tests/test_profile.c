@@ -332,6 +332,15 @@ START_TEST(test_aligned_child_body) {
         }
         for (int i = 0; i < 16; i++) sefer_free(v[i]);
     }
+    /* alignments of the largest medium classes, which malloc serves as
+     * spans under eager decommit (4 KiB-aligned: a bug before the
+     * countdown, found in its review) */
+    for (int r = 0; r < 64; r++) {
+        size_t align = (size_t)128 << (10 + r % 2), n = align / 2 + (size_t)(st_rand(&rng) % (align / 2));
+        ck_assert_int_eq(sefer_posix_memalign(&v[0], align, n), 0);
+        ck_assert_msg((uintptr_t)v[0] % align == 0, "posix_memalign(%zu, %zu) gave %p", align, n, v[0]);
+        sefer_free(v[0]);
+    }
     ck_assert_int_eq(sefer_check(), 0);
 }
 END_TEST

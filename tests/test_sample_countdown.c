@@ -1,0 +1,105 @@
+/* test_sample_countdown.c - the heap profile's countdown running out on
+ * each path that counts (lib/fastpath.h, sf_sample_tick; lib/profile.c,
+ * sf_sample_take).  Linked statically, so the test sets its own heap's
+ * countdown (lib/types.h, sf_heap_t.sample_left) to 0 and the next
+ * allocation meets the run-out, deterministically.  Run with the profile
+ * off (meson: `sample-countdown`) and on at 64 KiB (`-profile`).
+ *
+ *   - a small pop whose page holds blocks on its free list and on
+ *     local_free: the blocks come off the free list, then local_free, none
+ *     lost.  The first version served a run-out the generic way, whose
+ *     swap takes the free list to be empty: it overwrote the free list
+ *     (with the profile off every 16 MiB of a heap's allocations: churn of
+ *     256 B blocks ran 4x slower, its pages filling with lost blocks);
+ *   - a medium pop, an aligned request (its class's pop, sf_heap_pop) and
+ *     operator new's inline pop: each returns a block of its request, the
+ *     aligned one aligned;
+ *   - every run-out leaves the countdown at or above zero, and the heap
+ *     checks clean. */
+#include "sefer_test.h"
+
+#include "internal.h"
+
+static void run_out(void) { sf_tls_heap->sample_left = 0; }
+
+/* Checks what the run-out left, then keeps the countdown out of the way
+ * of the allocations between the ones under test. */
+static void countdown_armed(void) {
+    ck_assert_msg(sf_tls_heap->sample_left >= 0, "countdown %lld after a run-out",
+                  (long long)sf_tls_heap->sample_left);
+    sf_tls_heap->sample_left = (int64_t)1 << 40;
+}
+
+#define LISTS_SIZE 1000
+
+START_TEST(test_lists_kept) {
+    free(malloc(1)); /* (a heap of its own) */
+    sf_tls_heap->sample_left = (int64_t)1 << 40;
+    void *v[8];
+    for (int i = 0; i < 8; i++) v[i] = malloc(LISTS_SIZE);
+    for (int i = 0; i < 4; i++) free(v[i]); /* on top of the free list: v[3] first */
+    void *q = malloc(LISTS_SIZE);
+    ck_assert_ptr_eq(q, v[3]);
+    void *moved = realloc(q, 20000); /* q moves, onto local_free */
+    ck_assert_ptr_ne(moved, q);
+    /* v[2], v[1], v[0] from the free list, then q (v[3]) from local_free,
+     * the countdown running out on each */
+    for (int i = 2; i >= 0; i--) {
+        run_out();
+        void *p = malloc(LISTS_SIZE);
+        countdown_armed();
+        /* (a sample, with the profile on, comes from a page of its own) */
+        if (getenv("SEFER_PROFILE_SAMPLE_BYTES") == NULL)
+            ck_assert_msg(p == v[i], "the free list's top %p, got %p", v[i], p);
+        else if (p != v[i])
+            free(p), p = malloc(LISTS_SIZE);
+        v[i] = p;
+    }
+    run_out();
+    void *last = malloc(LISTS_SIZE);
+    countdown_armed();
+    if (getenv("SEFER_PROFILE_SAMPLE_BYTES") == NULL) ck_assert_ptr_eq(last, v[3]);
+    v[3] = last;
+    for (int i = 0; i < 8; i++) free(v[i]);
+    free(moved);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
+START_TEST(test_other_pops) {
+    free(malloc(1));
+    sf_tls_heap->sample_left = (int64_t)1 << 40;
+    for (int round = 0; round < 64; round++) {
+        size_t medium = 20000 + (size_t)round * 1000, align = (size_t)64 << (round % 8);
+        run_out();
+        unsigned char *m = malloc(medium);
+        countdown_armed();
+        ck_assert_ptr_nonnull(m);
+        ck_assert_uint_ge(sefer_usable_size(m), medium);
+        memset(m, 0x5a, medium);
+        void *a = NULL;
+        run_out();
+        ck_assert_int_eq(posix_memalign(&a, align, align * 3 / 2), 0);
+        countdown_armed();
+        ck_assert_msg((uintptr_t)a % align == 0, "posix_memalign(%zu) gave %p", align, a);
+        ck_assert_uint_ge(sefer_usable_size(a), align * 3 / 2);
+        run_out();
+        unsigned char *c = calloc(1, 200);
+        countdown_armed();
+        for (int i = 0; i < 200; i++) ck_assert_uint_eq(c[i], 0);
+        free(m);
+        free(a);
+        free(c);
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("sample-countdown");
+    TCase *tc = tcase_create("run-outs");
+    tcase_add_test(tc, test_lists_kept);
+    tcase_add_test(tc, test_other_pops);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}
