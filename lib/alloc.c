@@ -79,7 +79,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             return sf_hand_out(heap, page, b, b->next);
         }
     } else if (SF_LIKELY(n <= SF_MEDIUM_MAX)) {
-        void *b = sf_medium_pop(heap, n); /* (callers other than malloc) */
+        void *b = sf_medium_pop(heap, n, true); /* (callers other than malloc) */
         if (SF_LIKELY(b != NULL)) return b;
     }
     if (SF_UNLIKELY(sf_mode())) return malloc_special(n, heap);
@@ -129,17 +129,23 @@ SF_NOINLINE void *sf_malloc_l2_refill(size_t n, sf_heap_t *heap) {
 
 /* Level 2's fast path for requests above SF_GDIRECT_MAX - tail, up to a
  * small block (fastpath.h, sf_malloc_l2). */
+/* (Not sf_l2_pop: a sample's request is returned from here, else its NULL
+ * would go on to the swap and every call pay a frame: 10 instructions a
+ * medium pair.) */
+SF_INLINE void *l2_pop_or_swap(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
+    sf_block_t *next, *b = sf_l2_ready(page, page_shift, &next);
+    if (SF_UNLIKELY(b == NULL)) return l2_swap_pop(n, heap, page, page_shift);
+    if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
+    return sf_l2_give(heap, page, b, next, n);
+}
+
 SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
-    sf_page_t *page = heap->gdirect_hi[sf_l2_hi_index(n)];
-    void *b = sf_l2_pop(heap, page, n, SF_SMALL_PAGE_SHIFT);
-    return SF_LIKELY(b != NULL) ? b : l2_swap_pop(n, heap, page, SF_SMALL_PAGE_SHIFT);
+    return l2_pop_or_swap(n, heap, heap->gdirect_hi[sf_l2_hi_index(n)], SF_SMALL_PAGE_SHIFT);
 }
 
 /* The same for medium requests (above SF_SMALL_MAX - tail). */
 SF_NOINLINE void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap) {
-    sf_page_t *page = heap->gmdirect[sf_l2_medium_index(n)];
-    void *b = sf_l2_pop(heap, page, n, SF_MEDIUM_PAGE_SHIFT);
-    return SF_LIKELY(b != NULL) ? b : l2_swap_pop(n, heap, page, SF_MEDIUM_PAGE_SHIFT);
+    return l2_pop_or_swap(n, heap, heap->gmdirect[sf_l2_medium_index(n)], SF_MEDIUM_PAGE_SHIFT);
 }
 
 /* Guard level >= 2 (out of line: what levels 0-1 run in sf_malloc_slow

@@ -2,7 +2,7 @@
 #include "fastpath.h"
 
 /* levels 0-1's fast paths, which other modes leave at once (entry.c) */
-SEFER_EXPORT void *sefer_malloc(size_t n) { return sf_malloc_entry(n); }
+SEFER_EXPORT void *sefer_malloc(size_t n) { return sf_malloc(n); }
 SEFER_EXPORT void sefer_free(void *p) { sf_free_entry(p); }
 SEFER_EXPORT void *sefer_calloc(size_t count, size_t size) { return sf_calloc(count, size); }
 SEFER_EXPORT void *sefer_realloc(void *p, size_t n) { return sf_realloc(p, n); }

@@ -2,15 +2,16 @@
  *
  * Guard level 2 has fast paths of its own (fastpath.h: sf_malloc_l2,
  * sf_free_l2) so that its checks cost a few instructions, not a trip through
- * the generic paths; the sampled guard counts bytes on each malloc.  (The
- * heap profile changes no path: every path counts down to its next sample,
- * fastpath.h.)  The exported malloc and free (override.c, api.c) are
+ * the generic paths; the sampled guard counts bytes on each malloc, and so
+ * does the heap profile once armed (its countdown, fastpath.h).  Every
+ * entry point's malloc (fastpath.h, sf_malloc) and the exported free are
  * levels 0-1's fast paths themselves, with their bounds read from
  * sf_entry_bounds (internal.h): a mode that changes malloc (level 2, the
- * sampled guard) zeroes malloc's bounds here, one that changes free (level
- * 2) free's, and what the entry meets past them runs that mode's paths:
- * level 2's inlined there (fastpath.h, sf_malloc_bounded and
- * sf_free_entry_tail), the rest in the slow paths below.  They were an indirect jump through a
+ * sampled guard, the armed profile) zeroes malloc's bounds here, one that
+ * changes free (level 2) free's, and what the entry meets past them runs
+ * that mode's paths: level 2's and the profile's counted malloc inlined
+ * there (fastpath.h, sf_malloc and sf_free_entry_tail), the rest in the
+ * slow paths below.  They were an indirect jump through a
  * pointer to the chosen pair: a jump that never missed and still cost
  * levels 0-1 a fifth of their throughput on random sizes (docs/design.md,
  * "The exported entry points").  Before
@@ -34,14 +35,14 @@ static bool sample_due(size_t n) {
 }
 SF_HOT static void *malloc_levels01_sampled(size_t n) {
     if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
-    return sf_malloc(n);
+    return sf_malloc_counted(n);
 }
 SF_HOT static void *malloc_level2_sampled(size_t n) {
     if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc_l2(n);
 }
 
-sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false};
+sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false, false};
 
 /* Where the exported malloc goes past its bounds and level 2's inlined
  * path (sf_entry_bounds.malloc_l2) does not take it: every request with
@@ -51,6 +52,7 @@ sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIREC
 SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
     if (sf_l2_fast) return sf_gsample_on ? malloc_level2_sampled(n) : sf_malloc_l2(n);
     if (sf_gsample_on) return malloc_levels01_sampled(n);
+    if (sf_prof_is_armed()) return sf_malloc_counted(n);
     return sf_malloc_generic(n, heap);
 }
 
@@ -63,15 +65,20 @@ SF_HOT void sf_free_entry_slow(void *p) {
     else sf_free_generic(p);
 }
 
-/* At start-up.  (At level 2, a thread that read
- * the old bounds takes levels 0-1's path once: its malloc finds no page
- * there, its pages being guarded, and goes to sf_malloc_entry_slow, then
- * level 2's path; its free finds no page that takes a fast free and goes
- * generic, which applies level 2's checks.) */
+/* At start-up, and again when the heap profile is armed at run time:
+ * from then on every entry's malloc takes the counted path.  A thread that
+ * read the old bounds a moment before allocates once more uncounted,
+ * which moves a sample point by a block, nothing else.  (At level 2, a
+ * thread that read the old bounds takes levels 0-1's path once: its
+ * malloc finds no page there, its pages being guarded, and goes to
+ * sf_malloc_entry_slow, then level 2's path; its free finds no page that
+ * takes a fast free and goes generic, which applies level 2's checks.) */
 void sf_entry_choose(void) {
-    bool malloc_other = sf_l2_fast || sf_gsample_on;
+    bool malloc_other = sf_l2_fast || sf_gsample_on || sf_prof_is_armed();
     bool free_other = sf_l2_fast;
     __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast && !sf_gsample_on, __ATOMIC_RELAXED);
+    __atomic_store_n(&sf_entry_bounds.malloc_counted, !sf_l2_fast && !sf_gsample_on && sf_prof_is_armed(),
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&sf_entry_bounds.free_l2, sf_l2_fast, __ATOMIC_RELAXED);
     if (malloc_other) {
         __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);

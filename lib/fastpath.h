@@ -5,8 +5,7 @@
  * call on its fast path.  Neither path takes a lock, makes an atomic
  * read-modify-write or enters the kernel:
  *
- *   malloc: TLS heap -> direct[(n+15)/16] -> page -> count n down to the
- *           heap profile's next sample -> pop page->free
+ *   malloc: TLS heap -> direct[(n+15)/16] -> page -> pop page->free
  *   free:   segmap byte == 1 (a small segment) -> page (shifts of the
  *           pointer) -> the page's fast owner is this thread's heap ->
  *           block-start and double-free checks (guard level 1) -> push
@@ -35,10 +34,14 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
 /* The heap profile's countdown (profile.c, "Sampling"): n bytes more
  * allocated from the heap; true if they reach its next sample point, and
  * then the caller hands nothing out: sf_sample_take serves the request.
- * Every allocation passes here once (its fast pop, or the slow path's
- * sf_page_malloc_class), profile on or off: a subtraction from memory and
- * a jump on its sign, the whole cost of a profile left on.  (Off, the
- * countdown runs out every SF_SAMPLE_IDLE bytes to look at the knob.) */
+ * Every allocation passes here once while the profile is armed (the
+ * counted fast paths, or the slow path's sf_page_malloc_class): a
+ * subtraction from memory and a jump on its sign.  The entry points' own
+ * fast path (sf_malloc) does not count: arming the profile sends it to
+ * the counted one (entry.c), so that off it costs nothing (the two
+ * instructions on every malloc cost churn of 16-64 B blocks 7-8 %).  The
+ * slow paths count on or off (off, the countdown runs out every
+ * SF_SAMPLE_IDLE bytes to look at the knob). */
 SF_INLINE bool sf_sample_tick(sf_heap_t *heap, size_t n) {
     /* (unsigned arithmetic read back signed: no signed overflow) */
     int64_t left = (int64_t)((uint64_t)heap->sample_left - n);
@@ -57,46 +60,71 @@ SF_INLINE void *sf_hand_out_ticked(sf_heap_t *heap, sf_page_t *page, sf_block_t 
  * (mdirect[] holds only the empty page where direct[] does: guarded pages,
  * valgrind's tracking, phases, the markers; and for the classes above
  * SF_EAGER_MEDIUM_MAX under eager decommit, whose requests are spans.) */
-SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n) {
+SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n, bool counted) {
     sf_page_t *page = SF_PEEK(heap->mdirect[sf_medium_class_index(n)]);
     sf_block_t *b = page->free;
-    return SF_LIKELY(b != NULL) ? sf_hand_out_ticked(heap, page, b, n) : NULL;
+    if (SF_UNLIKELY(b == NULL)) return NULL;
+    return counted ? sf_hand_out_ticked(heap, page, b, n) : sf_hand_out(heap, page, b, b->next);
 }
 
 SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
 
-/* The fast path for requests below the bounds of direct[] and mdirect[],
- * else the slow path: for `exported` (the exported malloc) the bounds
- * sf_entry_choose set and sf_malloc_entry_slow (internal.h,
- * sf_entry_bounds), for every other entry point the constants and
- * sf_malloc_generic. */
-SF_INLINE void *sf_malloc_bounded(size_t n, bool exported) {
+/* The armed profile's malloc (and the sampled guard's, past its own
+ * count): the fast path with constant bounds, counted (sf_sample_tick),
+ * else sf_malloc_generic.  What sf_malloc below runs past its first
+ * comparison while the profile is armed, and what the modes' paths behind
+ * sf_malloc_entry_slow call (sf_malloc there would come back). */
+SF_INLINE void *sf_malloc_counted_in(sf_heap_t *heap, size_t n) {
+    sf_page_t *page;
+    if (SF_LIKELY(n <= SF_DIRECT_MAX)) page = SF_PEEK(heap->direct[(n + 15) >> 4]);
+    else if (n <= SF_MEDIUM_MAX) page = SF_PEEK(heap->mdirect[sf_medium_class_index(n)]);
+    else return sf_malloc_generic(n, heap);
+    /* (one pop for both: a sample's request then returns from here, where
+     * sf_medium_pop's NULL for it would go on to the generic path, and the
+     * path pay a frame: 9 instructions a pair) */
+    sf_block_t *b = page->free;
+    if (SF_LIKELY(b != NULL)) return sf_hand_out_ticked(heap, page, b, n);
+    return sf_malloc_generic(n, heap);
+}
+
+SF_INLINE void *sf_malloc_counted(size_t n) { return sf_malloc_counted_in(sf_tls_heap, n); }
+
+/* Every entry point's malloc (malloc, calloc, realloc, aligned requests,
+ * sefer_malloc): the fast path for requests below the bounds of direct[]
+ * and mdirect[] that sf_entry_choose set (internal.h, sf_entry_bounds),
+ * uncounted; past them level 2's path or the armed profile's, inlined,
+ * else sf_malloc_entry_slow.  Off, the profile costs this path nothing
+ * (counted here, two instructions, churn of 16-64 B blocks ran 7-8 %
+ * slower). */
+SF_INLINE void *sf_malloc(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    if (SF_LIKELY(n < (exported ? SF_PEEK(sf_entry_bounds.small_end) : SF_DIRECT_MAX + 1))) {
+    if (SF_LIKELY(n < SF_PEEK(sf_entry_bounds.small_end))) {
+        /* (the bound is never above it: told, calloc's question about
+         * large sizes goes from its small path, 2 instructions) */
+        if (n > SF_DIRECT_MAX) __builtin_unreachable();
         /* (another thread writes it when a phase begins: phase.c) */
         sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
-        if (SF_LIKELY(b != NULL)) return sf_hand_out_ticked(heap, page, b, n);
+        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     } else {
         /* (level 2 before the medium sizes: its every call comes here) */
-        if (exported && SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2(n);
+        if (SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2(n);
         /* (the atomic load: a plain one the compiler reads ahead of the
          * first comparison, one instruction more on the small path) */
-        if (exported ? n - (SF_DIRECT_MAX + 1) < __atomic_load_n(&sf_entry_bounds.medium_span, __ATOMIC_RELAXED)
-                     : n <= SF_MEDIUM_MAX) {
+        if (n - (SF_DIRECT_MAX + 1) < __atomic_load_n(&sf_entry_bounds.medium_span, __ATOMIC_RELAXED)) {
             /* (here rather than in sf_malloc_generic: its own questions
              * first cost a medium malloc 6 instructions) */
-            void *b = sf_medium_pop(heap, n);
+            void *b = sf_medium_pop(heap, n, false);
             if (SF_LIKELY(b != NULL)) return b;
         }
+        /* the armed profile's path, inlined too (through
+         * sf_malloc_entry_slow a malloc(64) + free pair took 80
+         * instructions); after the medium sizes, which it leaves as they
+         * were */
+        if (SF_PEEK(sf_entry_bounds.malloc_counted)) return sf_malloc_counted_in(heap, n);
     }
-    return exported ? sf_malloc_entry_slow(n, heap) : sf_malloc_generic(n, heap);
+    return sf_malloc_entry_slow(n, heap);
 }
-
-SF_INLINE void *sf_malloc(size_t n) { return sf_malloc_bounded(n, false); }
-
-/* The exported malloc: other modes leave it at its first comparison. */
-SF_INLINE void *sf_malloc_entry(size_t n) { return sf_malloc_bounded(n, true); }
 
 /* off (below 2^32) is a multiple of the page's block size: the exact test
  * off * ceil(2^64/size) < ceil(2^64/size).  On x86-64 written as two

@@ -358,7 +358,7 @@ void *sf_gsample_malloc(size_t n, int64_t *left) {
         busy = false;
     }
     if (p != NULL) return p;
-    return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc(n);
+    return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_counted(n);
 }
 
 /* ---- free, realloc, usable size ---------------------------------------------------- */

@@ -501,9 +501,10 @@ typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;
     /* past the bounds, the mode's paths inlined there (fastpath.h): level
-     * 2's malloc (without the sampled guard), level 2's free; else the
-     * slow paths (entry.c) */
-    bool malloc_l2, free_l2;
+     * 2's malloc (without the sampled guard), the armed profile's counted
+     * malloc (levels 0-1 without the sampled guard), level 2's free; else
+     * the slow paths (entry.c) */
+    bool malloc_l2, malloc_counted, free_l2;
 } sf_entry_bounds_t;
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);

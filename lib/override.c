@@ -10,7 +10,7 @@
 #define SF_ALIAS(target) __attribute__((alias(#target), visibility("default")))
 
 /* levels 0-1's fast paths, which other modes leave at once (entry.c) */
-SEFER_EXPORT SF_HOT void *malloc(size_t n) { return sf_malloc_entry(n); }
+SEFER_EXPORT SF_HOT void *malloc(size_t n) { return sf_malloc(n); }
 SEFER_EXPORT SF_HOT void free(void *p) { sf_free_entry(p); }
 SEFER_EXPORT void *calloc(size_t count, size_t size) { return sf_calloc(count, size); }
 SEFER_EXPORT void *realloc(void *p, size_t n) { return sf_realloc(p, n); }

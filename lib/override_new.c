@@ -36,15 +36,14 @@ static void *new_failed(size_t n, size_t align, bool nothrow) {
  * free's (fastpath.h). */
 SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
     sf_heap_t *heap = sf_tls_heap;
-    if (SF_LIKELY(n <= SF_DIRECT_MAX)) { /* sf_malloc's fast path */
+    /* sf_malloc's fast path, within its bound (entry.c: the modes that
+     * change malloc, the armed profile among them, take the slow path) */
+    if (SF_LIKELY(n < SF_PEEK(sf_entry_bounds.small_end))) {
         sf_page_t *page = heap->direct[(n + 15) >> 4];
         sf_block_t *b = page->free;
-        if (SF_LIKELY(b != NULL)) {
-            void *p = sf_hand_out_ticked(heap, page, b, n); /* (NULL: a sample's request failed) */
-            return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);
-        }
+        if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }
-    void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_generic(n, heap);
+    void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_entry_slow(n, heap);
     return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);
 }
 

@@ -170,7 +170,7 @@ void *sf_sample_take(size_t n, sf_heap_t *heap) {
          * twice.  (Not sf_malloc_generic: its swaps take the page's free
          * list to be empty, which it need not be here, and overwrote it.) */
         heap->sample_left += (int64_t)n;
-        return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc(n);
+        return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_counted(n);
     }
     /* the class's slow path takes it from a page of sampled blocks (at
      * level 2 through sf_guarded_malloc, which writes its canary) */
@@ -512,6 +512,7 @@ void sf_prof_knob_changed(void) {
     }
     if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) == 0 || sf_prof_is_armed()) return;
     __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);
+    sf_entry_choose(); /* every entry's malloc on the counted path from now on */
 }
 
 void sf_prof_constructor(void) { sf_prof_stack_init(); }

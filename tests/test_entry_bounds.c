@@ -5,14 +5,13 @@
  * SEFER_GUARD_SAMPLE_BYTES set:
  *
  *   - the mode's bounds and flags: what sf_entry_choose set for the mode
- *     the environment asked for (malloc's bounds zero for level 2 and the
- *     sampled guard, free's for level 2; the flags that take level 2's
- *     paths; the heap profile leaves levels 0-1's, since it changes no
- *     path);
+ *     the environment asked for (malloc's bounds zero for level 2, the
+ *     sampled guard and the heap profile, free's for level 2; the flags
+ *     that take level 2's paths and the profile's counted malloc);
  *   - every partial state: the exported pair reads its bounds with plain
  *     loads and sf_entry_choose writes them one store at a time while
  *     other threads may be in malloc, so a caller can see any of them
- *     changed and the others not yet.  In each of the 32 states (each
+ *     changed and the others not yet.  In each of the 64 states (each
  *     bound its levels 0-1 value or 0, each flag as the mode has it or
  *     not), malloc of every size at the tables' edges returns a block that
  *     holds the request and, for a small size, is a small block; free
@@ -37,7 +36,7 @@ static const size_t sizes[] = {0,
                                (size_t)1 << 20};
 
 static const sf_entry_bounds_t plain = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS,
-                                        false, false};
+                                        false, false, false};
 
 static bool env_set(const char *name)
 {
@@ -49,13 +48,14 @@ START_TEST(test_the_mode_sets_its_bounds)
 {
     free(malloc(1)); /* (initialised) */
     bool level2 = env_set("SEFER_GUARD_LEVEL") && strcmp(getenv("SEFER_GUARD_LEVEL"), "2") == 0;
-    bool sampled = env_set("SEFER_GUARD_SAMPLE_BYTES");
+    bool sampled = env_set("SEFER_GUARD_SAMPLE_BYTES"), profiled = env_set("SEFER_PROFILE_SAMPLE_BYTES");
     sf_entry_bounds_t b = sf_entry_bounds;
-    bool malloc_other = level2 || sampled, free_other = level2;
+    bool malloc_other = level2 || sampled || profiled, free_other = level2;
     ck_assert_uint_eq(b.small_end, malloc_other ? 0 : plain.small_end);
     ck_assert_uint_eq(b.medium_span, malloc_other ? 0 : plain.medium_span);
     ck_assert_uint_eq(b.chunk_end, free_other ? 0 : plain.chunk_end);
     ck_assert_int_eq(b.malloc_l2, level2 && !sampled);
+    ck_assert_int_eq(b.malloc_counted, profiled && !level2 && !sampled);
     ck_assert_int_eq(b.free_l2, level2);
 }
 END_TEST
@@ -64,13 +64,14 @@ START_TEST(test_every_partial_state)
 {
     free(malloc(1)); /* (initialised) */
     sf_entry_bounds_t mode = sf_entry_bounds;
-    for (unsigned state = 0; state < 32; state++) {
+    for (unsigned state = 0; state < 64; state++) {
         sf_entry_bounds_t b = mode;
         b.small_end = state & 1 ? 0 : plain.small_end;
         b.medium_span = state & 2 ? 0 : plain.medium_span;
         b.chunk_end = state & 4 ? 0 : plain.chunk_end;
         b.malloc_l2 = state & 8 ? mode.malloc_l2 : false;
         b.free_l2 = state & 16 ? mode.free_l2 : false;
+        b.malloc_counted = state & 32 ? mode.malloc_counted : false;
         sf_entry_bounds = b;
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
             size_t n = sizes[i];
