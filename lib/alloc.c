@@ -60,8 +60,6 @@ size_t sf_block_bytes(const void *p) {
 static void *malloc_special(size_t n, sf_heap_t *heap);
 static void *aligned_special(size_t align, size_t n);
 
-/* Only once the fast path found its page's free list empty (the swaps
- * below replace it). */
 void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
     if (SF_LIKELY(n <= SF_DIRECT_MAX)) {
         /* the fast path's page ran dry: the blocks its owner freed since
@@ -69,6 +67,11 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
          * for the page to be really empty).  Guarded pages and the markers'
          * empty page never appear in direct[], so links are plain here. */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
+        /* (not dry after all: a caller that read the entry bounds while
+         * sf_entry_choose changed them, or a sample not due; the swaps
+         * below would overwrite the list, and its blocks be lost) */
+        sf_block_t *f = page->free;
+        if (SF_UNLIKELY(f != NULL)) return sf_hand_out_ticked(heap, page, f, n);
         sf_block_t *b = page->local_free;
         if (b != NULL) {
             /* (the count first: a sample leaves the lists as they are) */
@@ -79,7 +82,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
             return sf_hand_out(heap, page, b, b->next);
         }
     } else if (SF_LIKELY(n <= SF_MEDIUM_MAX)) {
-        void *b = sf_medium_pop(heap, n, true); /* (callers other than malloc) */
+        void *b = sf_medium_pop(heap, n, true); /* (a caller whose bounds were 0, or another try) */
         if (SF_LIKELY(b != NULL)) return b;
     }
     if (SF_UNLIKELY(sf_mode())) return malloc_special(n, heap);
@@ -172,7 +175,7 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
-        if (sf_page_collect_remote(heap, page) != 0) {
+        if (page->free == NULL && sf_page_collect_remote(heap, page) != 0) {
             if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
             sf_block_t *b = page->local_free;
             page->local_free = NULL;

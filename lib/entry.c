@@ -16,10 +16,10 @@
  * levels 0-1 a fifth of their throughput on random sizes (docs/design.md,
  * "The exported entry points").  Before
  * initialisation the bounds are levels 0-1's, whose first call falls
- * through to the generic path and initialises.  Every other entry point
- * (calloc, realloc, operator new, ...) runs levels 0-1's inline paths at
- * every level: at level 2 they find no page on those paths and take the
- * generic ones, which apply level 2's checks. */
+ * through to the generic path and initialises.  The other entry points
+ * that free (operator delete, realloc, ...) run levels 0-1's inline free
+ * at every level: at level 2 it finds no page that takes it and goes
+ * generic, which applies level 2's checks. */
 #include "fastpath.h"
 
 /* The sampled guard on (guard_sample.c): levels 0-1's or level 2's
@@ -44,11 +44,12 @@ SF_HOT static void *malloc_level2_sampled(size_t n) {
 
 sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false, false};
 
-/* Where the exported malloc goes past its bounds and level 2's inlined
- * path (sf_entry_bounds.malloc_l2) does not take it: every request with
- * the sampled guard on, a dry free list or a large size at levels 0-1 (two
- * questions more before sf_malloc_generic).  Direct calls: no indirect
- * jump. */
+/* Where every entry's malloc (fastpath.h, sf_malloc; operator new's pop)
+ * goes past its bounds when neither inlined path (level 2's, the armed
+ * profile's) takes it: every request with the sampled guard on, a dry free
+ * list or a large size at levels 0-1 (three questions more before
+ * sf_malloc_generic, which copes with a caller that read the bounds while
+ * sf_entry_choose changed them).  Direct calls: no indirect jump. */
 SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
     if (sf_l2_fast) return sf_gsample_on ? malloc_level2_sampled(n) : sf_malloc_l2(n);
     if (sf_gsample_on) return malloc_levels01_sampled(n);

@@ -298,10 +298,10 @@ SF_INLINE void sf_free(void *p) {
 }
 
 /* ---- guard level 2: the same paths with its checks (docs/configuration.md,
- * "Guard levels").  Chosen once at start-up for the exported malloc and
- * free (entry.c); every other entry point (calloc, realloc, operator new and
- * delete, ...) runs the level 0-1 paths, finds no page there, and the
- * generic paths try these same pops and pushes first.  On top of levels 0-1:
+ * "Guard levels").  Chosen once at start-up for every entry's malloc and
+ * the exported free (entry.c); the other entry points that free (operator
+ * delete, realloc, ...) run the level 0-1 free, find no page there, and
+ * the generic paths try these same pushes first.  On top of levels 0-1:
  * links XOR-ed with the page secret and required to stay in their 64 KiB
  * page when followed; the canary right after the request and the request
  * size in the block's last 4 bytes (internal.h, "guarded.c"), written on

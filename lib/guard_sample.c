@@ -22,12 +22,14 @@
  * (guard_report.c).  A double free or an invalid free of a slot is reported
  * with the same stacks.
  *
- * Which allocations: malloc's entry (entry.c) counts each thread's bytes
- * down from a random draw of mean guard.sample_bytes (uniform in [1, 2R]),
- * one subtraction and a branch per malloc, and only while the knob is not
- * 0; the one that crosses zero is sampled if it fits a page, a slot is
- * free and guard.sample_max_rate allows one now.  calloc, realloc, operator new and aligned requests are not
- * sampled.  The pool is 2 * SLOTS + 1 pages of address space; at most
+ * Which allocations: every entry's malloc (entry.c: malloc, calloc,
+ * realloc, aligned requests, operator new at levels 0-2, since 551f14d)
+ * counts each thread's bytes down from a random draw of mean
+ * guard.sample_bytes (uniform in [1, 2R]), one subtraction and a branch
+ * per call, and only while the knob is not 0; the one that crosses zero is
+ * sampled if it fits a page, a slot is free and guard.sample_max_rate
+ * allows one now.  (An aligned request sampled is one for `align` bytes,
+ * at most a page, so the block at the page's end is aligned.)  The pool is 2 * SLOTS + 1 pages of address space; at most
  * SLOTS pages (256 KiB) are ever resident, and the slots' records (stacks
  * included) are 17 KiB of .bss. */
 #include "fastpath.h"

@@ -486,15 +486,15 @@ SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_fre
 SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
 
 /* ---- entry.c: the fast paths malloc and free run, chosen at start-up ----- */
-/* The exported malloc's and free's fast paths are levels 0-1's, bounded by
- * these instead of constants: a request below small_end takes direct[], a
+/* Every entry's malloc (fastpath.h, sf_malloc) and the exported free run
+ * levels 0-1's fast paths, bounded by these instead of constants: a request below small_end takes direct[], a
  * request n above the small sizes with n - (SF_DIRECT_MAX + 1) below
  * medium_span mdirect[] (a span, not an end: a thread that saw small_end
  * 0 and medium_span not yet 0 while sf_entry_choose ran must not send a
  * small size, 0 among them, to mdirect[]), a pointer in a chunk below
  * chunk_end the segment map.  A mode that changes malloc (level 2, the
- * sampled guard) sets malloc's two to 0, one that changes free (level 2)
- * chunk_end (sf_entry_choose).  The choice costs small
+ * sampled guard, the armed profile) sets malloc's two to 0, one that
+ * changes free (level 2) chunk_end (sf_entry_choose).  The choice costs small
  * sizes no instruction (the comparison was there with a constant); medium
  * sizes pay three: the span's subtraction and the malloc_l2 test before it. */
 typedef struct sf_entry_bounds {

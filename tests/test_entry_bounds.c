@@ -15,7 +15,12 @@
  *     bound its levels 0-1 value or 0, each flag as the mode has it or
  *     not), malloc of every size at the tables' edges returns a block that
  *     holds the request and, for a small size, is a small block; free
- *     takes it back; the heap checks clean.  The first version of the
+ *     takes it back; the heap checks clean.  And at levels 0-1 a malloc
+ *     of a class whose page holds blocks on its free list and on
+ *     local_free takes the free list's top: a state that sent it to the
+ *     generic path (small bound 0, the profile's flag not yet set), whose
+ *     swaps took the free list to be empty, overwrote the list and lost
+ *     its blocks (found in review of 551f14d).  The first version of the
  *     bounds (e5f5168) sent malloc(0) with small_end zero and the medium
  *     bound not yet to the medium table's index -1: a load 2^53 bytes away
  *     (found in review, confirmed under gdb). */
@@ -37,6 +42,8 @@ static const size_t sizes[] = {0,
 
 static const sf_entry_bounds_t plain = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS,
                                         false, false, false};
+
+#define LISTS_SIZE 1000 /* (a class nothing else here uses) */
 
 static bool env_set(const char *name)
 {
@@ -72,7 +79,25 @@ START_TEST(test_every_partial_state)
         b.malloc_l2 = state & 8 ? mode.malloc_l2 : false;
         b.free_l2 = state & 16 ? mode.free_l2 : false;
         b.malloc_counted = state & 32 ? mode.malloc_counted : false;
+        /* a page whose free list and local_free both hold blocks (levels
+         * 0-1): the state's malloc must take the free list's top */
+        void *v[4], *moved = NULL;
+        if (!mode.free_l2) {
+            for (int i = 0; i < 4; i++) v[i] = malloc(LISTS_SIZE);
+            void *q = malloc(LISTS_SIZE);
+            free(v[0]);
+            free(v[1]); /* the free list's top */
+            moved = realloc(q, 20000); /* q onto local_free */
+        }
         sf_entry_bounds = b;
+        if (!mode.free_l2) {
+            sf_tls_heap->sample_left = (int64_t)1 << 40; /* (no sample: it would come from a page of its own) */
+            void *p = malloc(LISTS_SIZE);
+            ck_assert_msg(p == v[1], "state %u: the free list's top %p, got %p", state, v[1], p);
+            free(p);
+            for (int i = 2; i < 4; i++) free(v[i]);
+            free(moved);
+        }
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
             size_t n = sizes[i];
             unsigned char *p = malloc(n);

@@ -12,8 +12,10 @@
  *     (with the profile off every 16 MiB of a heap's allocations: churn of
  *     256 B blocks ran 4x slower, its pages filling with lost blocks);
  *   - a medium pop, an aligned request (its class's pop, sf_heap_pop) and
- *     operator new's inline pop: each returns a block of its request, the
- *     aligned one aligned;
+ *     calloc: each returns a block of its request, the aligned one
+ *     aligned, the calloc'ed one zero.  (With the profile off the entry
+ *     paths do not count, so there the run-outs come on the slow paths
+ *     only: the local_free swap, sf_heap_pop, sf_page_malloc_class.)
  *   - every run-out leaves the countdown at or above zero, and the heap
  *     checks clean. */
 #include "sefer_test.h"
