@@ -126,29 +126,20 @@ static void *l2_swap_pop(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned pa
     return sf_malloc_generic(n, heap);
 }
 
+/* The same, out of line, for sf_malloc_l2's small sizes (fastpath.h). */
 SF_NOINLINE void *sf_malloc_l2_refill(size_t n, sf_heap_t *heap) {
     return l2_swap_pop(n, heap, heap->gdirect[sf_l2_index(n)], SF_SMALL_PAGE_SHIFT);
 }
 
 /* Level 2's fast path for requests above SF_GDIRECT_MAX - tail, up to a
  * small block (fastpath.h, sf_malloc_l2). */
-/* (Not sf_l2_pop: a sample's request is returned from here, else its NULL
- * would go on to the swap and every call pay a frame: 10 instructions a
- * medium pair.) */
-SF_INLINE void *l2_pop_or_swap(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
-    sf_block_t *next, *b = sf_l2_ready(page, page_shift, &next);
-    if (SF_UNLIKELY(b == NULL)) return l2_swap_pop(n, heap, page, page_shift);
-    if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
-    return sf_l2_give(heap, page, b, next, n);
-}
-
 SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
-    return l2_pop_or_swap(n, heap, heap->gdirect_hi[sf_l2_hi_index(n)], SF_SMALL_PAGE_SHIFT);
+    return sf_l2_pop_or(heap, heap->gdirect_hi[sf_l2_hi_index(n)], n, SF_SMALL_PAGE_SHIFT, l2_swap_pop);
 }
 
 /* The same for medium requests (above SF_SMALL_MAX - tail). */
 SF_NOINLINE void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap) {
-    return l2_pop_or_swap(n, heap, heap->gmdirect[sf_l2_medium_index(n)], SF_MEDIUM_PAGE_SHIFT);
+    return sf_l2_pop_or(heap, heap->gmdirect[sf_l2_medium_index(n)], n, SF_MEDIUM_PAGE_SHIFT, l2_swap_pop);
 }
 
 /* Guard level >= 2 (out of line: what levels 0-1 run in sf_malloc_slow

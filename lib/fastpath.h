@@ -339,13 +339,27 @@ SF_INLINE void *sf_l2_give(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_b
     return b;
 }
 
-/* Both, after the heap profile's countdown; NULL: nothing ready (or the
- * sample's request failed). */
-SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift) {
+/* Both, after the heap profile's countdown; dry(n, heap, page,
+ * page_shift) when nothing is ready (a constant in each caller).  (The
+ * fallback passed in rather than a NULL the caller tests: a sample's
+ * request is then returned from here, where its NULL would go on to the
+ * fallback, and every path pay a frame: 10 instructions a medium pair.) */
+typedef void *sf_l2_dry_fn(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift);
+SF_INLINE void *sf_l2_pop_or(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift, sf_l2_dry_fn *dry) {
     sf_block_t *next, *b = sf_l2_ready(page, page_shift, &next);
-    if (SF_UNLIKELY(b == NULL)) return NULL;
+    if (SF_UNLIKELY(b == NULL)) return dry(n, heap, page, page_shift);
     if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
     return sf_l2_give(heap, page, b, next, n);
+}
+
+SF_INLINE void *sf_l2_none(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
+    (void)n, (void)heap, (void)page, (void)page_shift;
+    return NULL;
+}
+
+/* NULL: nothing ready (or the sample's request failed). */
+SF_INLINE void *sf_l2_pop(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift) {
+    return sf_l2_pop_or(heap, page, n, page_shift, sf_l2_none);
 }
 
 /* The gdirect index of a request: by its size with the tail; the smallest
@@ -376,18 +390,19 @@ SF_INLINE sf_page_t *sf_l2_page(sf_heap_t *heap, size_t n, unsigned *page_shift)
     return NULL;
 }
 
+/* (sf_malloc_l2_refill finds the page again: passed, the call's
+ * arguments cost the small sizes' dry path two moves) */
+SF_INLINE void *sf_l2_refill_small(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {
+    (void)page, (void)page_shift;
+    return sf_malloc_l2_refill(n, heap);
+}
+
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
     /* (the larger sizes out of line: inlined, the compiler merged the two
      * pops and the small sizes paid three moves) */
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
-        /* (not sf_l2_pop: a sample's request returned from here, else its
-         * NULL would go on to the refill, and every path pay a frame) */
-        sf_page_t *page = heap->gdirect[sf_l2_index(n)];
-        sf_block_t *next, *b = sf_l2_ready(page, SF_SMALL_PAGE_SHIFT, &next);
-        if (SF_UNLIKELY(b == NULL)) return sf_malloc_l2_refill(n, heap);
-        if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
-        return sf_l2_give(heap, page, b, next, n);
+        return sf_l2_pop_or(heap, heap->gdirect[sf_l2_index(n)], n, SF_SMALL_PAGE_SHIFT, sf_l2_refill_small);
     } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
         return sf_malloc_l2_hi(n, heap);
     } else if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) {

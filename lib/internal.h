@@ -677,9 +677,9 @@ SF_HIDDEN extern bool sf_tracked; /* under valgrind with valgrind.track on */
 SF_INLINE bool sf_pages_checked(void) { return sf_guard_level >= 2 || sf_tracked; }
 
 /* ---- profile.c: sampled heap profiling (docs/design.md, "Heap profiling") --- */
-/* Set once profile.sample_bytes is first non-zero, never cleared: the
- * slow paths then look for sampled blocks (the fast paths never change:
- * every allocation counts down to the next sample, profile on or off). */
+/* Set once profile.sample_bytes is first non-zero, never cleared: from
+ * then on every entry's malloc takes the counted path (entry.c) and the
+ * slow paths look for sampled blocks; free never changes. */
 SF_HIDDEN extern bool sf_prof_armed;
 SF_INLINE bool sf_prof_is_armed(void) { return SF_PEEK(sf_prof_armed); }
 SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */

@@ -371,12 +371,12 @@ static void *heap_malloc_from(sf_heap_t *heap, unsigned class_idx, bool sampled)
 
 /* The slow path for one class: take in remote frees, find or make a page. */
 void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
-    /* memory.limit's soft threshold was crossed since this heap last
-     * looked: its empty pages go back to their segments, and every waiting
-     * page is decommitted (memlimit.c; no other thread may do it for it) */
     /* (the profile's word first: nothing below may see it) */
     uint8_t force = heap->prof.force;
     heap->prof.force = SF_PROF_FORCE_NONE;
+    /* memory.limit's soft threshold was crossed since this heap last
+     * looked: its empty pages go back to their segments, and every waiting
+     * page is decommitted (memlimit.c; no other thread may do it for it) */
     uint32_t epoch = atomic_load_explicit(&sf_memlimit_epoch, memory_order_relaxed);
     if (SF_UNLIKELY(heap->memlimit_epoch != epoch)) {
         heap->memlimit_epoch = epoch;
@@ -386,8 +386,8 @@ void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
      * class's size: the allocations that come this far did not count
      * themselves; one a fast pop found due comes forced (sf_sample_take) */
     bool sampled = force == SF_PROF_FORCE_SAMPLE;
-    if (force == SF_PROF_FORCE_NONE && sf_sample_tick(heap, sf_class_size[class_idx]))
-        sampled = sf_prof_decide(heap, sf_class_size[class_idx]);
+    uint32_t size = sf_class_size[class_idx];
+    if (force == SF_PROF_FORCE_NONE && sf_sample_tick(heap, size)) sampled = sf_prof_decide(heap, size);
     if (SF_UNLIKELY(sampled)) {
         void *p = heap_malloc_from(heap, class_idx, true);
         if (p != NULL) return p;

@@ -8,20 +8,22 @@
  * sampled with p = 1 - exp(-s/R), independently of every other block.
  * Each heap counts down the gap to its next point (sf_heap_t.sample_left):
  *
- *   - every allocation subtracts its bytes once: a fast pop (fastpath.h,
- *     sf_sample_tick) the request's size, the slow path
- *     (page.c, sf_page_malloc_class) the class's, since it is not told the
- *     request; two instructions on the fast path, on or off;
+ *   - while the profile is armed every allocation subtracts its bytes
+ *     once: a counted pop (fastpath.h, sf_sample_tick; the entry points'
+ *     malloc is sent to the counted one by sf_entry_choose) the request's
+ *     size, the slow path (page.c, sf_page_malloc_class) the class's,
+ *     since it is not told the request; the slow paths count on or off;
  *   - below zero, a point fell in the allocation: sf_prof_decide draws
  *     the next gap from the allocation's end (the process forgets its past)
  *     and says it is a sample; the fast pop hands nothing out and
  *     sf_sample_take serves the request from a page of sampled blocks
  *     (flag SF_PAGE_SAMPLED: off every free fast path, so its free comes to
  *     sf_prof_freed), where sf_alloc_class records it;
- *   - the first time a heap looks, and when the knob moved, the process
- *     starts afresh at the allocation's start; with the profile off the
- *     countdown runs out every SF_SAMPLE_IDLE bytes to look at the knob
- *     (so a rate set at run time takes hold in each thread within that);
+ *   - the first time a heap looks, and in the thread that set the knob,
+ *     the process starts afresh at the allocation's start; another heap
+ *     finishes the gap it drew at the old rate; with the profile off the
+ *     countdown runs out every SF_SAMPLE_IDLE bytes of the slow paths'
+ *     allocations to look at the knob;
  *   - spans (no list, no fast path) are sampled one by one with probability
  *     p (sf_prof_span).
  *
