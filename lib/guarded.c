@@ -138,17 +138,19 @@ void sf_junk_fill(sf_page_t *page, sf_block_t *b) {
 }
 
 bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
+    /* (memcmp against zeros a page at a time: libc's vector compare reads
+     * 32-64 bytes an instruction, where a loop of 8-byte words with a
+     * branch each ran level 3's medium blocks at a third of the speed) */
+    static const uint8_t zeros[4096];
+    _Static_assert(SF_JUNK == 0, "the fill is zero");
     const uint8_t *q = (const uint8_t *)b + sizeof *b;
-    const uint8_t *end = (const uint8_t *)b + page->block_size - sizeof(uint32_t);
-    uint64_t junk8;
-    memset(&junk8, SF_JUNK, sizeof junk8);
-    for (; q + 8 <= end; q += 8) {
-        uint64_t w;
-        memcpy(&w, q, 8);
-        if (w != junk8) return false;
+    size_t left = page->block_size - sizeof *b - sizeof(uint32_t);
+    while (left > 0) {
+        size_t k = left < sizeof zeros ? left : sizeof zeros;
+        if (memcmp(q, zeros, k) != 0) return false;
+        q += k;
+        left -= k;
     }
-    for (; q < end; q++)
-        if (*q != SF_JUNK) return false;
     return true;
 }
 
