@@ -440,6 +440,7 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
 }
 
 static void page_release(sf_heap_t *heap, sf_page_t *page) {
+    if (sf_guard_level >= 3) sf_guarded_check_empty_page(page);
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     class_remove(heap, q, page);
