@@ -2,8 +2,8 @@
  * checked once more, as their free would have checked them.
  *
  * Levels 2 and 3 find an overflow when the block (or the one after it) is
- * freed, and level 3 a write after free when the block leaves the
- * quarantine or is handed out again.  A program that writes past a block
+ * freed, and level 3 a write after free when the block is handed out
+ * again or its page empties.  A program that writes past a block
  * and then ends without freeing it, or writes into a freed block and ends
  * before the block comes back, was never told.  So at exit (a destructor:
  * it runs after the program's own atexit handlers and destructors, which

@@ -630,7 +630,7 @@ SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, b
 SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);
 SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
 SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
-SF_HIDDEN void sf_guarded_check_empty_page(const sf_page_t *page);
+SF_HIDDEN bool sf_guarded_check_empty_page(sf_page_t *page);
 SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
 /* memcpy, memmove, memset check their destination (guarded_mem.c): level
  * 3, not under valgrind; set at start-up. */

@@ -439,21 +439,24 @@ void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
 }
 
-static void page_release(sf_heap_t *heap, sf_page_t *page) {
-    if (sf_guard_level >= 3) sf_guarded_check_empty_page(page);
+/* Gives an empty page back to its segment; false if level 3 found a
+ * write after free there and kept it (sf_guarded_check_empty_page). */
+static bool page_release(sf_heap_t *heap, sf_page_t *page) {
+    if (sf_guard_level >= 3 && !sf_guarded_check_empty_page(page)) return false;
     sf_page_queue_t *q = sf_page_queue(heap, page);
     bool was_first = q->first == page;
     class_remove(heap, q, page);
     if (was_first) sf_page_update_direct(heap, page->class_idx);
     heap->pages_in_use--;
     sf_segment_page_free(heap, page);
+    return true;
 }
 
 /* A page whose count of blocks out fell to zero: never a class's current
  * page, nor the head of a medium class's pages for sampled blocks (their
  * counts carry the bias), so one behind it, or a small class's page of
  * sampled blocks. */
-void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) { page_release(heap, page); }
+void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page) { (void)page_release(heap, page); }
 
 /* Takes in remote frees and returns every page with no live block to its
  * segment (with `force`, also the last page of each class).  Returns the
@@ -492,8 +495,7 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
             while (page != NULL) {
                 sf_page_t *next = page->next;
                 if (sf_page_used(page) == 0 && (!keep_head || page != queues[c].first || next != NULL)) {
-                    page_release(heap, page);
-                    released++;
+                    released += page_release(heap, page);
                 }
                 page = next;
             }
