@@ -85,8 +85,9 @@ static int free_port(void)
 
 START_TEST(test_short_soak_passes_with_the_dashboard_up)
 {
-    /* no RSS bound: 200 ms phases are too short for it to mean anything */
-    const char *args[] = {"--seconds", "3", "--threads", "2", "--listen", "127.0.0.1:0", "--", "--pool", "2000",
+    /* no RSS bound: 200 ms phases are too short for it to mean anything;
+     * 6 s: the two requests below must reach the soak before it ends */
+    const char *args[] = {"--seconds", "6", "--threads", "2", "--listen", "127.0.0.1:0", "--", "--pool", "2000",
                           "--large-max-mib", "4", "--no-rss-bound", NULL};
     const char *env[] = {CLEAN_ENV, NULL};
     it_proc_t p;
