@@ -216,11 +216,9 @@ bool sf_guarded_check_empty_page(sf_page_t *page) {
     sf_block_t *clean = NULL;
     for (uint32_t i = page->capacity; i-- > 0;) {
         sf_block_t *b = (sf_block_t *)(page->block_start + (size_t)i * page->block_size);
-        if (b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b)) {
-            sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
-            dirty++;
-        } else if (!sf_size_word_ok(*sf_size_word(page, b), page->block_size)) {
-            sf_guard_report(SF_GUARD_OVERFLOW, b);
+        enum sf_guard_kind fault = sf_guarded_freed_fault(page, b);
+        if (fault != SF_GUARD_KINDS) {
+            sf_guard_report(fault, b);
             dirty++;
         } else {
             sf_link_set(page, b, clean);

@@ -630,6 +630,17 @@ SF_HIDDEN bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, b
 SF_HIDDEN size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p);
 SF_HIDDEN void sf_junk_fill(sf_page_t *page, sf_block_t *b);
 SF_HIDDEN bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b);
+/* Level 3: what a write after free or an underflow left on a free block
+ * before its memory is used again (page.c's page_pop, guarded.c's empty
+ * page check): its free mark and zero fill (a write after free), else its
+ * size word (an underflow of the block after it reaches it first).
+ * SF_GUARD_KINDS: intact.  (Inline: out of line, 7 instructions more a
+ * level-3 malloc.) */
+SF_INLINE enum sf_guard_kind sf_guarded_freed_fault(const sf_page_t *page, const sf_block_t *b) {
+    if (b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b)) return SF_GUARD_USE_AFTER_FREE;
+    if (!sf_size_word_ok(*sf_size_word(page, b), page->block_size)) return SF_GUARD_OVERFLOW;
+    return SF_GUARD_KINDS;
+}
 SF_HIDDEN bool sf_guarded_check_empty_page(sf_page_t *page);
 SF_HIDDEN void sf_guarded_shuffle(uint16_t *order, uint32_t n);
 /* memcpy, memmove, memset check their destination (guarded_mem.c): level

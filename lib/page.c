@@ -342,16 +342,14 @@ static sf_block_t *page_pop(sf_heap_t *heap, sf_page_t *page) {
         next = NULL;
     }
     page->free = next;
-    /* level 3: the whole freed block is checked, its free mark included */
-    if (sf_guard_level >= 3 && (b->cookie != sf_page_cookie(page) || !sf_junk_intact(page, b))) {
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
-        return NULL;
-    }
-    /* and its size word, which an underflow of the block after it reaches
-     * first: handing the block out would write over the evidence */
-    if (sf_guard_level >= 3 && !sf_size_word_ok(*sf_size_word(page, b), page->block_size)) {
-        sf_guard_report(SF_GUARD_OVERFLOW, b);
-        return NULL;
+    /* level 3: the whole freed block is checked (handing it out would
+     * write over the evidence) */
+    if (sf_guard_level >= 3) {
+        enum sf_guard_kind fault = sf_guarded_freed_fault(page, b);
+        if (fault != SF_GUARD_KINDS) {
+            sf_guard_report(fault, b);
+            return NULL;
+        }
     }
     SF_COUNT(heap->allocs);
     b->cookie = 0;
