@@ -71,18 +71,6 @@ static int exit_code(it_proc_t *p, int timeout_s)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 START_TEST(test_short_soak_passes_with_the_dashboard_up)
 {
     /* no RSS bound: 200 ms phases are too short for it to mean anything;
@@ -144,7 +132,7 @@ START_TEST(test_config_file_and_fixed_port)
     const char toml[] = "[guard]\nlevel = 3\n[introspect]\nenabled = false\n";
     ck_assert_int_eq(write(fd, toml, sizeof toml - 1), (ssize_t)(sizeof toml - 1));
     close(fd);
-    int want = free_port();
+    int want = it_free_port();
     char listen[32];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", want);
     const char *args[] = {"--config", path, "--listen", listen, "--threads", "1", NULL};

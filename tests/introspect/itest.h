@@ -66,6 +66,45 @@ static inline const char *it_ipv6_why_not(void)
     return why;
 }
 
+/* A loopback port nobody listens on now, for a test that must name its
+ * port before a process binds it. Taken at random below the kernel's
+ * ephemeral range (net.ipv4.ip_local_port_range): a port the kernel hands
+ * out (bind to port 0, every client's connect, in this test or any test
+ * running beside it) can then never be this one between our check and the
+ * process's bind. Only another test's pick, 1 in thousands, can collide. */
+static inline int it_free_port(void)
+{
+    int low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
+    }
+    int span = low - 1024 > 16384 ? 16384 : low - 1024;
+    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)it_now_ms();
+    for (int tries = 0; span > 0 && tries < 200; tries++) {
+        int port = low - 1 - (int)(rand_r(&seed) % (unsigned)span);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+        close(fd);
+        if (rc == 0)
+            return port;
+    }
+    /* no room below the range (or all taken): any port the kernel picks */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 /* A blocking socket connected to 127.0.0.1:port (-1 if refused); reads and
  * writes time out after timeout_ms. */
 static inline int it_connect_t(int port, int timeout_ms)

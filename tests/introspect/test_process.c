@@ -40,19 +40,6 @@ static const char *preload_var(void)
     return preload;
 }
 
-/* A port nobody listens on right now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Listens on a free loopback port (the "other process" holding it). */
 static int hold_port(int *port)
 {
@@ -246,7 +233,7 @@ END_TEST
 
 START_TEST(test_child_does_not_fight_for_the_port)
 {
-    int port = free_port();
+    int port = it_free_port();
     char listen[64];
     snprintf(listen, sizeof listen, "SEFER_INTROSPECT_LISTEN=127.0.0.1:%d", port);
     const char *env[] = {preload_var(), "SEFER_INTROSPECT_ENABLED=1", listen, NULL};
@@ -522,7 +509,7 @@ START_TEST(test_sefer_run_children)
 {
     const char *cli = env_path("SEFER_TEST_CLI");
     for (int plus = 0; plus < 2; plus++) {
-        int port = free_port();
+        int port = it_free_port();
         char listen[32];
         snprintf(listen, sizeof listen, "127.0.0.1:%d%s", port, plus ? "+" : "");
         char *argv[] = {(char *)cli, "run", "--listen", listen, "--", (char *)env_path("SEFER_TEST_HOST"),
@@ -547,7 +534,7 @@ END_TEST
 START_TEST(test_cli_run_and_stat)
 {
     const char *cli = env_path("SEFER_TEST_CLI");
-    int port = free_port();
+    int port = it_free_port();
     char listen[32], url[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);

@@ -106,18 +106,6 @@ static void stop_prometheus(void)
     }
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* The folder is made and removed by main(), outside the forked test, so
  * that it goes even when the test fails. */
 static void start_prometheus(int target)
@@ -132,7 +120,7 @@ static void start_prometheus(int target)
             "      - targets: ['127.0.0.1:%d']\n",
             target);
     fclose(f);
-    prom_port = free_port();
+    prom_port = it_free_port();
     snprintf(config, sizeof config, "--config.file=%s", path);
     snprintf(data, sizeof data, "--storage.tsdb.path=%s/data", dir);
     snprintf(listen, sizeof listen, "--web.listen-address=127.0.0.1:%d", prom_port);
