@@ -366,7 +366,7 @@ int main(int argc, char **argv)
     }
     Suite *s = suite_create("introspect-auth");
     TCase *tc = tcase_create("token");
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_wrong_tokens_are_refused_and_counted);
     tcase_add_test(tc, test_token_allows_writes);
     tcase_add_test(tc, test_config_refusals_say_why);
@@ -376,7 +376,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_token_passes_any_host);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "peer-cap", peer_cap_why_not);
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_per_peer_connection_cap);
     return st_main(s, argc, argv);
 }

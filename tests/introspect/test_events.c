@@ -308,7 +308,7 @@ int main(void)
 {
     Suite *s = suite_create("introspect-events");
     TCase *tc = tcase_create("events");
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_server_start_and_knob);
     tcase_add_test(tc, test_enomem_first_and_every_1000th);
     tcase_add_test(tc, test_guard_detection);

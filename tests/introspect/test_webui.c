@@ -202,7 +202,7 @@ int main(void)
     Suite *s = suite_create("introspect-webui");
     TCase *tc = tcase_create("webui");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 20);
+    tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test_page_headers);
     tcase_add_test(tc, test_everything_the_page_names_is_served);
     tcase_add_test(tc, test_unknown_paths_are_404);
