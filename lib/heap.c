@@ -345,7 +345,12 @@ static size_t shed_walk(uint64_t target, uint64_t now) {
         sf_heap_t *heap = k == 0 ? &sf_heap_fallback : sf_heap_at((shed_cursor + k - 1) % (n ? n : 1));
         if (heap == NULL || (heap != &sf_heap_fallback && heap->kind != SF_HEAP_REAL)) continue;
         if (SF_GET(heap->purge_bytes) == 0) continue;
-        freed += sf_segment_shed(heap, waiting - target, now);
+        /* (counted heap by heap, not at the walk's end: a /stats reader
+         * saw heaps_waiting fall by pages whose purge the count did not
+         * show yet, for the whole walk) */
+        size_t shed = sf_segment_shed(heap, waiting - target, now);
+        sf_stat_add(&sf_gstats.cache_max_purged, shed);
+        freed += shed;
     }
     shed_cursor = n ? (shed_cursor + 1) % n : 0;
     return freed;
@@ -363,7 +368,6 @@ void sf_heaps_shed_waiting(void) {
     if (sf_heaps_over_cache_max()) {
         size_t freed = shed_walk(target, now);
         sf_stat_add(&sf_gstats.cache_max_purges, freed != 0);
-        sf_stat_add(&sf_gstats.cache_max_purged, freed);
     }
     uint64_t left = waiting_now(), quarter = sf_knob(SF_KNOB_DECOMMIT_DELAY) / 4;
     atomic_store(&shed_next_ms, left > target ? now + (quarter ? quarter : 1) : 0);

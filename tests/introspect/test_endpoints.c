@@ -816,9 +816,10 @@ START_TEST(test_server_gives_back_past_cache_max)
     uint64_t waited = s0.bytes_waiting + ST_DELTA(s0, start, bytes_cache_max_purged);
     /* (waits for the event; the deadline only ends a hang.  Both figures:
      * a walk takes its pages off the count one at a time and adds what it
-     * gave back to bytes_cache_max_purged only at its end, so a look in
-     * between sees the first and not yet the second: 8192000 B waiting
-     * and nothing given back, once, on a busy machine) */
+     * gave back to bytes_cache_max_purged after each heap, so a look in
+     * between sees the first and not yet the second (when the walk added
+     * it only at its end: 8192000 B waiting and nothing given back, once,
+     * on a busy machine) */
     for (int i = 0; i < 3000; i++) {
         s = st_stats();
         uint64_t sum = s.bytes_waiting + ST_DELTA(s, start, bytes_cache_max_purged);
