@@ -4,13 +4,14 @@
  * span), so a program that frees and reallocates big buffers, or whose pages
  * come and go, swaps pointers instead of calling mmap and faulting pages in.
  *
- * A request takes the smallest cached span that holds it.  A bigger one is
- * split at a segment boundary: the front is handed out and the rest stays
- * cached, with its resident pages, for the next request (dropping the
- * unused tail instead, as this cache once did, made a loop over buffers of
- * varying sizes fault the same pages in again and again).  A span put back
- * merges with a cached span it touches, so the pieces of a split come
- * together again once both are free.
+ * A request takes the smallest cached span that holds it (segment.c asks
+ * first for one whose pages it needs may all be resident: span_take).  A
+ * bigger one is split at a segment boundary: the front is handed out and
+ * the rest stays cached, with its resident pages, for the next request
+ * (dropping the unused tail instead, as this cache once did, made a loop
+ * over buffers of varying sizes fault the same pages in again and again).
+ * A span put back merges with a cached span it touches, so the pieces of
+ * a split come together again once both are free.
  * Process-wide budget: large_cache.slots entries and large_cache.max_bytes
  * bytes; entries older than large_cache.ttl are unmapped on the next cache
  * operation or trim.  With decommit.policy = eager a span is decommitted as
@@ -154,18 +155,23 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
  * it, whole if it is at most max_size, else its first min_size bytes (see
  * the top of the file).  *committed_out: how many bytes from its start may
  * still be resident (0: it all reads as zero). */
-void *sf_cache_take(size_t min_size, size_t max_size, size_t *size_out, size_t *committed_out,
-                    size_t *guard_out, bool *pages_out) {
+void *sf_cache_take(size_t min_size, size_t max_size, bool resident_only, size_t *size_out,
+                    size_t *committed_out, size_t *guard_out, bool *pages_out) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
-    out_bytes += min_size; /* hit or miss: that much is in use now */
-    sf_reuse_level(&reuse, now, out_bytes);
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
         if (entries[i].cooling || (guarded_spans() && s > max_size)) continue;
+        if (resident_only && entries[i].committed < min_size) continue;
         if (s >= min_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
     }
+    if (best == SIZE_MAX && resident_only) { /* (the caller asks again) */
+        sf_unlock(&sf_cache_lock);
+        return NULL;
+    }
+    out_bytes += min_size; /* hit or miss: that much is in use now */
+    sf_reuse_level(&reuse, now, out_bytes);
     void *p = NULL;
     if (best != SIZE_MAX) {
         struct cache_entry e;

@@ -32,6 +32,10 @@
  *       peak stays within 3 MiB and one warm 4 MiB span of the first
  *       phase's (and of 1/8 more under ASan, whose shadow of a new range
  *       is new memory); the library before peaked 32 MiB higher
+ *   growth_takes_resident_memory_first  a decommitted span waits in the
+ *       large cache and the heap's empty small segments are resident: a
+ *       phase of medium blocks takes the segments (nothing shed), not the
+ *       span (12 MiB shed before)
  *   growth_sheds_waiting_pages  pages waiting in segments still in use
  *       cannot serve a span: mapping it gives back as much of them at once
  *       (bytes_shed_on_growth), except with decommit.policy = never
@@ -376,6 +380,46 @@ START_TEST(test_growth_reuses_other_sizes)
 }
 END_TEST
 
+/* Resident memory before memory the decommit policy emptied: a cached span
+ * that was decommitted (decommit.policy = eager while it was put back)
+ * waits beside a heap whose small segments sit empty with their pages
+ * resident; a phase of medium blocks then needs segments.  The cache's
+ * smallest fit alone gave it the decommitted span: its pages were faulted
+ * in anew and as many of the small pages shed at once (12 MiB here, a
+ * cycle of bench/phases 1.6x slower); taken first, the heap's own empty
+ * segments serve it resident and nothing is shed. */
+START_TEST(test_growth_takes_resident_memory_first)
+{
+    const size_t small_bytes = 24 * ST_MIB, medium_bytes = 12 * ST_MIB;
+    void **v = st_map(small_bytes / 64 * sizeof *v);
+    clock_start();
+    ST_KNOB_SET("large_cache.ttl", "60min");
+    sefer_trim();
+    set_policy("eager"); /* (a span decommitted as it enters the cache) */
+    void *big = sefer_malloc(64 * ST_MIB), *next = sefer_malloc(8 * ST_MIB);
+    ck_assert(big != NULL && next != NULL);
+    sefer_free(big);
+    sefer_free(next); /* (the 64 MiB span no longer the one cooling) */
+    set_policy("adaptive");
+    size_t n = phase_fill(v, 64, small_bytes); /* (its segments: from the front of the 64 MiB) */
+    phase_free(v, n);
+    struct sefer_stats s0 = st_stats();
+    uint64_t rss0 = st_rss();
+    n = phase_fill(v, 16384, medium_bytes);
+    struct sefer_stats s1 = st_stats();
+    uint64_t rss1 = st_rss();
+    phase_free(v, n);
+    uint64_t shed = s1.bytes_shed_on_growth - s0.bytes_shed_on_growth;
+    printf("12 MiB of 16 KiB blocks after 24 MiB of 64 B blocks freed, a decommitted span cached: %" PRIu64
+           " bytes shed, RSS %+.1f MiB\n",
+           shed, ((double)rss1 - (double)rss0) / ST_MIB);
+    fflush(stdout);
+    /* (the empty small segments hold about 20 MiB: room for all of it) */
+    ck_assert_msg(shed <= ST_MIB, "%" PRIu64 " bytes shed: the medium blocks took memory that was not resident",
+                  shed);
+}
+END_TEST
+
 /* Segments kept in use by one block each, their other pages emptied: the
  * pages wait (the clock is stopped) and no segment goes to the cache.  A
  * span of 24 MiB then has to be mapped: as much of the waiting pages goes
@@ -663,6 +707,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_decommit_delayed_edge_after);
     tcase_add_test(tc, test_large_cache_ttl);
     tcase_add_test(tc, test_growth_reuses_other_sizes);
+    tcase_add_test(tc, test_growth_takes_resident_memory_first);
     tcase_add_test(tc, test_growth_sheds_waiting_pages);
     tcase_add_test(tc, test_growth_sheds_nothing_with_policy_never);
     tcase_add_test(tc, test_exited_keep_bounds_waiting_pages);
