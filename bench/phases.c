@@ -20,13 +20,22 @@
  * memory apart holds several phases' worth.  rss_after_kib is the RSS read
  * after the last phase (everything freed).
  *
+ * Where the time goes, size by size: thread 0 times each phase from its
+ * start to the barrier after it (all threads done) and counts the process's
+ * minor page faults over it; seconds_SIZE and faults_SIZE sum them over the
+ * cycles.  An allocator that reuses memory freed in another size without
+ * giving it back faults each page in once; one that gives it back and maps
+ * it again faults it in at every phase that needs it.
+ *
  * Output (one line):
  *   phases threads=T scale=S seconds=D cycles=C ops=N elapsed=E ops_per_s=X
- *     rss_after_kib=A rss_hwm_kib=H errors=0 allocator=... */
+ *     rss_after_kib=A rss_hwm_kib=H seconds_64=.. faults_64=.. ... (each
+ *     size) errors=0 allocator=... */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <stdatomic.h>
+#include <sys/resource.h>
 
 #include "benchutil.h"
 #include "whichalloc.h"
@@ -49,6 +58,13 @@ static struct bu_opts opt;
 static pthread_barrier_t barrier;
 static atomic_int stop_flag; /* set by the main thread; read at a cycle's end */
 static atomic_uint cycles_done;
+static double phase_seconds[PHASES]; /* (thread 0's) */
+static long phase_faults[PHASES];
+
+static long minor_faults(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
+}
 
 static void run_phase(struct worker *w, size_t size) {
     size_t n = w->bytes / size ? w->bytes / size : 1;
@@ -76,8 +92,14 @@ static void *worker_main(void *arg) {
     struct worker *w = arg;
     for (unsigned cycle = 0;; cycle++) {
         for (size_t ph = 0; ph < PHASES; ph++) {
+            double t0 = bu_now();
+            long f0 = minor_faults();
             run_phase(w, phase_sizes[ph]);
             pthread_barrier_wait(&barrier);
+            if (w->index == 0) {
+                phase_seconds[ph] += bu_now() - t0;
+                phase_faults[ph] += minor_faults() - f0;
+            }
         }
         /* thread 0 decides before the barrier, every thread reads the
          * verdict after it: they all stop after the same cycle */
@@ -125,9 +147,12 @@ int main(int argc, char **argv) {
         errors += ws[i].errors;
     }
     printf("phases threads=%u scale=%g seconds=%g cycles=%u ops=%llu elapsed=%.6f ops_per_s=%.0f"
-           " rss_after_kib=%ld rss_hwm_kib=%ld errors=%llu",
+           " rss_after_kib=%ld rss_hwm_kib=%ld",
            opt.threads, opt.scale, opt.seconds, atomic_load(&cycles_done), (unsigned long long)ops, elapsed,
-           (double)ops / elapsed, rss_after, hwm, (unsigned long long)errors);
+           (double)ops / elapsed, rss_after, hwm);
+    for (size_t ph = 0; ph < PHASES; ph++)
+        printf(" seconds_%zu=%.3f faults_%zu=%ld", phase_sizes[ph], phase_seconds[ph], phase_sizes[ph], phase_faults[ph]);
+    printf(" errors=%llu", (unsigned long long)errors);
     wa_print(stdout);
     putchar('\n');
     free(ws);
