@@ -461,7 +461,8 @@ WORKLOADS = [
 CONTROL_WORKLOAD = Workload("ctl", "churn", ["-m", "control"], "churn", "machine speed during the row's runs")
 EXTRA_KEYS = ["rss_fill_kib", "rss_thin_kib", "rss_refill_kib", "rss_final_kib", "rss_peak_kib",
               "rss_hwm_kib", "errors", "phases", "generations", "cross_frees", "cycles", "rss_after_kib",
-              "rss_round10_kib", "rss_growth"]
+              "rss_round10_kib", "rss_growth"] + \
+    [f"{what}_{size}" for size in (64, 1024, 16384, 262144, 4194304) for what in ("seconds", "faults")]  # (phases)
 
 
 def all_rows(default_threads):
