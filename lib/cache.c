@@ -155,7 +155,7 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
  * it, whole if it is at most max_size, else its first min_size bytes (see
  * the top of the file).  *committed_out: how many bytes from its start may
  * still be resident (0: it all reads as zero). */
-void *sf_cache_take(size_t min_size, size_t max_size, bool resident_only, size_t *size_out,
+void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_t *size_out,
                     size_t *committed_out, size_t *guard_out, bool *pages_out) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
@@ -163,10 +163,20 @@ void *sf_cache_take(size_t min_size, size_t max_size, bool resident_only, size_t
     for (size_t i = 0; i < entry_count; i++) {
         size_t s = entries[i].size;
         if (entries[i].cooling || (guarded_spans() && s > max_size)) continue;
-        if (resident_only && entries[i].committed < min_size) continue;
-        if (s >= min_size && (best == SIZE_MAX || s < entries[best].size)) best = i;
+        if (s < min_size || entries[i].committed < resident_min) continue;
+        /* The smallest.  Of two the same size, asked for resident memory,
+         * the one with the least more than that (a large block's warm span
+         * before a released segment, whose pages past the new block would
+         * go back: segment.c, sf_span_alloc); asked for any, the one with
+         * the most (the fewest faults). */
+        if (best == SIZE_MAX || s < entries[best].size) {
+            best = i;
+        } else if (s == entries[best].size && entries[i].committed != entries[best].committed &&
+                   (entries[i].committed < entries[best].committed) == (resident_min != 0)) {
+            best = i;
+        }
     }
-    if (best == SIZE_MAX && resident_only) { /* (the caller asks again) */
+    if (best == SIZE_MAX && resident_min != 0) { /* (the caller asks again) */
         sf_unlock(&sf_cache_lock);
         return NULL;
     }

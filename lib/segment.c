@@ -102,26 +102,34 @@ static bool heap_release_empty(sf_heap_t *heap);
 static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind);
 
 /* heap: the calling thread's own heap (or one it holds the lock of), whose
- * idle memory goes first (see "Growth" below); NULL: none.
+ * idle memory goes first (see "Growth" below); NULL: none.  touch: the
+ * bytes from the span's start its taker will use (a segment: all of it; a
+ * large block: its header and block, not the slack past the block).
  *
- * Resident memory first, wherever it is: a cached span whose pages are
- * still there, then the heap's own empty segments (released to the cache,
- * resident as they are), and only then a cached span the decommit policy
- * emptied, or a new mapping.  The cache's smallest fit alone took the
- * decommitted spans of freed large blocks while the heap's empty small
- * segments waited, resident, beside them: bench/phases's 16 KiB blocks were
- * faulted in anew on every cycle, and as much of the small pages shed for
- * it ("Growth"), 0.6 of the row's time. */
-static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, bool cacheable, size_t *resident,
-                       size_t *guard, bool *pages) {
+ * Resident memory first, wherever it is: a cached span whose first `touch`
+ * bytes may all be resident, then the heap's own empty segments (released
+ * to the cache, resident as they are), and only then a cached span the
+ * decommit policy emptied, or a new mapping.  The cache's smallest fit
+ * alone took the decommitted spans of freed large blocks while the heap's
+ * empty small segments waited, resident, beside them: bench/phases's 16 KiB
+ * blocks were faulted in anew on every cycle, and as much of the small
+ * pages shed for it ("Growth"), 0.3 of the row's time.  (Not under eager
+ * decommit, which keeps nothing resident in the cache, nor with guard
+ * pages, whose spans and segments always end in one: there the first two
+ * asks could never be answered.) */
+static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, size_t touch, bool cacheable,
+                       size_t *resident, size_t *guard, bool *pages) {
     *guard = 0;
     *pages = false;
+    size_t want = !guard_pages() && sf_knob(SF_KNOB_DECOMMIT_POLICY) != SF_DECOMMIT_EAGER ? touch : 0;
     for (int attempt = 0; cacheable && attempt < 3; attempt++) {
-        /* 0: resident; 1: resident, after the heap's empty segments went
-         * to the cache (skipped if it had none); 2: any */
+        /* 0: resident (any, if want is 0); 1: the same, after the heap's
+         * empty segments went to the cache (skipped if it had none); 2:
+         * any, if the first two asked for resident memory */
         if (attempt == 1 && (heap == NULL || !heap_release_empty(heap))) continue;
+        if (attempt == 2 && want == 0) break;
         size_t got = 0;
-        void *p = sf_cache_take(*size, max_size, attempt < 2, &got, resident, guard, pages);
+        void *p = sf_cache_take(*size, max_size, attempt < 2 ? want : 0, &got, resident, guard, pages);
         if (p != NULL) {
             *size = got;
             return p;
@@ -289,7 +297,7 @@ static unsigned kind_page_shift(unsigned kind) {
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
     bool pages = false;
-    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, true, &resident, &guard, &pages);
+    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, SF_SEG_SIZE, true, &resident, &guard, &pages);
     if (seg == NULL) return NULL;
     if (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE)) {
         span_drop(seg, size);
@@ -643,11 +651,12 @@ static void page_free(sf_heap_t *heap, sf_page_t *page) {
  * And the large cache kept resident spans too big or too scattered for
  * the request while a new mapping was faulted in beside them.
  *
- * So a request the large cache cannot serve first gives the cache the
- * heap's segments that have no page in use, resident as they are (they
- * merge with the cached spans they touch), and asks again: a small
- * segment becomes a medium one, or part of a span, with no fault (its
- * resident pages count as committed in their new segment: segment_create).
+ * So a request the large cache cannot serve from resident memory first
+ * gives the cache the heap's segments that have no page in use, resident
+ * as they are (they merge with the cached spans they touch), and asks
+ * again (span_take): a small segment becomes a medium one, or part of a
+ * span, with no fault (its resident pages count as committed in their new
+ * segment: segment_create).
  * And whenever memory that is not resident is about to be used (a page
  * committed from a fresh or decommitted state, a span's block beyond
  * what its reused span had resident) under the delayed and adaptive
@@ -763,7 +772,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
      * size serves whole, its old pages kept, rather than a new mapping) */
     bool pages = false;
     sf_segment_t *seg =
-        span_take(growth_heap(), &span, guarded ? 2 * span : span, cacheable, &resident, &guard, &pages);
+        span_take(growth_heap(), &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &guard, &pages);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
