@@ -92,7 +92,8 @@ void *sf_guarded_malloc(size_t n, size_t align) {
     void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
     if (p == NULL) return NULL;
     if (c != 0 && sf_guard_level >= 3) ((sf_block_t *)p)->next = NULL; /* zero from end to end */
-    sf_segment_t *seg = sf_segmap_header(p);
+    /* (a class's block: its segment's header is where the mask says) */
+    sf_segment_t *seg = c != 0 ? sf_segment_of(p) : sf_segmap_header(p);
     set_tail(seg, sf_page_of(seg, p), p, n);
     return p;
 }
