@@ -8,7 +8,7 @@
  * levels 0-1's fast paths themselves, with their bounds read from
  * sf_entry_bounds (internal.h): a mode that changes malloc (level 2, the
  * sampled guard, the armed profile) zeroes malloc's bounds here, one that
- * changes free (level 2) free's, and what the entry meets past them runs
+ * changes free (levels 2 and 3) free's, and what the entry meets past them runs
  * that mode's paths: level 2's and the profile's counted malloc inlined
  * there (fastpath.h, sf_malloc and sf_free_entry_tail), the rest in the
  * slow paths below.  They were an indirect jump through a

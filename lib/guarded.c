@@ -303,7 +303,7 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     /* Level 3 has no fast path: its every malloc pops the class's page's
      * free list (sf_page_malloc_class), so the block goes there, where on
      * local_free each malloc after a release refilled the page through the
-     * whole slow path (malloc(64) + free: 836 -> 783 instructions).  The
+     * whole slow path (16-256 B pairs: 836 -> 785 instructions).  The
      * quarantine has kept it from coming straight back already.  (Level 2
      * flushes its one block here too: its fast path pops the free list, so
      * local_free, as its frees do.) */

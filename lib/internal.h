@@ -496,7 +496,7 @@ SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
  * small size, 0 among them, to mdirect[]), a pointer in a chunk below
  * chunk_end the segment map.  A mode that changes malloc (level 2, the
  * sampled guard, the armed profile) sets malloc's two to 0, one that
- * changes free (level 2) chunk_end (sf_entry_choose).  The choice costs small
+ * changes free (levels 2 and 3) chunk_end (sf_entry_choose).  The choice costs small
  * sizes no instruction (the comparison was there with a constant); medium
  * sizes pay three: the span's subtraction and the malloc_l2 test before it. */
 typedef struct sf_entry_bounds {
