@@ -309,8 +309,7 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
      * local_free, as its frees do.) */
     if (sf_guard_level >= 3 && !(page->flags & SF_PAGE_FULL)) {
         sf_link_set(page, b, page->free);
-        page->free = b;
-        if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
+        sf_free_onto(heap, page, b, &page->free);
         return;
     }
     sf_page_local_free_slow(heap, page, b);

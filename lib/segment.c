@@ -772,7 +772,8 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
      * size serves whole, its old pages kept, rather than a new mapping) */
     bool pages = false;
     sf_segment_t *seg =
-        span_take(growth_heap(), &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &guard, &pages);
+        span_take(growth_heap(), &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &guard,
+                  &pages);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;

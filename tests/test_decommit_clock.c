@@ -425,7 +425,8 @@ START_TEST(test_growth_takes_resident_memory_first)
      * whose process allocates through sefer too, with 24 or 32 MiB of
      * small blocks alike, not explained; 13 MiB before) */
     ck_assert_msg(shed <= 4 * ST_MIB && decommitted <= 4 * ST_MIB,
-                  "%" PRIu64 " bytes shed, %" PRIu64 " decommitted: the medium blocks took memory that was not resident",
+                  "%" PRIu64 " bytes shed, %" PRIu64
+                  " decommitted: the medium blocks took memory that was not resident",
                   shed, decommitted);
 }
 END_TEST
@@ -466,12 +467,12 @@ START_TEST(test_growth_reuses_warm_large_span)
     uint64_t decommitted = s1.bytes_decommitted_total - s0.bytes_decommitted_total;
     uint64_t shed = s1.bytes_shed_on_growth - s0.bytes_shed_on_growth;
     printf("6 rounds of 8 MiB of 64 B blocks freed, then a 1 MiB block, warm spans cached: %" PRIu64
-           " bytes decommitted, %" PRIu64
-           " shed\n",
+           " bytes decommitted, %" PRIu64 " shed\n",
            decommitted, shed);
     fflush(stdout);
     ck_assert_msg(decommitted == 0 && shed == 0,
-                  "%" PRIu64 " bytes decommitted, %" PRIu64 " shed: the warm spans were not reused", decommitted, shed);
+                  "%" PRIu64 " bytes decommitted, %" PRIu64 " shed: the warm spans were not reused",
+                  decommitted, shed);
 }
 END_TEST
 
