@@ -107,8 +107,16 @@ SF_INLINE void *sf_malloc(size_t n) {
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     } else {
-        /* (level 2 before the medium sizes: its every call comes here) */
-        if (SF_PEEK(sf_entry_bounds.malloc_l2)) return sf_malloc_l2(n);
+        /* level 2's path and the armed profile's, before the medium sizes:
+         * their every call comes here.  One question for both, so that the
+         * medium sizes pay what they paid for level 2's alone; behind level
+         * 2's and the medium sizes' questions the armed profile's malloc(64)
+         * + free took 12 instructions more than off, where its count is 3
+         * (now 6; level 2 pays 2 more) */
+        if (SF_UNLIKELY(sf_entry_malloc_modes() != 0)) {
+            if (SF_PEEK(sf_entry_bounds.malloc_counted)) return sf_malloc_counted_in(heap, n);
+            return sf_malloc_l2(n);
+        }
         /* (the atomic load: a plain one the compiler reads ahead of the
          * first comparison, one instruction more on the small path) */
         if (n - (SF_DIRECT_MAX + 1) < __atomic_load_n(&sf_entry_bounds.medium_span, __ATOMIC_RELAXED)) {
@@ -117,11 +125,6 @@ SF_INLINE void *sf_malloc(size_t n) {
             void *b = sf_medium_pop(heap, n, false);
             if (SF_LIKELY(b != NULL)) return b;
         }
-        /* the armed profile's path, inlined too (through
-         * sf_malloc_entry_slow a malloc(64) + free pair took 80
-         * instructions); after the medium sizes, which it leaves as they
-         * were */
-        if (SF_PEEK(sf_entry_bounds.malloc_counted)) return sf_malloc_counted_in(heap, n);
     }
     return sf_malloc_entry_slow(n, heap);
 }

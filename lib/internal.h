@@ -509,6 +509,14 @@ typedef struct sf_entry_bounds {
     bool malloc_l2, malloc_counted, free_l2;
 } sf_entry_bounds_t;
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
+_Static_assert(offsetof(sf_entry_bounds_t, malloc_counted) == offsetof(sf_entry_bounds_t, malloc_l2) + 1,
+               "the malloc modes are read together");
+/* Non-zero if either of malloc's modes is set (one 2-byte load). */
+SF_INLINE uint16_t sf_entry_malloc_modes(void) {
+    uint16_t modes;
+    memcpy(&modes, (const char *)&sf_entry_bounds + offsetof(sf_entry_bounds_t, malloc_l2), sizeof modes);
+    return modes;
+}
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
 SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);
