@@ -107,9 +107,10 @@ SEFER_EXPORT size_t sefer_trim(void);
     X(bytes_waiting, "bytes of empty pages all heaps keep committed for reuse (bytes_exited_waiting included); past threads.cache_max, those past their decommit.delay go back") \
     X(cache_max_purges, "purges of waiting pages because bytes_waiting passed threads.cache_max, cumulative") \
     X(bytes_cache_max_purged, "bytes those purges gave back to the OS, cumulative") \
-    X(remote_batch_frees, "remote frees that came back to their owner in a batch of the freeing thread's, counted as the owner takes them back")
+    X(remote_batch_frees, "remote frees that came back to their owner in a batch of the freeing thread's, counted as the owner takes them back") \
+    X(profile_sample_bytes_now, "heap profiling: the mean bytes between two samples in force, profile.sample_bytes raised while samples come faster than profile.max_samples a second (0: off)")
 
-#define SEFER_STATS_VERSION 12
+#define SEFER_STATS_VERSION 13
 
 struct sefer_stats {
     uint32_t size;    /* set by the caller: sizeof(struct sefer_stats) */

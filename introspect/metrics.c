@@ -65,7 +65,8 @@ enum metric_type { GAUGE, COUNTER };
     X(bytes_waiting, "sefer_waiting_bytes", GAUGE, NULL)                              \
     X(cache_max_purges, "sefer_cache_max_purges_total", COUNTER, NULL)                \
     X(bytes_cache_max_purged, "sefer_cache_max_purged_bytes_total", COUNTER, NULL)     \
-    X(remote_batch_frees, "sefer_remote_batch_frees_total", COUNTER, NULL)
+    X(remote_batch_frees, "sefer_remote_batch_frees_total", COUNTER, NULL)             \
+    X(profile_sample_bytes_now, "sefer_profile_sample_bytes", GAUGE, NULL)
 
 struct metric {
     size_t offset; /* of the field in struct sefer_stats */

@@ -276,6 +276,7 @@ void sf_ep_profile_sites(const sf_query_t *q, const char *body, size_t len, sf_r
     uint64_t now = sf_now_ms();
     cJSON *root = cJSON_CreateObject();
     sf_json_u64(root, "rate", c.totals.rate);
+    sf_json_u64(root, "rate_now", c.totals.rate_now);
     sf_json_str(root, "by", growth_view ? "growth" : allocated ? "allocated" : "live");
     sf_json_add(root, "totals", totals_json(&c.totals));
     cJSON *mark = cJSON_CreateObject();
@@ -346,6 +347,7 @@ void sf_ep_profile_stacks(const sf_query_t *q, const char *body, size_t len, sf_
     sort_sites(&c, allocated ? 1 : 0);
     cJSON *root = cJSON_CreateObject();
     sf_json_u64(root, "rate", c.totals.rate);
+    sf_json_u64(root, "rate_now", c.totals.rate_now);
     sf_json_str(root, "by", allocated ? "allocated" : "live");
     sf_json_str(root, "unit", "bytes");
     uint64_t total = 0;

@@ -70,6 +70,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "under valgrind's memcheck: announce every block to it (every operation then takes the slow path)") \
     X(PROFILE_SAMPLE_BYTES, "profile.sample_bytes", SF_KNOB_SIZE, 0, 0, 1ull << 40, 1, NULL,         \
       "heap profiling: mean bytes allocated between two samples (0: off; docs/introspection.md)") \
+    X(PROFILE_MAX_SAMPLES, "profile.max_samples", SF_KNOB_UINT, 1000, 0, 1000000, 1, NULL,          \
+      "heap profiling: samples a second, process-wide, past which the mean gap between samples grows (weights kept unbiased; 0: no pacing)") \
     X(PROFILE_DEPTH, "profile.depth", SF_KNOB_UINT, 32, 1, 64, 1, NULL,                             \
       "heap profiling: frames kept of each sampled allocation's stack")                           \
     X(PROFILE_UNWINDER, "profile.unwinder", SF_KNOB_ENUM, SF_UNWINDER_TABLE, 0, 2, 1, sf_unwinder_names, \

@@ -131,12 +131,76 @@ static int64_t draw_gap(sf_heap_t *heap, uint64_t rate) {
     return e >= (double)GAP_MAX ? GAP_MAX : (int64_t)e;
 }
 
+/* ---- the samples' pace: profile.max_samples ----------------------------------
+ *
+ * A sample costs a stack capture and the tables' lock, about half a
+ * microsecond; at a fixed rate a program that allocates gigabytes a second
+ * takes thousands a second (bursts of 64-256 KiB blocks at one sample per
+ * 2 MiB: 10 000 a second, 2.7x the time of the profile off), and the cost
+ * grows with the allocation rate, not with what the profile learns.  So
+ * the samples are paced: once a window of PACE_WINDOW_MS has seen more
+ * than its share of profile.max_samples, the mean gap in force doubles
+ * (pace_shift: the gap is profile.sample_bytes << pace_shift), and a
+ * window that saw under a quarter of its share halves it back, down to
+ * profile.sample_bytes.  Every gap is drawn at the rate then in force and
+ * each sample is weighed at the rate its gap was drawn at (above), so the
+ * chance of every allocation is known when it is made and the estimates
+ * stay unbiased while paced: only their spread grows, with the gap. */
+#define PACE_WINDOW_MS 100
+#define PACE_SHIFT_MAX 20
+static _Atomic uint64_t pace_window_start; /* sf_now_ms of the window's start */
+static _Atomic uint32_t pace_count;        /* samples in it */
+static _Atomic uint32_t pace_shift;
+
+/* The mean gap in force: profile.sample_bytes `rate`, paced. */
+static uint64_t paced_rate(uint64_t rate) {
+    unsigned s = atomic_load_explicit(&pace_shift, memory_order_relaxed);
+    if (s == 0) return rate;
+    return rate >= ((uint64_t)GAP_MAX >> s) ? (uint64_t)GAP_MAX : rate << s;
+}
+
+uint64_t sf_prof_rate_now(void) { return paced_rate(sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES)); }
+
+/* One sample more: the window's count, and the pace from it. */
+static void pace_sample(void) {
+    uint64_t cap = sf_knob(SF_KNOB_PROFILE_MAX_SAMPLES);
+    if (cap == 0) {
+        if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0)
+            atomic_store_explicit(&pace_shift, 0, memory_order_relaxed);
+        return;
+    }
+    uint64_t now = sf_now_ms(), start = atomic_load_explicit(&pace_window_start, memory_order_relaxed);
+    if (now - start >= PACE_WINDOW_MS &&
+        atomic_compare_exchange_strong_explicit(&pace_window_start, &start, now, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        /* the window closed: while what it saw, over all the time since it
+         * opened, is under a quarter of the cap, halve the gap (each
+         * halving would have doubled the count) */
+        uint64_t seen = atomic_exchange_explicit(&pace_count, 0, memory_order_relaxed);
+        uint64_t share = cap * (now - start); /* x 1000: samples the cap allows in that time */
+        unsigned s = atomic_load_explicit(&pace_shift, memory_order_relaxed), was = s;
+        while (s > 0 && seen * 1000 * 4 < share) {
+            s--;
+            seen *= 2;
+        }
+        if (s != was) atomic_store_explicit(&pace_shift, s, memory_order_relaxed);
+    }
+    uint64_t seen = atomic_fetch_add_explicit(&pace_count, 1, memory_order_relaxed) + 1;
+    if (seen * 1000 > cap * PACE_WINDOW_MS) {
+        unsigned s = atomic_load_explicit(&pace_shift, memory_order_relaxed);
+        if (s < PACE_SHIFT_MAX && atomic_compare_exchange_strong_explicit(&pace_shift, &s, s + 1, memory_order_relaxed,
+                                                                          memory_order_relaxed))
+            atomic_store_explicit(&pace_count, 0, memory_order_relaxed); /* (the window's count at the new pace) */
+    }
+}
+
 /* ---- the allocation paths' side (fastpath.h, page.c) ------------------------ */
 
 static __thread uint64_t prof_due_size __attribute__((tls_model("initial-exec")));
 
 bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
     uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
+    if (rate != 0) rate = paced_rate(rate);
     if (rate == 0) {
         heap->prof.rate = 0;
         heap->sample_left = SF_SAMPLE_IDLE;
@@ -162,6 +226,7 @@ bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
     if (SF_UNLIKELY(prof_quiet)) return false; /* (inside the unwinder: served unsampled) */
     prof_due_rate = drawn_at;
     prof_due_size = size;
+    pace_sample();
     return true;
 }
 
@@ -398,10 +463,12 @@ void sf_prof_after_class_alloc(void *p) {
 void *sf_prof_span(void *p) {
     uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
     if (rate == 0 || prof_quiet) return p;
+    rate = paced_rate(rate);
     sf_page_t *page = sf_page_of(sf_segment_of(p), p);
     uint64_t size = page->span_bytes;
     uint64_t r = splitmix(atomic_fetch_add_explicit(&span_rng, 0x9e3779b97f4a7c15ull, memory_order_relaxed));
     if (unit_of(r) > prof_p_of((double)size / (double)rate)) return p;
+    pace_sample();
     SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_SAMPLED));
     record(p, size, size, rate);
     return p;
@@ -437,6 +504,7 @@ void sf_prof_freed(const void *p) {
 
 static void totals_locked(sf_prof_totals_t *t) {
     t->rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
+    t->rate_now = sf_prof_rate_now();
     t->samples = T.samples;
     t->dropped = T.dropped;
     t->live_samples = T.nlive;

@@ -26,6 +26,7 @@ typedef struct {
 
 typedef struct {
     uint64_t rate;            /* profile.sample_bytes now */
+    uint64_t rate_now;        /* the mean gap in force: rate, paced (profile.max_samples) */
     uint64_t samples;         /* samples recorded, ever */
     uint64_t dropped;         /* samples lost because the tables were full */
     uint64_t live_samples;    /* sampled blocks live now */
@@ -40,6 +41,7 @@ typedef struct {
 } sf_prof_totals_t;
 
 SF_HIDDEN void sf_prof_totals(sf_prof_totals_t *t);
+SF_HIDDEN uint64_t sf_prof_rate_now(void); /* the mean gap between samples in force */
 /* Copies every site and every frame (sites[i].frames_at indexes frames)
  * and the totals, under the profile's lock, without allocating.  False if
  * they do not fit: t->sites and t->frames say what is needed (try again

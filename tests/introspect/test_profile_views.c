@@ -29,6 +29,20 @@
  *                 with deltas waiting returns and closes them (it must
  *                 resume them: libmicrohttpd aborts on a suspended one)
  *
+ * Paced (profile.max_samples, its own run with the cap at 1000 a second:
+ * tests/introspect/meson.build; every other case runs unpaced, the rate
+ * fixed, for the bounds above):
+ *   paced       64 MiB held in 1 KiB blocks as fast as one thread can: the
+ *               process samples faster than the cap, the mean gap in force
+ *               (profile_sample_bytes_now) rises above profile.sample_bytes,
+ *               and the estimate is still within 4 deviations of the truth,
+ *               the deviation taken at twice the highest gap seen (each
+ *               block was sampled at a gap at most that: the gap doubles at
+ *               most once between two looks, 256 blocks apart).  A sample
+ *               weighed at profile.sample_bytes instead of the gap it was
+ *               drawn at would read a fraction of the truth.  Allocating
+ *               slowly after that, the gap comes back to sample_bytes.
+ *
  * Optional cases (exit 77 without Go's pprof, package golang-go):
  *   pprof-live  `go tool pprof -top` on /debug/pprof/heap of this process
  *   pprof-file  the same on the file `sefer run --profile FILE` writes
@@ -148,6 +162,47 @@ START_TEST(test_accuracy) {
     it_get(port, "/profile/sites?by=nothing", &r);
     ck_assert_int_eq(r.status, 400);
     it_free(&r);
+}
+END_TEST
+
+static const char *unpaced_why_not(void) {
+    const char *cap = getenv("SEFER_PROFILE_MAX_SAMPLES");
+    return cap != NULL && strcmp(cap, "0") != 0 ? NULL : "run with SEFER_PROFILE_MAX_SAMPLES set (tests/introspect/meson.build)";
+}
+
+START_TEST(test_paced) {
+    int port = it_start();
+    uint64_t gap_max = 0;
+    for (int i = 0; i < N_1K; i++) {
+        held_1k[i] = hold_1k();
+        if (i % 256 == 255) {
+            uint64_t gap = st_stats().profile_sample_bytes_now;
+            if (gap > gap_max) gap_max = gap;
+        }
+    }
+    ck_assert_msg(gap_max > (uint64_t)RATE, "the gap in force never rose above profile.sample_bytes (%" PRIu64 ")",
+                  gap_max);
+    cJSON *j = it_json(port, "/profile/sites?limit=1000");
+    ck_assert_uint_eq(it_u64(j, "rate"), (uint64_t)RATE);
+    ck_assert_uint_ge(it_u64(j, "rate_now"), (uint64_t)RATE);
+    const cJSON *a = site_named(j, "hold_1k");
+    ck_assert_msg(a != NULL, "hold_1k is not in /profile/sites");
+    double got = (double)it_u64(a, "live_bytes"), truth = (double)N_1K * 1024;
+    double p = 1 - exp(-1024.0 / (2.0 * (double)gap_max)), sd = sqrt((1 - p) / (N_1K * p));
+    ck_assert_msg(fabs(got - truth) <= 4 * sd * truth,
+                  "paced: estimated %.0f bytes, truth %.0f, bound +-%.1f %% (gap up to %" PRIu64 " B, %" PRIu64
+                  " live samples)",
+                  got, truth, 400 * sd, gap_max, it_u64(a, "live_samples"));
+    cJSON_Delete(j);
+    for (int i = 0; i < N_1K; i++) free(held_1k[i]);
+    /* allocating slowly, the gap comes back down to profile.sample_bytes
+     * (waited for, up to 30 s: a window of few samples halves it) */
+    uint64_t gap = 0;
+    for (int round = 0; round < 30000 && (gap = st_stats().profile_sample_bytes_now) != (uint64_t)RATE; round++) {
+        for (int i = 0; i < 64; i++) free(hold_1k());
+        usleep(1000);
+    }
+    ck_assert_msg(gap == (uint64_t)RATE, "the gap in force stayed at %" PRIu64 " B", gap);
 }
 END_TEST
 
@@ -434,6 +489,9 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_counters);
     tcase_add_test(tc, test_delta_limits);
     suite_add_tcase(s, tc);
+    tc = st_optional_case(s, "paced", unpaced_why_not);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_paced);
     tc = st_optional_case(s, "pprof-live", go_why_not);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_pprof_live);
