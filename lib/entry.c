@@ -42,7 +42,7 @@ SF_HOT static void *malloc_level2_sampled(size_t n) {
     return sf_malloc_l2(n);
 }
 
-sf_entry_bounds_t sf_entry_bounds = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS, false, false, false};
+sf_entry_bounds_t sf_entry_bounds = {.small_end = SF_DIRECT_MAX + 1, .medium_span = SF_MEDIUM_MAX - SF_DIRECT_MAX, .chunk_end = SF_SEGMAP_CHUNKS};
 
 /* Where every entry's malloc (fastpath.h, sf_malloc; operator new's pop)
  * goes past its bounds when neither inlined path (level 2's, the armed

@@ -112,7 +112,7 @@ SF_INLINE void *sf_malloc(size_t n) {
          * medium sizes pay what they paid for level 2's alone; behind level
          * 2's and the medium sizes' questions the armed profile's malloc(64)
          * + free took 12 instructions more than off, where its count is 3
-         * (now 6; level 2 pays 2 more) */
+         * (now 8; level 2 pays 2 more) */
         if (SF_UNLIKELY(sf_entry_malloc_modes() != 0)) {
             if (SF_PEEK(sf_entry_bounds.malloc_counted)) return sf_malloc_counted_in(heap, n);
             return sf_malloc_l2(n);

@@ -498,7 +498,7 @@ SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
  * sampled guard, the armed profile) sets malloc's two to 0, one that
  * changes free (levels 2 and 3) chunk_end (sf_entry_choose).  The choice costs small
  * sizes no instruction (the comparison was there with a constant); medium
- * sizes pay three: the span's subtraction and the malloc_l2 test before it. */
+ * sizes pay three: the span's subtraction and the test of the two malloc modes before it. */
 typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;
@@ -506,17 +506,20 @@ typedef struct sf_entry_bounds {
      * 2's malloc (without the sampled guard), the armed profile's counted
      * malloc (levels 0-1 without the sampled guard), level 2's free; else
      * the slow paths (entry.c) */
-    bool malloc_l2, malloc_counted, free_l2;
+    union {
+        struct {
+            bool malloc_l2, malloc_counted;
+        };
+        uint16_t malloc_modes; /* both, read as one (sf_entry_malloc_modes) */
+    };
+    bool free_l2;
 } sf_entry_bounds_t;
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
-_Static_assert(offsetof(sf_entry_bounds_t, malloc_counted) == offsetof(sf_entry_bounds_t, malloc_l2) + 1,
-               "the malloc modes are read together");
-/* Non-zero if either of malloc's modes is set (one 2-byte load). */
-SF_INLINE uint16_t sf_entry_malloc_modes(void) {
-    uint16_t modes;
-    memcpy(&modes, (const char *)&sf_entry_bounds + offsetof(sf_entry_bounds_t, malloc_l2), sizeof modes);
-    return modes;
-}
+/* Non-zero if either of malloc's modes is set: one 2-byte load, through
+ * SF_PEEK as the bounds are (atomic under TSan: sf_entry_choose stores the
+ * flags while threads run; a plain compare with memory otherwise, where an
+ * atomic load cost a register move, one instruction more). */
+SF_INLINE uint16_t sf_entry_malloc_modes(void) { return SF_PEEK(sf_entry_bounds.malloc_modes); }
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
 SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);

@@ -14,6 +14,7 @@
  * back. */
 #include "fastpath.h"
 #include "internal.h"
+#include "profile.h"
 
 sf_page_t sf_empty_page; /* free == NULL: every fast-path pop falls through */
 
@@ -256,6 +257,7 @@ static bool refill_from_local(sf_heap_t *heap, sf_page_t *page) {
 static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->free) return true;
     count_refill(heap);
+    sf_prof_pace_check(heap);
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (!refill_from_local(heap, page)) {
         if (page->capacity >= page->reserved) return false;

@@ -135,10 +135,11 @@ static int64_t draw_gap(sf_heap_t *heap, uint64_t rate) {
  *
  * A sample costs a stack capture and the tables' lock, about half a
  * microsecond; at a fixed rate a program that allocates gigabytes a second
- * takes thousands a second (bursts of 64-256 KiB blocks at one sample per
- * 2 MiB: 10 000 a second, 2.7x the time of the profile off), and the cost
- * grows with the allocation rate, not with what the profile learns.  So
- * the samples are paced: once a window of PACE_WINDOW_MS has seen more
+ * takes thousands a second (bench/mixed's bursts of 64-256 KiB blocks at
+ * one sample per 2 MiB: 3.6 million a second, 2.7x the time of the
+ * profile off), and the cost grows with the allocation rate, not with
+ * what the profile learns.  So the samples are paced (pace_sample,
+ * below): once a window has seen more
  * than its share of profile.max_samples, the mean gap in force doubles
  * (pace_shift: the gap is profile.sample_bytes << pace_shift), and a
  * window that saw under a quarter of its share halves it back, down to
@@ -146,11 +147,12 @@ static int64_t draw_gap(sf_heap_t *heap, uint64_t rate) {
  * each sample is weighed at the rate its gap was drawn at (above), so the
  * chance of every allocation is known when it is made and the estimates
  * stay unbiased while paced: only their spread grows, with the gap. */
-#define PACE_WINDOW_MS 100
-#define PACE_SHIFT_MAX 20
+#define PACE_WINDOW_MIN_MS 100
+#define PACE_SHIFT_MAX 12 /* the gap at most 4096x profile.sample_bytes (8 GiB at 2 MiB) */
 static _Atomic uint64_t pace_window_start; /* sf_now_ms of the window's start */
-static _Atomic uint32_t pace_count;        /* samples in it */
+static _Atomic uint64_t pace_count;        /* samples in it */
 static _Atomic uint32_t pace_shift;
+_Atomic uint32_t sf_prof_pace_epoch; /* one more each time the gap comes down (sf_prof_pace_check) */
 
 /* The mean gap in force: profile.sample_bytes `rate`, paced. */
 static uint64_t paced_rate(uint64_t rate) {
@@ -161,37 +163,77 @@ static uint64_t paced_rate(uint64_t rate) {
 
 uint64_t sf_prof_rate_now(void) { return paced_rate(sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES)); }
 
-/* One sample more: the window's count, and the pace from it. */
+/* A window's length: 100 ms, longer where the cap would allow under four
+ * samples in it (a share of zero or one doubled the gap at every sample). */
+static uint64_t pace_window_ms(uint64_t cap) {
+    uint64_t w = 4000 / cap;
+    return w > PACE_WINDOW_MIN_MS ? w : PACE_WINDOW_MIN_MS;
+}
+
+/* One sample more: the window's count, and the pace from it.  The sample
+ * that takes the count past the window's share doubles the gap and starts
+ * a new window (so that the next judgement is of a whole window at the new
+ * pace: a count started again inside the old one read as a quiet window
+ * and halved the gap straight back); the first sample after a window
+ * closes halves the gap while the closed window, over all the time since
+ * it opened, saw under a quarter of its share (each halving would have
+ * doubled that count), and tells the heaps (sf_prof_pace_epoch). */
 static void pace_sample(void) {
     uint64_t cap = sf_knob(SF_KNOB_PROFILE_MAX_SAMPLES);
     if (cap == 0) {
-        if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0)
+        if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0) {
             atomic_store_explicit(&pace_shift, 0, memory_order_relaxed);
+            atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
+        }
         return;
     }
-    uint64_t now = sf_now_ms(), start = atomic_load_explicit(&pace_window_start, memory_order_relaxed);
-    if (now - start >= PACE_WINDOW_MS &&
+    uint64_t window = pace_window_ms(cap), now = sf_now_ms();
+    uint64_t start = atomic_load_explicit(&pace_window_start, memory_order_relaxed);
+    if (now < start) { /* (a test clock set back) */
+        atomic_store_explicit(&pace_window_start, now, memory_order_relaxed);
+        start = now;
+    }
+    if (now - start >= window &&
         atomic_compare_exchange_strong_explicit(&pace_window_start, &start, now, memory_order_relaxed,
                                                 memory_order_relaxed)) {
-        /* the window closed: while what it saw, over all the time since it
-         * opened, is under a quarter of the cap, halve the gap (each
-         * halving would have doubled the count) */
         uint64_t seen = atomic_exchange_explicit(&pace_count, 0, memory_order_relaxed);
         uint64_t share = cap * (now - start); /* x 1000: samples the cap allows in that time */
         unsigned s = atomic_load_explicit(&pace_shift, memory_order_relaxed), was = s;
-        while (s > 0 && seen * 1000 * 4 < share) {
+        while (s > 0 && seen * 4000 < share) {
             s--;
             seen *= 2;
         }
-        if (s != was) atomic_store_explicit(&pace_shift, s, memory_order_relaxed);
+        if (s != was) {
+            atomic_store_explicit(&pace_shift, s, memory_order_relaxed);
+            atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
+        }
     }
-    uint64_t seen = atomic_fetch_add_explicit(&pace_count, 1, memory_order_relaxed) + 1;
-    if (seen * 1000 > cap * PACE_WINDOW_MS) {
+    uint64_t limit = cap * window / 1000;
+    if (atomic_fetch_add_explicit(&pace_count, 1, memory_order_relaxed) + 1 == limit + 1) {
+        /* (exactly one sample crosses the share) */
         unsigned s = atomic_load_explicit(&pace_shift, memory_order_relaxed);
-        if (s < PACE_SHIFT_MAX && atomic_compare_exchange_strong_explicit(&pace_shift, &s, s + 1, memory_order_relaxed,
-                                                                          memory_order_relaxed))
-            atomic_store_explicit(&pace_count, 0, memory_order_relaxed); /* (the window's count at the new pace) */
+        if (s < PACE_SHIFT_MAX) atomic_store_explicit(&pace_shift, s + 1, memory_order_relaxed);
+        atomic_store_explicit(&pace_window_start, now, memory_order_relaxed);
+        atomic_store_explicit(&pace_count, 0, memory_order_relaxed);
     }
+}
+
+/* The gap came down since heap last looked (sf_prof_pace_check, on its
+ * refills): a gap it drew at a slower pace is drawn again at the pace in
+ * force.  What is left of an exponential gap is exponential with the same
+ * mean whatever has elapsed, and the redraw is decided by the process-wide
+ * pace alone, not by what is left of this gap, so the sample points stay a
+ * Poisson process at the rate in force and every weight stays right; a
+ * heap that drew a gap of gigabytes in a storm no longer waits those
+ * gigabytes for its next sample once the storm is over. */
+void sf_prof_pace_redraw(sf_heap_t *heap) {
+    heap->prof.pace_epoch = atomic_load_explicit(&sf_prof_pace_epoch, memory_order_relaxed);
+    uint64_t knob = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES), drawn_at = heap->prof.rate;
+    if (knob == 0 || drawn_at == 0 || drawn_at == UINT64_MAX) return;
+    uint64_t rate = paced_rate(knob);
+    if (rate >= drawn_at) return;
+    heap->prof.rate = rate;
+    heap->sample_left = draw_gap(heap, rate);
 }
 
 /* ---- the allocation paths' side (fastpath.h, page.c) ------------------------ */
@@ -575,6 +617,11 @@ void sf_prof_init(void) {
  * at the end of its current gap, or within SF_SAMPLE_IDLE bytes if the
  * profile was off (only the owner writes a heap's countdown). */
 void sf_prof_knob_changed(void) {
+    /* a new rate starts its pace afresh (the heaps redraw at their refills) */
+    if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&pace_shift, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
+    }
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind == SF_HEAP_REAL) {
         heap->prof.rate = UINT64_MAX;

@@ -42,6 +42,14 @@ typedef struct {
 
 SF_HIDDEN void sf_prof_totals(sf_prof_totals_t *t);
 SF_HIDDEN uint64_t sf_prof_rate_now(void); /* the mean gap between samples in force */
+SF_HIDDEN void sf_prof_pace_redraw(sf_heap_t *heap);
+SF_HIDDEN extern _Atomic uint32_t sf_prof_pace_epoch;
+/* On a heap's refills: the samples' pace came down since it last looked
+ * (profile.c, pacing), so a gap it drew at the slower pace is drawn again. */
+SF_INLINE void sf_prof_pace_check(sf_heap_t *heap) {
+    if (SF_UNLIKELY(heap->prof.pace_epoch != atomic_load_explicit(&sf_prof_pace_epoch, memory_order_relaxed)))
+        sf_prof_pace_redraw(heap);
+}
 /* Copies every site and every frame (sites[i].frames_at indexes frames)
  * and the totals, under the profile's lock, without allocating.  False if
  * they do not fit: t->sites and t->frames say what is needed (try again

@@ -329,6 +329,7 @@ enum { SF_PROF_FORCE_NONE, SF_PROF_FORCE_SAMPLE, SF_PROF_FORCE_COUNTED };
 typedef struct {
     uint64_t rate;  /* the profile.sample_bytes the countdown was drawn with (0: none) */
     uint64_t rng;   /* 0: not seeded yet */
+    uint32_t pace_epoch; /* sf_prof_pace_epoch when it last looked (profile.c, pacing) */
     uint8_t force;  /* the next class allocation (page.c, sf_page_malloc_class) is a
                        sample (SF_PROF_FORCE_SAMPLE) or counted already
                        (SF_PROF_FORCE_COUNTED); profile.c, sf_sample_take */

@@ -41,8 +41,9 @@ static const size_t sizes[] = {0,
                                SF_MEDIUM_MAX + 1,
                                (size_t)1 << 20};
 
-static const sf_entry_bounds_t plain = {SF_DIRECT_MAX + 1, SF_MEDIUM_MAX - SF_DIRECT_MAX, SF_SEGMAP_CHUNKS,
-                                        false, false, false};
+static const sf_entry_bounds_t plain = {.small_end = SF_DIRECT_MAX + 1,
+                                        .medium_span = SF_MEDIUM_MAX - SF_DIRECT_MAX,
+                                        .chunk_end = SF_SEGMAP_CHUNKS};
 
 #define LISTS_SIZE 1000 /* (a class nothing else here uses) */
 

@@ -747,7 +747,7 @@ const siteRows = (page) => page.$$eval('#sites-body tr.site', (trs) => trs.map((
 
 async function sitesChecks(browser) {
   const host = start(CLI, ['run', '--listen', '127.0.0.1:0', '--', SITES_HOST],
-    {SEFER_PROFILE_SAMPLE_BYTES: '64KiB', SEFER_PROFILE_SEED: '20261201', SEFER_INTROSPECT_TOKEN: TOKEN});
+    {SEFER_PROFILE_SAMPLE_BYTES: '64KiB', SEFER_PROFILE_MAX_SAMPLES: '0', SEFER_PROFILE_SEED: '20261201', SEFER_INTROSPECT_TOKEN: TOKEN});
   const url = (await host.waitFor(/sefer: introspection: (http:\/\/\S+)/, WAIT_MS))[1];
   await host.waitFor(/^ready$/m, WAIT_MS, 'out');
   const page = await browser.newPage({viewport: {width: 1400, height: 1000}});

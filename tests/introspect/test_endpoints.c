@@ -107,7 +107,7 @@ START_TEST(test_stats_fields_and_figures)
         "large_cache_spans", "large_cache_hits", "large_cache_misses", "os_maps", "allocs", "frees",
         "remote_frees", "ring_pushes", "ring_overflows", "enomem", "heaps_live", "heaps_abandoned",
         "fallback_allocs", "heap_fallbacks", "bytes_shed_on_growth", "memory_limit", "memory_headroom",
-        "memory_limit_purges", "memory_limit_refusals", "bytes_exited_waiting", "bytes_remote_pending", "profile_unwind_fallbacks", "profile_unwind_disagreements", "guard_samples", "guard_samples_live", "bytes_waiting", "cache_max_purges", "bytes_cache_max_purged", "guard_invalid_free", "guard_interior_free", "guard_double_free",
+        "memory_limit_purges", "memory_limit_refusals", "bytes_exited_waiting", "bytes_remote_pending", "profile_unwind_fallbacks", "profile_unwind_disagreements", "guard_samples", "guard_samples_live", "bytes_waiting", "cache_max_purges", "bytes_cache_max_purged", "remote_batch_frees", "profile_sample_bytes_now", "guard_invalid_free", "guard_interior_free", "guard_double_free",
         "guard_overflow", "guard_use_after_free", "rss_bytes"};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
         it_u64(s0, fields[i]);

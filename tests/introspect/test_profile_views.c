@@ -195,11 +195,13 @@ START_TEST(test_paced) {
                   got, truth, 400 * sd, gap_max, it_u64(a, "live_samples"));
     cJSON_Delete(j);
     for (int i = 0; i < N_1K; i++) free(held_1k[i]);
-    /* allocating slowly, the gap comes back down to profile.sample_bytes
-     * (waited for, up to 30 s: a window of few samples halves it) */
+    /* allocating slowly, the gap comes back down to profile.sample_bytes:
+     * 8 KiB a millisecond at most, 125 samples a second at the unpaced gap,
+     * half of the quarter of the cap under which a window halves it
+     * (waited for, up to 30 000 rounds of at least 1 ms) */
     uint64_t gap = 0;
     for (int round = 0; round < 30000 && (gap = st_stats().profile_sample_bytes_now) != (uint64_t)RATE; round++) {
-        for (int i = 0; i < 64; i++) free(hold_1k());
+        for (int i = 0; i < 8; i++) free(hold_1k());
         usleep(1000);
     }
     ck_assert_msg(gap == (uint64_t)RATE, "the gap in force stayed at %" PRIu64 " B", gap);

@@ -72,6 +72,8 @@ static const struct {
     {"bytes_waiting", "sefer_waiting_bytes", NULL, false},
     {"cache_max_purges", "sefer_cache_max_purges_total", NULL, true},
     {"bytes_cache_max_purged", "sefer_cache_max_purged_bytes_total", NULL, true},
+    {"remote_batch_frees", "sefer_remote_batch_frees_total", NULL, true},
+    {"profile_sample_bytes_now", "sefer_profile_sample_bytes", NULL, false},
     {"guard_invalid_free", "sefer_guard_detections_total", "invalid_free", true},
     {"guard_interior_free", "sefer_guard_detections_total", "interior_free", true},
     {"guard_double_free", "sefer_guard_detections_total", "double_free", true},
