@@ -139,11 +139,10 @@ static int64_t draw_gap(sf_heap_t *heap, uint64_t rate) {
  * one sample per 2 MiB: 3.6 million a second, 2.7x the time of the
  * profile off), and the cost grows with the allocation rate, not with
  * what the profile learns.  So the samples are paced (pace_sample,
- * below): once a window has seen more
- * than its share of profile.max_samples, the mean gap in force doubles
- * (pace_shift: the gap is profile.sample_bytes << pace_shift), and a
- * window that saw under a quarter of its share halves it back, down to
- * profile.sample_bytes.  Every gap is drawn at the rate then in force and
+ * below): once a window has seen more than its share of
+ * profile.max_samples, the mean gap in force doubles (pace_shift: the gap
+ * is profile.sample_bytes << pace_shift), and a window that saw under a
+ * quarter of its share halves it back, down to profile.sample_bytes.  Every gap is drawn at the rate then in force and
  * each sample is weighed at the rate its gap was drawn at (above), so the
  * chance of every allocation is known when it is made and the estimates
  * stay unbiased while paced: only their spread grows, with the gap. */
@@ -161,7 +160,15 @@ static uint64_t paced_rate(uint64_t rate) {
     return rate >= ((uint64_t)GAP_MAX >> s) ? (uint64_t)GAP_MAX : rate << s;
 }
 
+/* (0 with the profile off) */
 uint64_t sf_prof_rate_now(void) { return paced_rate(sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES)); }
+
+/* The gap comes down to shift s (below the one in force): the heaps look
+ * again at their next refill (sf_prof_pace_check). */
+static void pace_lower(unsigned s) {
+    atomic_store_explicit(&pace_shift, s, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
+}
 
 /* A window's length: 100 ms, longer where the cap would allow under four
  * samples in it (a share of zero or one doubled the gap at every sample). */
@@ -181,10 +188,7 @@ static uint64_t pace_window_ms(uint64_t cap) {
 static void pace_sample(void) {
     uint64_t cap = sf_knob(SF_KNOB_PROFILE_MAX_SAMPLES);
     if (cap == 0) {
-        if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0) {
-            atomic_store_explicit(&pace_shift, 0, memory_order_relaxed);
-            atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
-        }
+        if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0) pace_lower(0);
         return;
     }
     uint64_t window = pace_window_ms(cap), now = sf_now_ms();
@@ -203,10 +207,7 @@ static void pace_sample(void) {
             s--;
             seen *= 2;
         }
-        if (s != was) {
-            atomic_store_explicit(&pace_shift, s, memory_order_relaxed);
-            atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
-        }
+        if (s != was) pace_lower(s);
     }
     uint64_t limit = cap * window / 1000;
     if (atomic_fetch_add_explicit(&pace_count, 1, memory_order_relaxed) + 1 == limit + 1) {
@@ -228,10 +229,8 @@ static void pace_sample(void) {
  * gigabytes for its next sample once the storm is over. */
 void sf_prof_pace_redraw(sf_heap_t *heap) {
     heap->prof.pace_epoch = atomic_load_explicit(&sf_prof_pace_epoch, memory_order_relaxed);
-    uint64_t knob = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES), drawn_at = heap->prof.rate;
-    if (knob == 0 || drawn_at == 0 || drawn_at == UINT64_MAX) return;
-    uint64_t rate = paced_rate(knob);
-    if (rate >= drawn_at) return;
+    uint64_t rate = sf_prof_rate_now(), drawn_at = heap->prof.rate;
+    if (rate == 0 || drawn_at == 0 || drawn_at == UINT64_MAX || rate >= drawn_at) return;
     heap->prof.rate = rate;
     heap->sample_left = draw_gap(heap, rate);
 }
@@ -241,8 +240,7 @@ void sf_prof_pace_redraw(sf_heap_t *heap) {
 static __thread uint64_t prof_due_size __attribute__((tls_model("initial-exec")));
 
 bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
-    uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
-    if (rate != 0) rate = paced_rate(rate);
+    uint64_t rate = sf_prof_rate_now();
     if (rate == 0) {
         heap->prof.rate = 0;
         heap->sample_left = SF_SAMPLE_IDLE;
@@ -503,9 +501,8 @@ void sf_prof_after_class_alloc(void *p) {
 }
 
 void *sf_prof_span(void *p) {
-    uint64_t rate = sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES);
+    uint64_t rate = sf_prof_rate_now();
     if (rate == 0 || prof_quiet) return p;
-    rate = paced_rate(rate);
     sf_page_t *page = sf_page_of(sf_segment_of(p), p);
     uint64_t size = page->span_bytes;
     uint64_t r = splitmix(atomic_fetch_add_explicit(&span_rng, 0x9e3779b97f4a7c15ull, memory_order_relaxed));
@@ -618,10 +615,7 @@ void sf_prof_init(void) {
  * profile was off (only the owner writes a heap's countdown). */
 void sf_prof_knob_changed(void) {
     /* a new rate starts its pace afresh (the heaps redraw at their refills) */
-    if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0) {
-        atomic_store_explicit(&pace_shift, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&sf_prof_pace_epoch, 1, memory_order_relaxed);
-    }
+    if (atomic_load_explicit(&pace_shift, memory_order_relaxed) != 0) pace_lower(0);
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind == SF_HEAP_REAL) {
         heap->prof.rate = UINT64_MAX;

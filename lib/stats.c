@@ -100,7 +100,7 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->profile_bytes = prof.bytes;
     out->profile_unwind_fallbacks = prof.unwind_fallbacks;
     out->profile_unwind_disagreements = prof.unwind_disagreements;
-    out->profile_sample_bytes_now = prof.rate == 0 ? 0 : prof.rate_now;
+    out->profile_sample_bytes_now = prof.rate_now; /* (0 off) */
     sf_gsample_counts(&out->guard_samples, &out->guard_samples_live);
 }
 
