@@ -2,8 +2,9 @@
  *
  * Guard level 2 has fast paths of its own (fastpath.h: sf_malloc_l2,
  * sf_free_l2) so that its checks cost a few instructions, not a trip through
- * the generic paths; the sampled guard counts bytes on each malloc, and so
- * does the heap profile once armed (its countdown, fastpath.h).  Every
+ * the generic paths; the heap profile once armed counts bytes on each
+ * malloc (its countdown, fastpath.h), and the sampled guard counts on the
+ * same countdown (profile.c, "one countdown, two points").  Every
  * entry point's malloc (fastpath.h, sf_malloc) and the exported free are
  * levels 0-1's fast paths themselves, with their bounds read from
  * sf_entry_bounds (internal.h): a mode that changes malloc (level 2, the
@@ -22,8 +23,11 @@
  * generic, which applies level 2's checks. */
 #include "fastpath.h"
 
-/* The sampled guard on (guard_sample.c): levels 0-1's or level 2's
- * malloc, after counting the thread's bytes down to its next sample. */
+/* The sampled guard on at level 3 (guard_sample.c): level 3's malloc
+ * after counting the thread's bytes down to its next sample.  (At levels
+ * 0-2 the guard's point is on the heap's countdown, profile.c; level 3's
+ * allocations reach it only on the class paths, which are not told the
+ * request's size.) */
 static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
 /* (the subtraction unsigned, read back signed: the same two instructions
  * without signed overflow; a request above 2^63 that lifts the count
@@ -33,27 +37,24 @@ static bool sample_due(size_t n) {
     sample_left = left;
     return left < 0;
 }
-SF_HOT static void *malloc_levels01_sampled(size_t n) {
+static void *malloc_level3_sampled(size_t n) {
     if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
     return sf_malloc_counted(n);
-}
-SF_HOT static void *malloc_level2_sampled(size_t n) {
-    if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
-    return sf_malloc_l2(n);
 }
 
 sf_entry_bounds_t sf_entry_bounds = {.small_end = SF_DIRECT_MAX + 1, .medium_span = SF_MEDIUM_MAX - SF_DIRECT_MAX, .chunk_end = SF_SEGMAP_CHUNKS};
 
 /* Where every entry's malloc (fastpath.h, sf_malloc; operator new's pop)
- * goes past its bounds when neither inlined path (level 2's, the armed
- * profile's) takes it: every request with the sampled guard on, a dry free
- * list or a large size at levels 0-1 (three questions more before
+ * goes past its bounds when neither inlined path (level 2's, the counted
+ * one of the armed profile and the sampled guard) takes it: every request
+ * at level 3 with the sampled guard on, a dry free list or a large size at
+ * levels 0-1 (three questions more before
  * sf_malloc_generic, which copes with a caller that read the bounds while
  * sf_entry_choose changed them).  Direct calls: no indirect jump. */
 SF_HOT void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap) {
-    if (sf_l2_fast) return sf_gsample_on ? malloc_level2_sampled(n) : sf_malloc_l2(n);
-    if (sf_gsample_on) return malloc_levels01_sampled(n);
-    if (sf_prof_is_armed()) return sf_malloc_counted(n);
+    if (sf_l2_fast) return sf_malloc_l2(n);
+    if (sf_gsample_on && sf_guard_level >= 3) return malloc_level3_sampled(n);
+    if (sf_prof_is_armed() || sf_gsample_on) return sf_malloc_counted(n);
     /* level 3: its own checked path at once (through sf_malloc_generic,
      * sf_malloc_slow and malloc_slow_guarded, which have nothing for it,
      * 49 instructions a malloc more); not in a phase or under valgrind's
@@ -85,9 +86,11 @@ SF_HOT void sf_free_entry_slow(void *p) {
 void sf_entry_choose(void) {
     bool malloc_other = sf_l2_fast || sf_gsample_on || sf_prof_is_armed();
     bool free_other = sf_l2_fast || sf_guard_level >= 3;
-    __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast && !sf_gsample_on, __ATOMIC_RELAXED);
-    __atomic_store_n(&sf_entry_bounds.malloc_counted, !sf_l2_fast && !sf_gsample_on && sf_prof_is_armed(),
-                     __ATOMIC_RELAXED);
+    /* (the sampled guard counts on the profile's countdown, but at level 3:
+     * sf_malloc_entry_slow) */
+    bool counted = sf_gsample_on ? sf_guard_level < 3 : sf_prof_is_armed();
+    __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast, __ATOMIC_RELAXED);
+    __atomic_store_n(&sf_entry_bounds.malloc_counted, !sf_l2_fast && counted, __ATOMIC_RELAXED);
     __atomic_store_n(&sf_entry_bounds.free_l2, sf_l2_fast, __ATOMIC_RELAXED);
     if (malloc_other) {
         __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);

@@ -69,8 +69,8 @@ SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n, bool counted) {
 
 SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
 
-/* The armed profile's malloc (and the sampled guard's, past its own
- * count): the fast path with constant bounds, counted (sf_sample_tick),
+/* The armed profile's malloc and the sampled guard's (one countdown for
+ * both: profile.c): the fast path with constant bounds, counted (sf_sample_tick),
  * else sf_malloc_generic.  What sf_malloc below runs past its first
  * comparison while the profile is armed, and what the modes' paths behind
  * sf_malloc_entry_slow call (sf_malloc there would come back). */

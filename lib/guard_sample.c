@@ -22,13 +22,18 @@
  * (guard_report.c).  A double free or an invalid free of a slot is reported
  * with the same stacks.
  *
- * Which allocations: every entry's malloc (entry.c: malloc, calloc,
- * realloc, aligned requests, operator new at levels 0-2, since 551f14d)
- * counts each thread's bytes down from a random draw of mean
- * guard.sample_bytes (uniform in [1, 2R]), one subtraction and a branch
- * per call, and only while the knob is not 0; the one that crosses zero is
- * sampled if it fits a page, a slot is free and guard.sample_max_rate
- * allows one now.  (An aligned request sampled is one for `align` bytes,
+ * Which allocations: at levels 0-2 the bytes each heap allocates are
+ * counted down to the nearer of the heap profile's next point and the
+ * guard's, on the profile's countdown (profile.c, "one countdown, two
+ * points"; the entry's malloc takes the counted path while the knob is
+ * not 0: entry.c), the guard's drawn at random with mean
+ * guard.sample_bytes (uniform in [1, 2R]); the allocation that reaches it
+ * is sampled (sf_gsample_take) if it fits a page, a slot is free and
+ * guard.sample_max_rate allows one now, where its path knows the request
+ * (the counted pops, level 2's); a class's slow path passes the point on to
+ * the next allocation, once.  At level 3, whose allocations meet that
+ * countdown only on class paths, each thread counts its malloc calls' bytes
+ * down itself (entry.c, sf_gsample_malloc).  (An aligned request sampled is one for `align` bytes,
  * at most a page, so the block at the page's end is aligned.)  The pool is 2 * SLOTS + 1 pages of address space; at most
  * SLOTS pages (256 KiB) are ever resident, and the slots' records (stacks
  * included) are 17 KiB of .bss. */
@@ -344,23 +349,30 @@ static bool rate_allows(void) {
                                                                   memory_order_relaxed, memory_order_relaxed);
 }
 
-void *sf_gsample_malloc(size_t n, int64_t *left) {
+int64_t sf_gsample_draw(void) {
     if (rng == 0) rng = ((uintptr_t)&rng ^ (uint64_t)sf_now_ms() * 0x9e3779b97f4a7c15ull) | 1;
     rng ^= rng >> 12; /* xorshift64 */
     rng ^= rng << 25;
     rng ^= rng >> 27;
     uint64_t draw = 1 + (rng * 0x2545f4914f6cdd1dull) % (2 * sample_rate);
-    *left = draw > INT64_MAX ? INT64_MAX : (int64_t)draw;
+    return draw > INT64_MAX ? INT64_MAX : (int64_t)draw;
+}
+
+void *sf_gsample_take(size_t n) {
+    if (busy || n > SLOT_PAGE || !rate_allows()) return NULL;
+    busy = true; /* (the unwinder may allocate) */
+    void *p = pool_alloc(n);
+    busy = false;
+    return p;
+}
+
+void *sf_gsample_malloc(size_t n, int64_t *left) {
+    *left = sf_gsample_draw();
     bool first = !drawn; /* (a thread's first malloc only starts its count) */
     drawn = true;
-    void *p = NULL;
-    if (!first && !busy && n <= SLOT_PAGE && rate_allows()) {
-        busy = true; /* (the unwinder may allocate) */
-        p = pool_alloc(n);
-        busy = false;
-    }
+    void *p = first ? NULL : sf_gsample_take(n);
     if (p != NULL) return p;
-    return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_counted(n);
+    return sf_malloc_counted(n);
 }
 
 /* ---- free, realloc, usable size ---------------------------------------------------- */

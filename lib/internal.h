@@ -671,6 +671,13 @@ SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 /* ---- guard_sample.c: the sampled guard (guard.sample_bytes) -------------- */
 SF_HIDDEN extern bool sf_gsample_on; /* set at start-up */
 SF_HIDDEN void sf_gsample_init(void);
+/* A sampled block of n bytes in a slot, or NULL (too big, no slot free,
+ * guard.sample_max_rate, or the thread inside a sample already). */
+SF_HIDDEN void *sf_gsample_take(size_t n);
+/* Bytes to the next sampled allocation: uniform in [1, 2 guard.sample_bytes]. */
+SF_HIDDEN int64_t sf_gsample_draw(void);
+/* Level 3's count (its allocations meet no countdown that knows the
+ * request's size: entry.c): a thread's own, in *left. */
 SF_HIDDEN void *sf_gsample_malloc(size_t n, int64_t *left);
 SF_HIDDEN bool sf_gsample_holds(const void *p);
 SF_HIDDEN bool sf_gsample_free(void *p); /* false: not a sampled block */
@@ -711,10 +718,15 @@ SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */
 SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside malloc) */
 SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
 /* The heap's countdown (sf_heap_t.sample_left) fell below zero with an
- * allocation that counted `size` bytes: whether that allocation is a
- * sample (then the record takes its weight from size); the countdown is
- * drawn again either way. */
-SF_HIDDEN bool sf_prof_decide(sf_heap_t *heap, uint64_t size);
+ * allocation that counted `size` bytes: which point it reached, the heap
+ * profile's (the allocation is a sample, whose record takes its weight from
+ * size) or the sampled guard's (the caller places the allocation in a slot,
+ * sf_gsample_take; only where guard_here: a path that knows the request's
+ * size; elsewhere the guard's point moves to the next allocation that
+ * counts), or none; the countdown is drawn again either way (profile.c,
+ * "one countdown, two points"). */
+enum sf_count_out { SF_COUNT_OUT_NONE, SF_COUNT_OUT_PROFILE, SF_COUNT_OUT_GUARD };
+SF_HIDDEN enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_here);
 /* A fast pop's countdown fell below zero (fastpath.h, sf_sample_tick):
  * serves the request of n bytes, sampled if it is due. */
 SF_HIDDEN void *sf_sample_take(size_t n, sf_heap_t *heap);

@@ -387,7 +387,8 @@ void *sf_page_malloc_class(sf_heap_t *heap, unsigned class_idx) {
      * themselves; one a fast pop found due comes forced (sf_sample_take) */
     bool sampled = force == SF_PROF_FORCE_SAMPLE;
     uint32_t size = sf_class_size[class_idx];
-    if (force == SF_PROF_FORCE_NONE && sf_sample_tick(heap, size)) sampled = sf_prof_decide(heap, size);
+    if (force == SF_PROF_FORCE_NONE && sf_sample_tick(heap, size))
+        sampled = sf_countdown_out(heap, size, false) == SF_COUNT_OUT_PROFILE;
     if (SF_UNLIKELY(sampled)) {
         void *p = heap_malloc_from(heap, class_idx, true);
         if (p != NULL) return p;

@@ -6,14 +6,16 @@
  * exponential with mean R, independent of each other.  An allocation is
  * sampled when its bytes hold a point, so a block counted with s bytes is
  * sampled with p = 1 - exp(-s/R), independently of every other block.
- * Each heap counts down the gap to its next point (sf_heap_t.sample_left):
+ * Each heap counts down the gap to its next point (sf_heap_t.sample_left,
+ * which runs to the sampled guard's point instead where that is nearer:
+ * "one countdown, two points" below):
  *
  *   - while the profile is armed every allocation subtracts its bytes
  *     once: a counted pop (fastpath.h, sf_sample_tick; the entry points'
  *     malloc is sent to the counted one by sf_entry_choose) the request's
  *     size, the slow path (page.c, sf_page_malloc_class) the class's,
  *     since it is not told the request; the slow paths count on or off;
- *   - below zero, a point fell in the allocation: sf_prof_decide draws
+ *   - below zero, a point fell in the allocation: prof_decide draws
  *     the next gap from the allocation's end (the process forgets its past)
  *     and says it is a sample; the fast pop hands nothing out and
  *     sf_sample_take serves the request from a page of sampled blocks
@@ -219,6 +221,44 @@ static void pace_sample(void) {
     }
 }
 
+/* ---- one countdown, two points ------------------------------------------------
+ *
+ * The sampled guard (guard.sample_bytes, guard_sample.c) picks its
+ * allocations by the bytes a heap allocates too, so it counts on the same
+ * countdown: sf_heap_t.sample_left runs to the nearer of the profile's
+ * next point and the guard's, and each lies prof_extra or guard_extra
+ * bytes past it (constants while the countdown runs, since every count
+ * subtracts from all three alike).  With the guard off guard_extra is
+ * unused and prof_extra 0: the countdown is the profile's.  (The guard
+ * had a count of its own on every malloc, behind a bound that sent every
+ * request to the slow entry: a malloc(64) + free 79 instructions against
+ * the armed profile's 65.) */
+
+static int64_t sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+/* The countdown from the distances (bytes, >= 0) to the profile's point
+ * and the guard's. */
+/* Whether the guard's point is on the heaps' countdowns: not at level 3,
+ * whose allocations meet them only on the class paths (entry.c). */
+static bool guard_counts(void) { return sf_gsample_on && sf_guard_level < 3; }
+
+static void countdown_set(sf_heap_t *heap, int64_t prof, int64_t guard) {
+    bool with_guard = guard_counts();
+    int64_t m = with_guard && guard < prof ? guard : prof;
+    heap->sample_left = m;
+    heap->prof.prof_extra = prof - m;
+    heap->prof.guard_extra = with_guard ? guard - m : 0;
+}
+
+/* The profile's point moves to `prof` bytes ahead; the guard's stays. */
+static void prof_left_set(sf_heap_t *heap, int64_t prof) {
+    countdown_set(heap, prof, sat_add(heap->sample_left, heap->prof.guard_extra));
+}
+
 /* The gap came down since heap last looked (sf_prof_pace_check, on its
  * refills): a gap it drew at a slower pace is drawn again at the pace in
  * force.  What is left of an exponential gap is exponential with the same
@@ -232,18 +272,21 @@ void sf_prof_pace_redraw(sf_heap_t *heap) {
     uint64_t rate = sf_prof_rate_now(), drawn_at = heap->prof.rate;
     if (rate == 0 || drawn_at == 0 || drawn_at == UINT64_MAX || rate >= drawn_at) return;
     heap->prof.rate = rate;
-    heap->sample_left = draw_gap(heap, rate);
+    prof_left_set(heap, draw_gap(heap, rate));
 }
 
 /* ---- the allocation paths' side (fastpath.h, page.c) ------------------------ */
 
 static __thread uint64_t prof_due_size __attribute__((tls_model("initial-exec")));
 
-bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
+/* The profile's point fell in the allocation that counted `size` bytes:
+ * whether that allocation is a sample; *next: the bytes to the profile's
+ * next point from its end. */
+static bool prof_decide(sf_heap_t *heap, uint64_t size, int64_t *next) {
     uint64_t rate = sf_prof_rate_now();
     if (rate == 0) {
         heap->prof.rate = 0;
-        heap->sample_left = SF_SAMPLE_IDLE;
+        *next = SF_SAMPLE_IDLE;
         return false;
     }
     uint64_t drawn_at = heap->prof.rate;
@@ -254,7 +297,7 @@ bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
         drawn_at = rate;
         int64_t gap = draw_gap(heap, rate);
         if ((uint64_t)gap >= size) {
-            heap->sample_left = gap - (int64_t)size;
+            *next = gap - (int64_t)size;
             return false;
         }
     }
@@ -262,7 +305,7 @@ bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
      * allocation: a sample at that rate (another thread may have set a new
      * one since; the next gap is the new rate's) */
     heap->prof.rate = rate;
-    heap->sample_left = draw_gap(heap, rate);
+    *next = draw_gap(heap, rate);
     if (SF_UNLIKELY(prof_quiet)) return false; /* (inside the unwinder: served unsampled) */
     prof_due_rate = drawn_at;
     prof_due_size = size;
@@ -270,12 +313,48 @@ bool sf_prof_decide(sf_heap_t *heap, uint64_t size) {
     return true;
 }
 
+enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_here) {
+    int64_t left = heap->sample_left;
+    int64_t prof = sat_add(left, heap->prof.prof_extra), guard = sat_add(left, heap->prof.guard_extra);
+    bool guard_due = false;
+    if (guard_counts() && guard < 0) {
+        guard_due = heap->prof.guard_drawn; /* (the first run-out only starts its count) */
+        heap->prof.guard_drawn = 1;
+        guard = sf_gsample_draw();
+    }
+    enum sf_count_out out = SF_COUNT_OUT_NONE;
+    if (prof < 0 && prof_decide(heap, size, &prof)) out = SF_COUNT_OUT_PROFILE;
+    if (guard_due) {
+        /* the guard's allocation is the next one that counts, where this
+         * one is the profile's or its path cannot place a block of the
+         * request's size (the profile needs its every point taken: the
+         * guard picks any allocation near its point); once: a heap whose
+         * allocations all take such paths (aligned ones) would otherwise
+         * run out on every one */
+        if (out == SF_COUNT_OUT_PROFILE || !guard_here) {
+            if (!heap->prof.guard_passed) guard = 0;
+            heap->prof.guard_passed = !heap->prof.guard_passed;
+        } else {
+            out = SF_COUNT_OUT_GUARD;
+            heap->prof.guard_passed = 0;
+        }
+    }
+    countdown_set(heap, prof, guard);
+    return out;
+}
+
 void *sf_sample_take(size_t n, sf_heap_t *heap) {
-    if (!sf_prof_decide(heap, n)) {
-        /* not due (a first look, the profile off, the unwinder): the
-         * request again by its fast path, which counts it again, so not
-         * twice.  (Not sf_malloc_generic: its swaps take the page's free
-         * list to be empty, which it need not be here, and overwrote it.) */
+    enum sf_count_out out = sf_countdown_out(heap, n, true);
+    if (out == SF_COUNT_OUT_GUARD) {
+        void *p = sf_gsample_take(n);
+        if (p != NULL) return p;
+    }
+    if (out != SF_COUNT_OUT_PROFILE) {
+        /* not due (a first look, the profile off, the unwinder, a guard
+         * sample the guard could not place): the request again by its fast
+         * path, which counts it again, so not twice.  (Not
+         * sf_malloc_generic: its swaps take the page's free list to be
+         * empty, which it need not be here, and overwrote it.) */
         heap->sample_left += (int64_t)n;
         return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_counted(n);
     }
@@ -288,7 +367,7 @@ void *sf_sample_take(size_t n, sf_heap_t *heap) {
 }
 
 void *sf_sample_take_class(unsigned c, sf_heap_t *heap) {
-    bool due = sf_prof_decide(heap, sf_class_size[c]);
+    bool due = sf_countdown_out(heap, sf_class_size[c], false) == SF_COUNT_OUT_PROFILE;
     heap->prof.force = due ? SF_PROF_FORCE_SAMPLE : SF_PROF_FORCE_COUNTED;
     void *p = sf_alloc_class(c);
     heap->prof.force = SF_PROF_FORCE_NONE;
@@ -619,7 +698,7 @@ void sf_prof_knob_changed(void) {
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind == SF_HEAP_REAL) {
         heap->prof.rate = UINT64_MAX;
-        heap->sample_left = 0;
+        prof_left_set(heap, 0);
     }
     if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) == 0 || sf_prof_is_armed()) return;
     __atomic_store_n(&sf_prof_armed, true, __ATOMIC_RELAXED);

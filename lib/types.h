@@ -327,9 +327,18 @@ typedef struct {
  * beside `allocs` (sf_heap_t.sample_left). */
 enum { SF_PROF_FORCE_NONE, SF_PROF_FORCE_SAMPLE, SF_PROF_FORCE_COUNTED };
 typedef struct {
+    /* the countdown (sf_heap_t.sample_left) runs to the nearer of two
+     * points: the profile's next sample and the sampled guard's
+     * (guard.sample_bytes, guard_sample.c); each lies this many bytes past
+     * it (profile.c, countdown_set) */
+    int64_t prof_extra, guard_extra;
     uint64_t rate;  /* the profile.sample_bytes the countdown was drawn with (0: none) */
     uint64_t rng;   /* 0: not seeded yet */
     uint32_t pace_epoch; /* sf_prof_pace_epoch when it last looked (profile.c, pacing) */
+    uint8_t guard_drawn; /* the sampled guard's point was drawn once (the first run-out
+                            only starts its count) */
+    uint8_t guard_passed; /* its point was passed on to the next allocation (profile.c,
+                             sf_countdown_out) */
     uint8_t force;  /* the next class allocation (page.c, sf_page_malloc_class) is a
                        sample (SF_PROF_FORCE_SAMPLE) or counted already
                        (SF_PROF_FORCE_COUNTED); profile.c, sf_sample_take */
@@ -370,8 +379,9 @@ typedef struct sf_heap_s {
                                          (size+8+15)/16; all empty page otherwise */
     uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
     /* bytes the heap's allocations may take before the heap profile's next
-     * sample point (fastpath.h, sf_sample_tick; profile.c): below zero, the
-     * allocation that took it there asks sf_prof_decide (a sample, unless
+     * sample point or the sampled guard's, the nearer (fastpath.h,
+     * sf_sample_tick; profile.c): below zero, the allocation that took it
+     * there asks sf_countdown_out which point it reached (a sample, unless
      * the heap had not drawn a gap at the rate in force) */
     int64_t sample_left;
     sf_page_queue_t queues[SF_CLASS_COUNT];

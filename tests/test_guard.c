@@ -826,8 +826,13 @@ static void run_sample_case(enum sample_case c)
     dup2(1, 2); /* the report, to the parent with the rest */
     printf("alloc_fn=%p free_fn=%p\n", (void *)sample_alloc, (void *)sample_free);
     fflush(stdout);
-    for (int i = 0; i < 8; i++) /* a thread's first malloc only starts its count */
+    /* a thread's first malloc only starts its count, and an allocation on a
+     * class's slow path (the first of its class) passes the guard's point
+     * on to the next (lib/profile.c, "one countdown, two points") */
+    for (int i = 0; i < 8; i++) {
         free(malloc(16));
+        free(malloc(100));
+    }
     if (c == GS_CLEAN) {
         /* sampled blocks have exactly the request as usable size; class
          * blocks of 100 bytes have 112 */
