@@ -94,6 +94,10 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
  * path is off), and the count with the class's size; NULL: the way round. */
 static void *phase_pop(size_t n, sf_heap_t *heap) {
     if (n > SF_MEDIUM_MAX || heap->kind != SF_HEAP_REAL || sf_pages_checked()) return NULL;
+    if (SF_UNLIKELY(sf_gsample_on)) { /* (sf_heap_pop's count is by class: entry.c) */
+        void *g = sf_gsample_thread_tick(n);
+        if (g != NULL) return g;
+    }
     unsigned c = sf_class_of(n);
     void *p = sf_heap_pop(heap, c);
     if (p != NULL) sf_phase_count(SF_PHASE_ALLOC, (int64_t)sf_class_size[c]);
@@ -158,6 +162,12 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
 }
 
 SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
+    /* a thread without a heap of its own (threads.heap_after, none left, at
+     * exit): the sampled guard counts its bytes itself (entry.c) */
+    if (SF_UNLIKELY(sf_gsample_on) && heap->kind != SF_HEAP_REAL && sf_guard_level < 3) {
+        void *g = sf_gsample_thread_tick(n);
+        if (g != NULL) return g;
+    }
     if (SF_UNLIKELY(sf_guard_level >= 2)) return malloc_slow_guarded(n, heap);
     if (sf_request_is_span(n)) return sf_alloc_span(n, 0);
     unsigned c = sf_class_of(n);

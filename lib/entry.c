@@ -23,11 +23,13 @@
  * generic, which applies level 2's checks. */
 #include "fastpath.h"
 
-/* The sampled guard on at level 3 (guard_sample.c): level 3's malloc
- * after counting the thread's bytes down to its next sample.  (At levels
- * 0-2 the guard's point is on the heap's countdown, profile.c; level 3's
- * allocations reach it only on the class paths, which are not told the
- * request's size.) */
+/* The sampled guard's count of the thread's own bytes (guard_sample.c):
+ * at levels 0-2 the guard's point is on the heap's countdown (profile.c,
+ * "one countdown, two points"), but allocations that meet no countdown
+ * that knows the request's size count here: every one at level 3 (whose
+ * allocations meet the heap's on the class paths only), those of threads
+ * without a heap of their own and those made in a phase (alloc.c, both
+ * served by class paths). */
 static __thread int64_t sample_left __attribute__((tls_model("initial-exec")));
 /* (the subtraction unsigned, read back signed: the same two instructions
  * without signed overflow; a request above 2^63 that lifts the count
@@ -37,9 +39,12 @@ static bool sample_due(size_t n) {
     sample_left = left;
     return left < 0;
 }
+void *sf_gsample_thread_tick(size_t n) {
+    return SF_UNLIKELY(sample_due(n)) ? sf_gsample_thread_due(n, &sample_left) : NULL;
+}
 static void *malloc_level3_sampled(size_t n) {
-    if (SF_UNLIKELY(sample_due(n))) return sf_gsample_malloc(n, &sample_left);
-    return sf_malloc_counted(n);
+    void *p = sf_gsample_thread_tick(n);
+    return p != NULL ? p : sf_malloc_counted(n);
 }
 
 sf_entry_bounds_t sf_entry_bounds = {.small_end = SF_DIRECT_MAX + 1, .medium_span = SF_MEDIUM_MAX - SF_DIRECT_MAX, .chunk_end = SF_SEGMAP_CHUNKS};

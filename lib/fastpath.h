@@ -31,10 +31,12 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
     return b;
 }
 
-/* The heap profile's countdown (profile.c, "Sampling"): n bytes more
- * allocated from the heap; true if they reach its next sample point, and
- * then the caller hands nothing out: sf_sample_take serves the request.
- * Every allocation passes here once while the profile is armed (the
+/* The heap profile's countdown (profile.c, "Sampling"; the sampled
+ * guard's point is on it too: "one countdown, two points"): n bytes more
+ * allocated from the heap; true if they reach its next point, and then the
+ * caller hands nothing out: sf_sample_take serves the request.  Every
+ * allocation passes here once while the profile is armed or the sampled
+ * guard on (the
  * counted fast paths, or the slow path's sf_page_malloc_class): a
  * subtraction from memory and a jump on its sign.  The entry points' own
  * fast path (sf_malloc) does not count: arming the profile sends it to
@@ -72,7 +74,8 @@ SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
 /* The armed profile's malloc and the sampled guard's (one countdown for
  * both: profile.c): the fast path with constant bounds, counted (sf_sample_tick),
  * else sf_malloc_generic.  What sf_malloc below runs past its first
- * comparison while the profile is armed, and what the modes' paths behind
+ * comparison while the profile is armed or the sampled guard on (but at
+ * level 3), and what the modes' paths behind
  * sf_malloc_entry_slow call (sf_malloc there would come back). */
 SF_INLINE void *sf_malloc_counted_in(sf_heap_t *heap, size_t n) {
     sf_page_t *page;

@@ -366,13 +366,11 @@ void *sf_gsample_take(size_t n) {
     return p;
 }
 
-void *sf_gsample_malloc(size_t n, int64_t *left) {
+void *sf_gsample_thread_due(size_t n, int64_t *left) {
     *left = sf_gsample_draw();
-    bool first = !drawn; /* (a thread's first malloc only starts its count) */
+    bool first = !drawn; /* (a thread's first count only starts it) */
     drawn = true;
-    void *p = first ? NULL : sf_gsample_take(n);
-    if (p != NULL) return p;
-    return sf_malloc_counted(n);
+    return first ? NULL : sf_gsample_take(n);
 }
 
 /* ---- free, realloc, usable size ---------------------------------------------------- */

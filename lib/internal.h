@@ -521,6 +521,11 @@ SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
  * atomic load cost a register move, one instruction more). */
 SF_INLINE uint16_t sf_entry_malloc_modes(void) { return SF_PEEK(sf_entry_bounds.malloc_modes); }
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
+/* The sampled guard's count of the thread's own requests, where its
+ * allocations meet no heap countdown that knows the request (level 3;
+ * threads without a heap of their own; phases): a block in a slot, or
+ * NULL (not due, or no slot). */
+SF_HIDDEN void *sf_gsample_thread_tick(size_t n);
 SF_HIDDEN void sf_free_entry_slow(void *p);
 SF_HIDDEN void sf_entry_choose(void);
 
@@ -676,9 +681,9 @@ SF_HIDDEN void sf_gsample_init(void);
 SF_HIDDEN void *sf_gsample_take(size_t n);
 /* Bytes to the next sampled allocation: uniform in [1, 2 guard.sample_bytes]. */
 SF_HIDDEN int64_t sf_gsample_draw(void);
-/* Level 3's count (its allocations meet no countdown that knows the
- * request's size: entry.c): a thread's own, in *left. */
-SF_HIDDEN void *sf_gsample_malloc(size_t n, int64_t *left);
+/* The thread's own count of its requests' bytes (entry.c,
+ * sf_gsample_thread_tick), at *left, ran out: a block in a slot, or NULL. */
+SF_HIDDEN void *sf_gsample_thread_due(size_t n, int64_t *left);
 SF_HIDDEN bool sf_gsample_holds(const void *p);
 SF_HIDDEN bool sf_gsample_free(void *p); /* false: not a sampled block */
 SF_HIDDEN size_t sf_gsample_usable(const void *p);
@@ -723,7 +728,7 @@ SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run ti
  * size) or the sampled guard's (the caller places the allocation in a slot,
  * sf_gsample_take; only where guard_here: a path that knows the request's
  * size; elsewhere the guard's point moves to the next allocation that
- * counts), or none; the countdown is drawn again either way (profile.c,
+ * counts, once), or none; the countdown is drawn again either way (profile.c,
  * "one countdown, two points"). */
 enum sf_count_out { SF_COUNT_OUT_NONE, SF_COUNT_OUT_PROFILE, SF_COUNT_OUT_GUARD };
 SF_HIDDEN enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_here);

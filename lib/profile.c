@@ -10,8 +10,8 @@
  * which runs to the sampled guard's point instead where that is nearer:
  * "one countdown, two points" below):
  *
- *   - while the profile is armed every allocation subtracts its bytes
- *     once: a counted pop (fastpath.h, sf_sample_tick; the entry points'
+ *   - while the profile is armed (or the sampled guard on) every
+ *     allocation subtracts its bytes once: a counted pop (fastpath.h, sf_sample_tick; the entry points'
  *     malloc is sent to the counted one by sf_entry_choose) the request's
  *     size, the slow path (page.c, sf_page_malloc_class) the class's,
  *     since it is not told the request; the slow paths count on or off;
@@ -240,12 +240,13 @@ static int64_t sat_add(int64_t a, int64_t b) {
     return r;
 }
 
-/* The countdown from the distances (bytes, >= 0) to the profile's point
- * and the guard's. */
 /* Whether the guard's point is on the heaps' countdowns: not at level 3,
  * whose allocations meet them only on the class paths (entry.c). */
 static bool guard_counts(void) { return sf_gsample_on && sf_guard_level < 3; }
 
+/* The countdown from the distances (bytes, >= 0: both are draws, 0, or
+ * what is left of one while the countdown is not below zero) to the
+ * profile's point and the guard's. */
 static void countdown_set(sf_heap_t *heap, int64_t prof, int64_t guard) {
     bool with_guard = guard_counts();
     int64_t m = with_guard && guard < prof ? guard : prof;
@@ -326,12 +327,14 @@ enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_he
     if (prof < 0 && prof_decide(heap, size, &prof)) out = SF_COUNT_OUT_PROFILE;
     if (guard_due) {
         /* the guard's allocation is the next one that counts, where this
-         * one is the profile's or its path cannot place a block of the
-         * request's size (the profile needs its every point taken: the
-         * guard picks any allocation near its point); once: a heap whose
-         * allocations all take such paths (aligned ones) would otherwise
-         * run out on every one */
-        if (out == SF_COUNT_OUT_PROFILE || !guard_here) {
+         * one is the profile's (the profile needs its every point taken:
+         * the guard picks any allocation near its point) or its path cannot
+         * place a block of the request's size; that once only (a heap whose
+         * allocations all took such paths, aligned ones, would run out on
+         * every one): the next time the guard's point is drawn again */
+        if (out == SF_COUNT_OUT_PROFILE) {
+            guard = 0;
+        } else if (!guard_here) {
             if (!heap->prof.guard_passed) guard = 0;
             heap->prof.guard_passed = !heap->prof.guard_passed;
         } else {

@@ -786,6 +786,8 @@ enum sample_case {
     GS_DOUBLE,   /* a sampled block freed twice */
     GS_SLACK,    /* a write into the alignment bytes after the request: found on free */
     GS_CAPPED,   /* guard.sample_max_rate: no more samples than the elapsed time allows */
+    GS_NO_HEAP,  /* a thread still on the shared heap (threads.heap_after) is sampled too */
+    GS_PHASE,    /* and allocations made while a phase is open (sefer_phase_begin) */
     GS_COUNT
 };
 
@@ -821,14 +823,29 @@ static void *sample_churn(void *arg)
     return NULL;
 }
 
+/* Of 12 blocks of 100 bytes, how many were sampled (their usable size is
+ * the request's), each freed at once so that slots stay free. */
+static void *count_sampled(void *arg)
+{
+    (void)arg;
+    int sampled = 0;
+    for (int i = 0; i < 12; i++) {
+        unsigned char *p = sample_alloc(100);
+        sampled += malloc_usable_size(p) == 100;
+        sample_free(p);
+    }
+    return (void *)(intptr_t)sampled;
+}
+
 static void run_sample_case(enum sample_case c)
 {
     dup2(1, 2); /* the report, to the parent with the rest */
     printf("alloc_fn=%p free_fn=%p\n", (void *)sample_alloc, (void *)sample_free);
     fflush(stdout);
-    /* a thread's first malloc only starts its count, and an allocation on a
-     * class's slow path (the first of its class) passes the guard's point
-     * on to the next (lib/profile.c, "one countdown, two points") */
+    /* a heap's first count only starts it (a thread's, at level 3), and an
+     * allocation on a class's slow path (the first of its class) passes
+     * the guard's point on to the next (lib/profile.c, "one countdown, two
+     * points") */
     for (int i = 0; i < 8; i++) {
         free(malloc(16));
         free(malloc(100));
@@ -870,6 +887,23 @@ static void run_sample_case(enum sample_case c)
         sefer_stats_get(&sst, sizeof sst);
         printf("exact=%d samples=%llu live=%llu\n", exact, (unsigned long long)sst.guard_samples,
                (unsigned long long)sst.guard_samples_live);
+        exit(0);
+    }
+    if (c == GS_NO_HEAP || c == GS_PHASE) {
+        void *got = NULL;
+        if (c == GS_NO_HEAP) { /* (its first 16 allocations a second: the shared heap's) */
+            pthread_t t = st_spawn(count_sampled, NULL, 0);
+            pthread_join(t, &got);
+        } else {
+            struct sefer_phase ph = {.size = sizeof ph};
+            if (sefer_phase_begin("sampled") != 0) {
+                printf("no phase\n");
+                exit(5);
+            }
+            got = count_sampled(NULL);
+            sefer_phase_end(&ph);
+        }
+        printf("sampled=%d\n", (int)(intptr_t)got);
         exit(0);
     }
     if (c == GS_CAPPED) {
@@ -959,6 +993,17 @@ START_TEST(test_sampled_guard)
         ck_assert_msg(sm != NULL && sscanf(sm, "samples=%llu live=%llu", &samples, &live) == 2, "%s", out);
         ck_assert_msg(samples >= (unsigned long long)exact && live <= 64, "%s: samples %llu, live %llu", env_level,
                       samples, live);
+        return;
+    }
+    if (c == GS_NO_HEAP || c == GS_PHASE) {
+        /* at one sample a byte, every allocation that counts is due (a
+         * thread's first count only starts it): most of the 12, whatever
+         * path they take (both were never sampled once the guard counted
+         * on the heaps' countdowns, until the review of 287bd97) */
+        const char *sm = strstr(out, "sampled=");
+        int sampled = sm != NULL ? atoi(sm + 8) : -1;
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && sampled >= 6, "case %d %s: child %s: %s",
+                      (int)c, env_level, st_describe_status(st), out);
         return;
     }
     if (c == GS_CAPPED) {
