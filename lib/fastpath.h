@@ -110,8 +110,9 @@ SF_INLINE void *sf_malloc(size_t n) {
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     } else {
-        /* level 2's path and the armed profile's, before the medium sizes:
-         * their every call comes here.  One question for both, so that the
+        /* level 2's path and the counted one (the armed profile's and the
+         * sampled guard's), before the medium sizes: their every call comes
+         * here.  One question for both, so that the
          * medium sizes pay what they paid for level 2's alone; behind level
          * 2's and the medium sizes' questions the armed profile's malloc(64)
          * + free took 12 instructions more than off, where its count is 3

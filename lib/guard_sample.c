@@ -32,8 +32,10 @@
  * guard.sample_max_rate allows one now, where its path knows the request
  * (the counted pops, level 2's); a class's slow path passes the point on to
  * the next allocation, once.  At level 3, whose allocations meet that
- * countdown only on class paths, each thread counts its malloc calls' bytes
- * down itself (entry.c, sf_gsample_malloc).  (An aligned request sampled is one for `align` bytes,
+ * countdown only on class paths, and for threads still on the shared heap
+ * and allocations in a phase (served by class paths too), each thread
+ * counts its requests' bytes down itself (entry.c, sf_gsample_thread_tick;
+ * sf_gsample_thread_due below).  (An aligned request sampled is one for `align` bytes,
  * at most a page, so the block at the page's end is aligned.)  The pool is 2 * SLOTS + 1 pages of address space; at most
  * SLOTS pages (256 KiB) are ever resident, and the slots' records (stacks
  * included) are 17 KiB of .bss. */

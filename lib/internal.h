@@ -503,8 +503,8 @@ typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;
     /* past the bounds, the mode's paths inlined there (fastpath.h): level
-     * 2's malloc (without the sampled guard), the armed profile's counted
-     * malloc (levels 0-1 without the sampled guard), level 2's free; else
+     * 2's malloc, the counted malloc of the armed profile and the sampled
+     * guard (levels 0-1; the guard not at level 3), level 2's free; else
      * the slow paths (entry.c) */
     union {
         struct {

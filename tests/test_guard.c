@@ -786,7 +786,8 @@ enum sample_case {
     GS_DOUBLE,   /* a sampled block freed twice */
     GS_SLACK,    /* a write into the alignment bytes after the request: found on free */
     GS_CAPPED,   /* guard.sample_max_rate: no more samples than the elapsed time allows */
-    GS_NO_HEAP,  /* a thread still on the shared heap (threads.heap_after) is sampled too */
+    GS_NO_HEAP,  /* a thread still on the shared heap (threads.heap_after; at level 1:
+                    levels 2-3 give a thread its heap at once) is sampled too */
     GS_PHASE,    /* and allocations made while a phase is open (sefer_phase_begin) */
     GS_COUNT
 };
