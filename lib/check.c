@@ -317,20 +317,15 @@ static void sweep_page(const sf_segment_t *seg, const sf_page_t *page) {
     }
 }
 
-/* Level 3's quarantine of a heap no running thread owns: each block's free
- * mark and zero fill. */
+/* The quarantine of a heap no running thread owns: each block's free mark
+ * and first word (NULL while held), and at level 3 its zero fill. */
 static void sweep_quarantine(const sf_heap_t *heap) {
-    size_t n = 0;
-    const sf_block_t *prev = NULL;
-    for (const sf_block_t *b = heap->quarantine_head; b != NULL && n++ < heap->quarantine_count;
-         prev = b, b = b->next) {
-        if (!owned_block(heap, b)) { /* the link of the block before written over */
-            if (prev != NULL) sweep_found(&ck.sweep_uaf, prev);
-            return;
-        }
+    const sf_block_t *b;
+    for (size_t i = 0; (b = sf_quarantine_at(heap, i)) != NULL; i++) {
+        if (!owned_block(heap, b)) return; /* (check_quarantine reports it) */
         const sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-        if (b->cookie != sf_page_cookie(page) || (sf_guard_level >= 3 && !sf_junk_intact(page, b)) ||
-            (b == heap->quarantine_tail && b->next != NULL))
+        if (b->cookie != sf_page_cookie(page) || b->next != NULL ||
+            (sf_guard_level >= 3 && !sf_junk_intact(page, b)))
             sweep_found(&ck.sweep_uaf, b);
     }
 }
@@ -699,16 +694,17 @@ static void check_remote(const sf_heap_t *heap, const struct heap_tally *t) {
 }
 
 static void check_quarantine(const sf_heap_t *heap) {
+    const sf_block_t *b;
     size_t n = 0;
-    const sf_block_t *last = NULL;
-    for (const sf_block_t *b = heap->quarantine_head; b != NULL; last = b, b = b->next) {
-        if (n++ > heap->quarantine_count || !owned_block(heap, b)) {
-            report("quarantine holds no block of its heap (or loops)", b);
+    for (; (b = sf_quarantine_at(heap, n)) != NULL; n++) {
+        if (!owned_block(heap, b)) {
+            report("quarantine holds no block of its heap", b);
             return;
         }
     }
-    if (n != heap->quarantine_count || heap->quarantine_tail != last)
-        report("quarantine's count or tail is wrong", heap);
+    if (n != heap->quarantine_count || (heap->quarantine_head != NULL && heap->qring_cap != 0) ||
+        (heap->qring_cap & (heap->qring_cap - 1)) != 0 || heap->quarantine_count > heap->qring_cap + 1)
+        report("quarantine's count or ring is wrong", heap);
 }
 
 static void check_heap(int64_t hi) {

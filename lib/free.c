@@ -404,9 +404,10 @@ static void free_checked_uncounted(void *p) {
     sf_heap_t *owner = seg->heap, *me = sf_tls_heap;
     if (owner == me) {
         /* a phase ended and left this page off the free fast path: back on
-         * (sf_page_set_fast_owner reads the flags; before the free, which
-         * may release the page) */
-        if (SF_UNLIKELY(SF_PEEK(page->fast_heap) == NULL) && !(SF_GET(page->flags) & SF_PAGE_FULL) && !sf_phase_on())
+         * (before the free, which may release the page; not a page no fast
+         * path takes, whose word stays NULL: every level 3 free came here
+         * and wrote it again, 10 instructions) */
+        if (SF_UNLIKELY(SF_PEEK(page->fast_heap) == NULL) && sf_page_flags_fast(page) && !sf_phase_on())
             sf_page_set_fast_owner(page, me);
         sf_heap_owner_free(me, page, b); /* flags set: full or guarded page */
     } else if (owner == &sf_heap_fallback) {

@@ -262,51 +262,71 @@ void sf_guarded_shuffle(uint16_t *order, uint32_t n) {
     }
 }
 
-/* ---- quarantine (level 3): a FIFO threaded through the freed blocks ------- */
+/* ---- quarantine (levels 2-3) ------------------------------------------------ */
 
-static bool quarantined_block_ok(const sf_heap_t *heap, const sf_block_t *b) {
-    sf_segment_t *seg = sf_segmap_header(b);
-    if (seg == NULL || seg->heap != heap) return false;
-    const sf_page_t *page = sf_page_of(seg, b);
-    return SF_GET(page->in_use) && !(page->flags & SF_PAGE_SPAN) && sf_page_is_block_start(page, b);
+/* Level 3 holds freed blocks back in a FIFO of their addresses: a ring in
+ * memory of the heap's own (heap->qring), not a list threaded through the
+ * blocks.  Threaded, each release followed a link the program could have
+ * written after free, and looked it up in the segment map before trusting
+ * it: about 85 instructions a free.  A held block keeps its free mark and
+ * a NULL first word, both checked as it leaves, and the first word of the
+ * newest again at the next free (a write after free into those 16 bytes,
+ * which the zero fill does not cover, is found there; one further in when
+ * the block is handed out again, page_pop, or its page empties first).  The ring is mapped at the heap's first level-3 free
+ * with QRING_MIN entries and doubles whenever it is full while the heap
+ * holds fewer bytes than guard.quarantine, up to QRING_MAX (past which the
+ * oldest block leaves whatever the bytes): 32-byte blocks at the default
+ * 256 KiB take 8192 entries, 64 KiB.  It stays with the heap slot. */
+#define QRING_MIN 512u
+#define QRING_MAX (1u << 21)
+
+/* The entry i places after the oldest. */
+static sf_block_t **qring_at(const sf_heap_t *heap, size_t i) {
+    return &heap->qring[(heap->qring_first + i) & (heap->qring_cap - 1)];
 }
 
-static void quarantine_release_oldest(sf_heap_t *heap) {
-    sf_block_t *b = heap->quarantine_head;
-    sf_block_t *next = b->next;
-    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    /* its free mark overwritten: a write after free.  The block leaves the
-     * queue but is never reused (it stays counted in use).  Its zero fill
-     * is read once, not here: when the block would be handed out again
-     * (page.c, page_pop), or when its page empties first
-     * (sf_guarded_check_empty_page); read here as well, the fill of every
-     * reused block was read twice, a third of level 3's time on blocks of
-     * 64-256 KiB. */
-    bool dirty = b->cookie != sf_page_cookie(page);
-    if (dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
-    if (next != NULL && !quarantined_block_ok(heap, next)) {
-        /* the link of a quarantined block was overwritten: a write after
-         * free.  Forget the rest of the queue (its blocks stay allocated)
-         * rather than follow a bad pointer. */
-        if (!dirty) sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
-        next = NULL;
-        heap->quarantine_tail = NULL;
-        heap->quarantine_bytes = 0;
-        heap->quarantine_count = 1;
+/* Twice the entries (QRING_MIN the first time), the held ones copied in
+ * order.  False: at QRING_MAX already, or no memory. */
+static bool qring_grow(sf_heap_t *heap) {
+    size_t cap = heap->qring_cap ? (size_t)heap->qring_cap * 2 : QRING_MIN;
+    if (cap > QRING_MAX) return false;
+    sf_block_t **fresh = sf_os_map_plain(cap * sizeof *fresh);
+    if (fresh == NULL) return false;
+    for (size_t i = 0; i < heap->quarantine_count; i++) fresh[i] = *qring_at(heap, i);
+    if (heap->qring != NULL) {
+        sf_os_unmap(heap->qring, heap->qring_cap * sizeof *fresh);
+        sf_stat_sub(&sf_gstats.metadata, heap->qring_cap * sizeof *fresh);
     }
-    heap->quarantine_head = next;
-    if (next == NULL) heap->quarantine_tail = NULL;
+    sf_stat_add(&sf_gstats.metadata, cap * sizeof *fresh);
+    heap->qring = fresh;
+    heap->qring_cap = (uint32_t)cap;
+    heap->qring_first = 0;
+    return true;
+}
+
+/* b leaves the quarantine (it is no longer counted there): onto its
+ * page's free list if its first 16 bytes are as its free left them, else
+ * reported as a write after free and never reused (it stays counted in
+ * use).  Its zero fill is read once, not here: when the block would be
+ * handed out again (page.c, page_pop), or when its page empties first
+ * (sf_guarded_check_empty_page); read here as well, the fill of every
+ * reused block was read twice, a third of level 3's time on blocks of
+ * 64-256 KiB. */
+static void quarantine_release(sf_heap_t *heap, sf_block_t *b) {
+    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
                                                                          : heap->quarantine_bytes;
-    heap->quarantine_count--;
-    if (dirty) return;
+    if (SF_UNLIKELY(b->next != NULL || b->cookie != sf_page_cookie(page))) {
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
+        return;
+    }
     /* Level 3 has no fast path: its every malloc pops the class's page's
      * free list (sf_page_malloc_class), so the block goes there, where on
      * local_free each malloc after a release refilled the page through the
      * whole slow path (16-256 B pairs: 836 -> 785 instructions).  The
      * quarantine has kept it from coming straight back already.  (Level 2
-     * flushes its one block here too: its fast path pops the free list, so
-     * local_free, as its frees do.) */
+     * flushes its one block to local_free, as its frees do: its fast path
+     * pops the free list.) */
     if (sf_guard_level >= 3 && !(page->flags & SF_PAGE_FULL)) {
         sf_link_set(page, b, page->free);
         sf_free_onto(heap, page, b, &page->free);
@@ -315,27 +335,25 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_page_local_free_slow(heap, page, b);
 }
 
+static void quarantine_release_oldest(sf_heap_t *heap) {
+    sf_block_t *b = *qring_at(heap, 0);
+    heap->qring_first = (heap->qring_first + 1) & (heap->qring_cap - 1);
+    heap->quarantine_count--;
+    quarantine_release(heap, b);
+}
+
 /* Level 2's quarantine: the one block freed last, held until the next
- * arrives (head == tail, count 1).  No link is ever followed, so none needs
- * checking; the held block's own words must be as its free left them (link
- * NULL, free mark): else a write after free, reported, and the block is
- * never reused.  The FIFO's general code below cost each such free some
- * 110 instructions more (its link check looks the next block's segment up
- * in the map): every free of the checked path at level 2. */
+ * arrives (heap->quarantine_head, count 1), checked as it leaves like a
+ * level-3 block.  A FIFO's general code cost each such free some 110
+ * instructions more: every free of the checked path at level 2. */
 static void quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_block_t *old = heap->quarantine_head;
     b->next = NULL;
     b->cookie = sf_page_cookie(page);
-    heap->quarantine_head = heap->quarantine_tail = b;
+    heap->quarantine_head = b;
     heap->quarantine_count = 1;
+    if (old != NULL) quarantine_release(heap, old);
     heap->quarantine_bytes = page->block_size;
-    if (old == NULL) return;
-    sf_page_t *old_page = sf_page_of(sf_segment_of(old), old);
-    if (SF_UNLIKELY(old->next != NULL || old->cookie != sf_page_cookie(old_page))) {
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, old);
-        return;
-    }
-    sf_page_local_free_slow(heap, old_page, old);
 }
 
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
@@ -345,34 +363,51 @@ void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     }
     b->next = NULL;
     b->cookie = sf_page_cookie(page);
-    /* the newest block's link must still be NULL: a write after free into
-     * it would otherwise be overwritten unseen by the link set here */
-    if (heap->quarantine_tail != NULL && heap->quarantine_tail->next != NULL)
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, heap->quarantine_tail);
-    if (heap->quarantine_tail) heap->quarantine_tail->next = b;
-    else heap->quarantine_head = b;
-    heap->quarantine_tail = b;
-    heap->quarantine_bytes += page->block_size;
-    heap->quarantine_count++;
-    /* level 2 holds one block back: the one freed last through the checked
-     * path (a medium block, say), so the next malloc of its size gets
-     * another (with its page's last block out, the page is not emptied and
-     * carved again from its first block either) */
+    /* the block freed before b: a write into its first word since then is
+     * found now, not only when it leaves (it leaves now, unused) */
+    if (heap->quarantine_count != 0) {
+        sf_block_t *newest = *qring_at(heap, heap->quarantine_count - 1);
+        if (SF_UNLIKELY(newest->next != NULL)) {
+            heap->quarantine_count--;
+            quarantine_release(heap, newest);
+        }
+    }
     size_t budget = (size_t)sf_knob(SF_KNOB_GUARD_QUARANTINE);
-    while (heap->quarantine_head != NULL &&
-           (sf_guard_level >= 3 ? heap->quarantine_bytes > budget : heap->quarantine_count > 1))
+    if (heap->quarantine_count == heap->qring_cap &&
+        (heap->quarantine_bytes >= budget || !qring_grow(heap))) {
+        if (heap->quarantine_count == 0) { /* no ring (no memory for one): not held */
+            quarantine_release(heap, b);
+            return;
+        }
         quarantine_release_oldest(heap);
+    }
+    *qring_at(heap, heap->quarantine_count) = b;
+    heap->quarantine_count++;
+    heap->quarantine_bytes += page->block_size;
+    while (heap->quarantine_bytes > budget) quarantine_release_oldest(heap);
 }
 
 void sf_quarantine_flush(sf_heap_t *heap) {
-    while (heap->quarantine_head != NULL) quarantine_release_oldest(heap);
+    if (heap->quarantine_head != NULL) { /* level 2's */
+        sf_block_t *b = heap->quarantine_head;
+        heap->quarantine_head = NULL;
+        heap->quarantine_count = 0;
+        quarantine_release(heap, b);
+    }
+    while (heap->quarantine_count != 0) quarantine_release_oldest(heap);
+    heap->quarantine_bytes = 0;
 }
 
 bool sf_quarantine_holds(const sf_heap_t *heap, const void *b) {
-    const sf_block_t *q = heap->quarantine_head;
-    for (size_t i = 0; q != NULL && i < heap->quarantine_count; i++, q = q->next)
-        if (q == b) return true;
+    if (heap->quarantine_head != NULL) return heap->quarantine_head == b;
+    for (size_t i = 0; i < heap->quarantine_count; i++)
+        if (*qring_at(heap, i) == b) return true;
     return false;
+}
+
+const sf_block_t *sf_quarantine_at(const sf_heap_t *heap, size_t i) {
+    return heap->quarantine_head != NULL ? (i == 0 ? heap->quarantine_head : NULL)
+                                         : i < heap->quarantine_count ? *qring_at(heap, i) : NULL;
 }
 
 /* ---- level 3: malloc(0) ------------------------------------------------------ */

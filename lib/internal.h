@@ -619,11 +619,16 @@ SF_INLINE bool sf_size_word_ok(uint32_t w, uint32_t bsize) {
  * otherwise (full page, span, level 3: the generic path).  Either fast path
  * compares it with one value, so each rejects the other's pages. */
 #define SF_L2_OWNER_TAG ((uintptr_t)1)
-SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
+/* Whether a free fast path takes page's blocks, by its flags: else its
+ * word is NULL whoever owns it (a level 3 page, full, sampled, a span). */
+SF_INLINE bool sf_page_flags_fast(const sf_page_t *page) {
     uint8_t f = SF_GET(page->flags);
-    uintptr_t v = f == 0                                          ? (uintptr_t)heap
-                  : f == SF_PAGE_GUARDED && sf_l2_fast      ? (uintptr_t)heap | SF_L2_OWNER_TAG
-                                                                  : 0;
+    return f == 0 || (f == SF_PAGE_GUARDED && sf_l2_fast);
+}
+SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
+    uintptr_t v = !sf_page_flags_fast(page) ? 0
+                  : SF_GET(page->flags) == 0 ? (uintptr_t)heap
+                                             : (uintptr_t)heap | SF_L2_OWNER_TAG;
     SF_SET(page->fast_heap, (sf_heap_t *)v);
     /* the level 0-1 free fast path's word (types.h, fast_divmagic): it asks
      * the segment header whose the page is, not fast_heap, whose line the
@@ -672,6 +677,8 @@ SF_HIDDEN void sf_guarded_delete(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
+/* The quarantine's i-th block from the oldest, NULL past its end. */
+SF_HIDDEN const sf_block_t *sf_quarantine_at(const sf_heap_t *heap, size_t i);
 
 /* ---- guard_sample.c: the sampled guard (guard.sample_bytes) -------------- */
 SF_HIDDEN extern bool sf_gsample_on; /* set at start-up */

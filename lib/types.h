@@ -406,7 +406,11 @@ typedef struct sf_heap_s {
     uint64_t exited_counted;  /* of those, counted in sf_gstats.exited_waiting (its thread is gone) */
     uint32_t purge_medium;    /* those of them in medium segments */
     uint32_t memlimit_epoch;  /* the sf_memlimit_epoch its pages were purged for */
-    sf_block_t *quarantine_head, *quarantine_tail; /* guard level 3: freed, held back */
+    /* freed blocks held back (guarded.c): level 2's one in quarantine_head,
+     * level 3's in the ring qring (qring_cap entries, a power of two, the
+     * oldest at qring_first; mapped at the heap's first level-3 free) */
+    sf_block_t *quarantine_head;
+    uint32_t qring_cap, qring_first;
     size_t quarantine_bytes, quarantine_count;
     sf_heap_prof_t prof;                  /* heap profiling: countdowns (profile.c) */
     sf_page_queue_t sampled[SF_CLASS_COUNT]; /* pages serving sampled blocks only */
@@ -450,6 +454,9 @@ typedef struct sf_heap_s {
     uint16_t batch_next, batch_backoff; /* where to look for a free batch first;
                                            frees left to skip batches (all were in flight) */
     uint64_t remote_batched;
+    /* level 3's quarantine ring (above; its pointer here, past every field
+     * a fast path reads, so that none moved) */
+    struct sf_block_s **qring;
 } sf_heap_t;
 
 #endif /* SEFER_TYPES_H */
