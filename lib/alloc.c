@@ -15,9 +15,11 @@ void *sf_alloc_class(unsigned c) {
     void *p;
     if (SF_LIKELY(heap != &sf_heap_fallback)) {
         /* a phase ended and left this class's fast path off (phase.c): back
-         * on (here, where a thread comes once its current page looks dry) */
-        if (SF_UNLIKELY(SF_GET(*sf_class_direct(heap, c)) == &sf_empty_page) &&
-            heap->queues[c].first != NULL && !sf_pages_checked() && !sf_phase_on())
+         * on (here, where a thread comes once its current page looks dry;
+         * guarded pages first: level 3's every malloc comes here, and its
+         * direct[] always names the empty page) */
+        if (!sf_pages_checked() && SF_UNLIKELY(SF_GET(*sf_class_direct(heap, c)) == &sf_empty_page) &&
+            heap->queues[c].first != NULL && !sf_phase_on())
             sf_page_update_direct(heap, c);
         p = sf_page_malloc_class(heap, c);
     } else {

@@ -32,7 +32,7 @@ static SF_NOINLINE void segment_damaged(const void *p) {
  * after reporting the misuse (free of NULL returns NULL silently). */
 sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
-    sf_segment_t *seg = sf_segmap_header(p);
+    sf_segment_t *seg = sf_segmap_header_near(p);
     if (seg != NULL && SF_UNLIKELY(!segment_intact(seg))) segment_damaged(p);
     if (seg == NULL) {
         /* a span that went to the large cache (or waits in the span

@@ -265,6 +265,17 @@ SF_INLINE bool sf_segmap_is_medium_chunk(uintptr_t chunk) {
  * (a span), or SF_SEGMAP_NONE to clear. */
 SF_HIDDEN void sf_segmap_mark(void *seg, size_t chunks, uint8_t head);
 SF_HIDDEN sf_segment_t *sf_segmap_header(const void *p);
+/* The same, a pointer in a segment's first chunk (every class block's)
+ * answered inline: the checked free's first question (level 3 asks it on
+ * every free). */
+SF_INLINE sf_segment_t *sf_segmap_header_near(const void *p) {
+    uintptr_t chunk = (uintptr_t)p >> SF_SEG_SHIFT;
+    if (SF_LIKELY(chunk < SF_SEGMAP_CHUNKS)) {
+        uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_acquire);
+        if (SF_LIKELY(v != SF_SEGMAP_NONE && v < SF_SEGMAP_BACK0)) return (sf_segment_t *)(chunk << SF_SEG_SHIFT);
+    }
+    return sf_segmap_header(p);
+}
 
 /* ---- segment.c: segments and spans --------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_seg_lock;
