@@ -29,12 +29,17 @@ static SF_NOINLINE void segment_damaged(const void *p) {
 }
 
 /* Validates p for free/realloc.  Returns its page (and *seg_out), or NULL
- * after reporting the misuse (free of NULL returns NULL silently). */
+ * after reporting the misuse (free of NULL returns NULL silently, and so
+ * does the free of a level-3 malloc(0) slot, done here; realloc asks
+ * about those before). */
 sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
     if (p == NULL) return NULL;
     sf_segment_t *seg = sf_segmap_header_near(p);
     if (seg != NULL && SF_UNLIKELY(!segment_intact(seg))) segment_damaged(p);
     if (seg == NULL) {
+        /* level 3's malloc(0) slots lie in no segment: freed here (asked
+         * first thing, it cost every level-3 free a call) */
+        if (SF_UNLIKELY(sf_guard_level >= 3) && sf_zero_free((void *)p)) return NULL;
         /* a span that went to the large cache (or waits in the span
          * quarantine, guard level >= 2) was freed before */
         bool freed = sf_cache_holds(p) || (sf_guard_level >= 2 && sf_span_quarantine_holds(p));
@@ -388,7 +393,6 @@ void sf_free_checked(void *p) {
 void sf_free_tracked_tail(void *p) { free_checked_uncounted(p); }
 
 static void free_checked_uncounted(void *p) {
-    if (SF_UNLIKELY(sf_guard_level >= 3) && sf_zero_free(p)) return; /* a malloc(0) */
     if (SF_UNLIKELY(sf_gsample_on) && sf_gsample_free(p)) return;   /* a sampled block */
     sf_segment_t *seg = NULL;
     sf_page_t *page = sf_free_check_block(p, &seg);

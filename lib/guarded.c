@@ -56,9 +56,12 @@ static bool is_span(const sf_page_t *page) { return SF_GET(page->flags) & SF_PAG
 
 /* The canary right after a block's request: address XOR the page's key
  * (small and medium blocks) or XOR a key made from the span's address. */
-static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
-    uintptr_t key = is_span(page) ? sf_canary_secret ^ (uintptr_t)seg : page->canary_key;
+static uint64_t canary_as(const sf_segment_t *seg, const sf_page_t *page, const void *p, bool span) {
+    uintptr_t key = span ? sf_canary_secret ^ (uintptr_t)seg : page->canary_key;
     return (uint64_t)((uintptr_t)p ^ key); /* (bit 0 set: see sf_canary_value) */
+}
+static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const void *p) {
+    return canary_as(seg, page, p, is_span(page));
 }
 
 /* Spans keep the request size in page->requested, and at level 3 how the
@@ -68,11 +71,26 @@ static size_t span_requested(const sf_page_t *page) {
     return page->requested & (((size_t)1 << SPAN_FAMILY_SHIFT) - 1);
 }
 
-static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n) {
-    if (is_span(page)) page->requested = n;
+/* (span: whether page is a span's, told by the caller, which knows) */
+static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n, bool span) {
+    if (span) page->requested = n;
     else *sf_size_word(page, p) = (uint32_t)n;
-    uint64_t canary = canary_of(seg, page, p);
+    uint64_t canary = canary_as(seg, page, p, span);
     memcpy((uint8_t *)p + n, &canary, sizeof canary);
+}
+
+/* A block of class c: sf_alloc_class's, or, for a thread with a heap of
+ * its own while the profile is unarmed, its class path at once (what
+ * sf_alloc_class would call after its questions; level 3's every malloc
+ * comes here).  Anything else, a NULL included, goes through
+ * sf_alloc_class. */
+static void *class_block(unsigned c) {
+    sf_heap_t *heap = sf_tls_heap;
+    if (heap->kind == SF_HEAP_REAL && heap != &sf_heap_fallback && !sf_prof_is_armed()) {
+        void *p = sf_page_malloc_class(heap, c);
+        if (SF_LIKELY(p != NULL)) return p;
+    }
+    return sf_alloc_class(c);
 }
 
 void *sf_guarded_malloc(size_t n, size_t align) {
@@ -89,22 +107,23 @@ void *sf_guarded_malloc(size_t n, size_t align) {
     if (need < SF_GUARD_MIN_BLOCK) need = SF_GUARD_MIN_BLOCK;
     unsigned c = align <= 16 ? (need <= SF_MEDIUM_MAX ? sf_class_of(need) : 0)
                              : sf_class_for_aligned(need, align);
-    void *p = c != 0 ? sf_alloc_class(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
+    void *p = c != 0 ? class_block(c) : sf_alloc_span(need, align <= 16 ? 0 : align);
     if (p == NULL) return NULL;
     if (c != 0 && sf_guard_level >= 3) ((sf_block_t *)p)->next = NULL; /* zero from end to end */
     /* (a class's block: its segment's header is where the mask says) */
     sf_segment_t *seg = c != 0 ? sf_segment_of(p) : sf_segmap_header(p);
-    set_tail(seg, sf_page_of(seg, p), p, n);
+    set_tail(seg, sf_page_of(seg, p), p, n, c == 0);
     return p;
 }
 
 /* What the caller may use of a live block: the request size, SIZE_MAX if
  * its size word is not one (overwritten). */
-static size_t requested_size(const sf_page_t *page, void *p) {
-    if (is_span(page)) return span_requested(page);
+static size_t requested_size_as(const sf_page_t *page, void *p, bool span) {
+    if (span) return span_requested(page);
     uint32_t w = *sf_size_word(page, p);
     return sf_size_word_ok(w, page->block_size) ? (w & SF_SIZE_MASK) : SIZE_MAX;
 }
+static size_t requested_size(const sf_page_t *page, void *p) { return requested_size_as(page, p, is_span(page)); }
 
 size_t sf_guarded_usable(sf_segment_t *seg, sf_page_t *page, const void *p) {
     (void)seg;
@@ -182,10 +201,10 @@ bool sf_guarded_free_ok(sf_segment_t *seg, sf_page_t *page, void *p, bool owner)
         sf_guard_report(SF_GUARD_DOUBLE, p);
         return false;
     }
-    size_t n = requested_size(page, p);
+    size_t n = requested_size_as(page, p, span);
     uint64_t canary = 0;
     if (n != SIZE_MAX) memcpy(&canary, (uint8_t *)p + n, sizeof canary);
-    if (n == SIZE_MAX || canary != canary_of(seg, page, p) || (!span && owner && !block_before_intact(page, p))) {
+    if (n == SIZE_MAX || canary != canary_as(seg, page, p, span) || (!span && owner && !block_before_intact(page, p))) {
         sf_guard_report(SF_GUARD_OVERFLOW, p);
         return false;
     }
