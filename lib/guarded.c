@@ -158,7 +158,7 @@ void sf_junk_fill(sf_page_t *page, sf_block_t *b) {
 }
 
 bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
-    /* Fills of 1 KiB and more: 16-byte words OR-ed, four a step, and one
+    /* Fills of 2 KiB and more: 16-byte words OR-ed, four a step, and one
      * test at the end (a dirty block is rare, and still found): only the
      * block is read.  Below: memcmp against zeros, whose call costs less
      * there than such a loop's set-up (two tries, 8- and 16-byte words:
@@ -166,9 +166,11 @@ bool sf_junk_intact(const sf_page_t *page, const sf_block_t *b) {
      * read a page of zeros beside every medium block: by hand, level 3,
      * `bench/fastpath mixed -k 8` pinned, 3 interleaved pairs, ns a block:
      * 2-8 KiB 237-241 -> 220-228, 8-64 KiB 1359-1413 -> 1200-1247, 64-256
-     * KiB 7827-8244 -> 7560-8292.  (A loop of 8-byte words with a branch
-     * each ran the medium blocks at about half memcmp's speed.) */
-    static const uint8_t zeros[1024];
+     * KiB 7827-8244 -> 7560-8292.  From 1 KiB, 16-2048 B bursts ran
+     * 0.964x (bench/ab, 0127856): memcmp is the faster below 2 KiB.  (A
+     * loop of 8-byte words with a branch each ran the medium blocks at
+     * about half memcmp's speed.) */
+    static const uint8_t zeros[2048];
     _Static_assert(SF_JUNK == 0, "the fill is zero");
     _Static_assert(SF_GUARD_MIN_BLOCK > sizeof(sf_block_t) + sizeof(uint32_t), "a guarded block has a fill");
     const uint8_t *q = (const uint8_t *)b + sizeof *b;
