@@ -29,8 +29,10 @@ void *sf_alloc_class(unsigned c) {
         sf_stat_add(&sf_gstats.fallback_allocs, 1);
     }
     if (SF_UNLIKELY(sf_prof_is_armed()) && p != NULL) sf_prof_after_class_alloc(p); /* (no lock held) */
-    return SF_LIKELY(p != NULL) ? p : fail_enomem(sf_class_size[c]);
+    return SF_LIKELY(p != NULL) ? p : sf_alloc_class_refused(c);
 }
+
+void *sf_alloc_class_refused(unsigned c) { return fail_enomem(sf_class_size[c]); }
 
 /* Sizes beyond the address space are refused inside sf_span_alloc. */
 void *sf_alloc_span(size_t n, size_t align) {

@@ -317,9 +317,19 @@ static void sweep_page(const sf_segment_t *seg, const sf_page_t *page) {
     }
 }
 
+/* Whether the quarantine's count and ring can be walked (a damaged count
+ * would have the walks below go round the ring for ever). */
+static bool quarantine_shape_ok(const sf_heap_t *heap) {
+    uint32_t cap = heap->qring_cap;
+    size_t most = heap->quarantine_head != NULL ? 1 : cap;
+    return heap->quarantine_count <= most && (cap & (cap - 1)) == 0 &&
+           (heap->quarantine_head == NULL || cap == 0);
+}
+
 /* The quarantine of a heap no running thread owns: each block's free mark
  * and first word (NULL while held), and at level 3 its zero fill. */
 static void sweep_quarantine(const sf_heap_t *heap) {
+    if (!quarantine_shape_ok(heap)) return; /* (check_quarantine reports it) */
     const sf_block_t *b;
     for (size_t i = 0; (b = sf_quarantine_at(heap, i)) != NULL; i++) {
         if (!owned_block(heap, b)) return; /* (check_quarantine reports it) */
@@ -694,17 +704,17 @@ static void check_remote(const sf_heap_t *heap, const struct heap_tally *t) {
 }
 
 static void check_quarantine(const sf_heap_t *heap) {
+    if (!quarantine_shape_ok(heap)) {
+        report("quarantine's count or ring is wrong", heap);
+        return;
+    }
     const sf_block_t *b;
-    size_t n = 0;
-    for (; (b = sf_quarantine_at(heap, n)) != NULL; n++) {
+    for (size_t n = 0; (b = sf_quarantine_at(heap, n)) != NULL; n++) {
         if (!owned_block(heap, b)) {
             report("quarantine holds no block of its heap", b);
             return;
         }
     }
-    if (n != heap->quarantine_count || (heap->quarantine_head != NULL && heap->qring_cap != 0) ||
-        (heap->qring_cap & (heap->qring_cap - 1)) != 0 || heap->quarantine_count > heap->qring_cap + 1)
-        report("quarantine's count or ring is wrong", heap);
 }
 
 static void check_heap(int64_t hi) {

@@ -82,15 +82,13 @@ static void set_tail(sf_segment_t *seg, sf_page_t *page, void *p, size_t n, bool
 /* A block of class c: sf_alloc_class's, or, for a thread with a heap of
  * its own while the profile is unarmed, its class path at once (what
  * sf_alloc_class would call after its questions; level 3's every malloc
- * comes here).  Anything else, a NULL included, goes through
- * sf_alloc_class. */
+ * comes here), refused as sf_alloc_class refuses (not asked twice: a
+ * memory.limit refusal then purged twice and counted two refusals). */
 static void *class_block(unsigned c) {
     sf_heap_t *heap = sf_tls_heap;
-    if (heap->kind == SF_HEAP_REAL && heap != &sf_heap_fallback && !sf_prof_is_armed()) {
-        void *p = sf_page_malloc_class(heap, c);
-        if (SF_LIKELY(p != NULL)) return p;
-    }
-    return sf_alloc_class(c);
+    if (heap->kind != SF_HEAP_REAL || heap == &sf_heap_fallback || sf_prof_is_armed()) return sf_alloc_class(c);
+    void *p = sf_page_malloc_class(heap, c);
+    return SF_LIKELY(p != NULL) ? p : sf_alloc_class_refused(c);
 }
 
 void *sf_guarded_malloc(size_t n, size_t align) {
@@ -326,22 +324,28 @@ static sf_block_t **qring_at(const sf_heap_t *heap, size_t i) {
     return &heap->qring[(heap->qring_first + i) & (heap->qring_cap - 1)];
 }
 
-/* Twice the entries (QRING_MIN the first time), the held ones copied in
- * order.  False: at QRING_MAX already, or no memory. */
+/* Twice the entries (QRING_MIN the first time), the held ones kept at
+ * their places from qring_first.  False: at QRING_MAX already, or no
+ * memory. */
 static bool qring_grow(sf_heap_t *heap) {
-    size_t cap = heap->qring_cap ? (size_t)heap->qring_cap * 2 : QRING_MIN;
+    size_t old_cap = heap->qring_cap, cap = old_cap ? old_cap * 2 : QRING_MIN;
     if (cap > QRING_MAX) return false;
-    sf_block_t **fresh = sf_os_map_plain(cap * sizeof *fresh);
+    sf_block_t **fresh = sf_os_map_plain(cap * sizeof *fresh), **old = heap->qring;
     if (fresh == NULL) return false;
-    for (size_t i = 0; i < heap->quarantine_count; i++) fresh[i] = *qring_at(heap, i);
-    if (heap->qring != NULL) {
-        sf_os_unmap(heap->qring, heap->qring_cap * sizeof *fresh);
-        sf_stat_sub(&sf_gstats.metadata, heap->qring_cap * sizeof *fresh);
-    }
-    sf_stat_add(&sf_gstats.metadata, cap * sizeof *fresh);
+    /* The entries where both the old size and the new one find them
+     * (positions as they were, and those past the old end again at
+     * first + i), so that each store below leaves a ring a fork's child
+     * can read: the pointer first, then the size; qring_first stays. */
+    for (size_t i = 0; i < old_cap; i++) fresh[i] = old[i];
+    for (size_t i = 0; i < heap->quarantine_count; i++)
+        fresh[(heap->qring_first + i) & (cap - 1)] = *qring_at(heap, i);
     heap->qring = fresh;
     heap->qring_cap = (uint32_t)cap;
-    heap->qring_first = 0;
+    if (old != NULL) {
+        sf_os_unmap(old, old_cap * sizeof *fresh);
+        sf_stat_sub(&sf_gstats.metadata, old_cap * sizeof *fresh);
+    }
+    sf_stat_add(&sf_gstats.metadata, cap * sizeof *fresh);
     return true;
 }
 
