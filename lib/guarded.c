@@ -311,11 +311,12 @@ void sf_guarded_shuffle(uint16_t *order, uint32_t n) {
  * a NULL first word, both checked as it leaves, and the first word of the
  * newest again at the next free (a write after free into those 16 bytes,
  * which the zero fill does not cover, is found there; one further in when
- * the block is handed out again, page_pop, or its page empties first).  The ring is mapped at the heap's first level-3 free
- * with QRING_MIN entries and doubles whenever it is full while the heap
- * holds fewer bytes than guard.quarantine, up to QRING_MAX (past which the
- * oldest block leaves whatever the bytes): 32-byte blocks at the default
- * 256 KiB take 8192 entries, 64 KiB.  It stays with the heap slot. */
+ * the block is handed out again, page_pop, or its page empties first).
+ * The ring is mapped at the heap's first level-3 free with QRING_MIN
+ * entries and doubles whenever it is full while the heap holds fewer bytes
+ * than guard.quarantine, up to QRING_MAX (past which the oldest block
+ * leaves whatever the bytes): 32-byte blocks at the default 256 KiB take
+ * 8192 entries, 64 KiB.  It stays with the heap slot. */
 #define QRING_MIN 512u
 #define QRING_MAX (1u << 21)
 
@@ -443,16 +444,16 @@ void sf_quarantine_flush(sf_heap_t *heap) {
     heap->quarantine_bytes = 0;
 }
 
-bool sf_quarantine_holds(const sf_heap_t *heap, const void *b) {
-    if (heap->quarantine_head != NULL) return heap->quarantine_head == b;
-    for (size_t i = 0; i < heap->quarantine_count; i++)
-        if (*qring_at(heap, i) == b) return true;
-    return false;
-}
-
 const sf_block_t *sf_quarantine_at(const sf_heap_t *heap, size_t i) {
     return heap->quarantine_head != NULL ? (i == 0 ? heap->quarantine_head : NULL)
                                          : i < heap->quarantine_count ? *qring_at(heap, i) : NULL;
+}
+
+bool sf_quarantine_holds(const sf_heap_t *heap, const void *b) {
+    const sf_block_t *q;
+    for (size_t i = 0; (q = sf_quarantine_at(heap, i)) != NULL; i++)
+        if (q == b) return true;
+    return false;
 }
 
 /* ---- level 3: malloc(0) ------------------------------------------------------ */
