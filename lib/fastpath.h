@@ -22,39 +22,72 @@
 #include "internal.h"
 
 /* Hands out b, the head of a list whose rest (next) becomes page->free:
- * the one place a block leaves an unguarded page. */
-SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t *next) {
+ * the one place a block leaves an unguarded page.  _uncounted: where the
+ * countdown word counted the allocation (sf_sample_tick_counting). */
+SF_INLINE void *sf_hand_out_uncounted(sf_page_t *page, sf_block_t *b, sf_block_t *next) {
     page->free = next;
     SF_COUNT(page->used);
-    SF_COUNT(heap->allocs);
     b->cookie = 0; /* no longer free: see the double-free check in sf_free */
     return b;
 }
 
+SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t *next) {
+    SF_COUNT(heap->allocs);
+    return sf_hand_out_uncounted(page, b, next);
+}
+
 /* The heap profile's countdown (profile.c, "Sampling"; the sampled
- * guard's point is on it too: "one countdown, two points"): n bytes more
+ * guard's point is on it too: "one countdown, two points"): `bytes` more
  * allocated from the heap; true if they reach its next point, and then the
  * caller hands nothing out: sf_sample_take serves the request.  Every
- * allocation passes here once while the profile is armed or the sampled
- * guard on (the
- * counted fast paths, or the slow path's sf_page_malloc_class): a
- * subtraction from memory and a jump on its sign.  The entry points' own
- * fast path (sf_malloc) does not count: arming the profile sends it to
- * the counted one (entry.c), so that off it costs nothing (the two
- * instructions on every malloc cost churn of 16-64 B blocks 7-8 %).  The
- * slow paths count on or off (off, the countdown runs out every
- * SF_SAMPLE_IDLE bytes to look at the knob). */
-SF_INLINE bool sf_sample_tick(sf_heap_t *heap, size_t n) {
+ * allocation meets a countdown once while the profile is armed or the
+ * sampled guard on: the counted fast paths and level 2's pops
+ * (sf_sample_tick_counting, below), the generic swaps, sf_heap_pop and the
+ * slow path's sf_page_malloc_class here, a shift, a subtraction from
+ * memory and a jump on the sign.
+ * The entry points' own fast path (sf_malloc) does not count: arming the
+ * profile sends it to the counted one (entry.c), so that off it costs
+ * nothing (the two instructions on every malloc cost churn of 16-64 B
+ * blocks 7-8 %).  The slow paths count on or off (off, the countdown runs
+ * out every SF_SAMPLE_IDLE bytes to look at the knob). */
+SF_INLINE bool sf_sample_tick(sf_heap_t *heap, uint64_t bytes) {
     /* (unsigned arithmetic read back signed: no signed overflow) */
-    int64_t left = (int64_t)((uint64_t)heap->sample_left - n);
-    heap->sample_left = left;
-    return SF_UNLIKELY(left < 0);
+    int64_t w = (int64_t)((uint64_t)heap->countdown - (bytes << SF_COUNTDOWN_SHIFT));
+    heap->countdown = w;
+    return SF_UNLIKELY(w < 0);
+}
+
+/* The same for a request of n bytes, and the allocation counted in the
+ * word's low part (internal.h, "The countdown word"): its hand-out is
+ * uncounted, and a run-out goes to sf_sample_take_counted.  n + 1 bytes,
+ * so that malloc(0) takes one (the count's bound relies on it).  The
+ * counted fast paths' (the armed profile's and the sampled guard's) and
+ * level 2's pops'. */
+SF_INLINE bool sf_sample_tick_counting(sf_heap_t *heap, size_t n) {
+    /* ((n + 1) << SHIFT) - 1 as n * 2^SHIFT + (2^SHIFT - 1): a multiply
+     * and an add (compilers shift: a copy, a shift and an add) */
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+    uint64_t step;
+    bool out;
+    __asm__("imulq %[unit], %[n], %[step]\n\t"
+            "addq %[low], %[step]\n\t"
+            "subq %[step], %[w]"
+            : [step] "=&r"(step), [w] "+m"(heap->countdown), "=@ccs"(out)
+            : [n] "r"(n), [unit] "i"((int64_t)1 << SF_COUNTDOWN_SHIFT),
+              [low] "i"(((int64_t)1 << SF_COUNTDOWN_SHIFT) - 1));
+    return SF_UNLIKELY(out);
+#else
+    uint64_t step = (((uint64_t)n + 1) << SF_COUNTDOWN_SHIFT) - 1;
+    int64_t w = (int64_t)((uint64_t)heap->countdown - step);
+    heap->countdown = w;
+    return SF_UNLIKELY(w < 0);
+#endif
 }
 
 /* sf_hand_out for a request of n bytes, after the countdown. */
 SF_INLINE void *sf_hand_out_ticked(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, size_t n) {
-    if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
-    return sf_hand_out(heap, page, b, b->next);
+    if (sf_sample_tick_counting(heap, n)) return sf_sample_take_counted(n, heap);
+    return sf_hand_out_uncounted(page, b, b->next);
 }
 
 /* A medium size (SF_DIRECT_MAX < n <= SF_MEDIUM_MAX): a block of its
@@ -335,12 +368,12 @@ SF_INLINE sf_block_t *sf_l2_ready(sf_page_t *page, unsigned page_shift, sf_block
     return NULL;
 }
 
-/* Hands out b (sf_l2_ready's) for a request of n bytes: its canary and
- * size word written. */
-SF_INLINE void *sf_l2_give(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t *next, size_t n) {
+/* Hands out b (sf_l2_ready's) for a request of n bytes, which the
+ * countdown word counted: its canary and size word written. */
+SF_INLINE void *sf_l2_give(sf_page_t *page, sf_block_t *b, sf_block_t *next, size_t n) {
     uint64_t value = sf_canary_value(page, b);
     uint32_t *size = sf_size_word(page, b);
-    sf_hand_out(heap, page, b, next); /* clears the cookie word first: */
+    sf_hand_out_uncounted(page, b, next); /* clears the cookie word first: */
     memcpy((uint8_t *)b + n, &value, sizeof value); /* a short request's canary is there */
     *size = (uint32_t)n;
     return b;
@@ -355,8 +388,8 @@ typedef void *sf_l2_dry_fn(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned 
 SF_INLINE void *sf_l2_pop_or(sf_heap_t *heap, sf_page_t *page, size_t n, unsigned page_shift, sf_l2_dry_fn *dry) {
     sf_block_t *next, *b = sf_l2_ready(page, page_shift, &next);
     if (SF_UNLIKELY(b == NULL)) return dry(n, heap, page, page_shift);
-    if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
-    return sf_l2_give(heap, page, b, next, n);
+    if (sf_sample_tick_counting(heap, n)) return sf_sample_take_counted(n, heap);
+    return sf_l2_give(page, b, next, n);
 }
 
 SF_INLINE void *sf_l2_none(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned page_shift) {

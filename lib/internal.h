@@ -741,7 +741,55 @@ SF_INLINE bool sf_prof_is_armed(void) { return SF_PEEK(sf_prof_armed); }
 SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */
 SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside malloc) */
 SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
-/* The heap's countdown (sf_heap_t.sample_left) fell below zero with an
+/* The countdown word (sf_heap_t.countdown).  The counted fast paths (the
+ * armed profile's malloc and the sampled guard's; fastpath.h,
+ * sf_hand_out_ticked) and level 2's pops made two read-modify-writes on every malloc, the
+ * countdown's bytes and `allocs`, each waiting on the one before on its
+ * own word: without the second, 16-256 B bursts ran 1.23x faster armed
+ * (docs/benchmarks.md, profile-cost).  So one word holds both: the bits
+ * from SF_COUNTDOWN_SHIFT up, signed, are the bytes left, the bits below
+ * it allocations not yet in `allocs`, and one subtraction of
+ * ((n + 1) << SHIFT) - 1 takes n + 1 bytes and counts one allocation
+ * (sf_sample_tick_counting).  The word's sign is the bytes' (the low part
+ * is a count, never negative), so the run-out test is the same jump.  The
+ * count never carries into the bytes: every counting allocation takes at
+ * least a byte (hence n + 1: malloc(0) takes one), the bytes start at most
+ * SF_COUNTDOWN_MAX, below 2^SHIFT, and each run-out (and every set,
+ * sf_countdown_set) moves the count into `allocs` first.  The other paths
+ * that count (sf_sample_tick) take bytes only and count `allocs` as they
+ * always did. */
+#define SF_COUNTDOWN_SHIFT 30 /* (2^30: an imul's immediate, fastpath.h) */
+#define SF_COUNTDOWN_ALLOCS ((1ull << SF_COUNTDOWN_SHIFT) - 1)
+#define SF_COUNTDOWN_MAX ((int64_t)1 << 29)
+
+/* The bytes left (negative: run out, by that many). */
+SF_INLINE int64_t sf_countdown_left(const sf_heap_t *heap) { return heap->countdown >> SF_COUNTDOWN_SHIFT; }
+
+/* The owner moves the low part's allocations into `allocs`: the word
+ * first, then `allocs` (release), so that sf_heap_allocs, reading them the
+ * other way round, never counts them twice. */
+SF_INLINE void sf_countdown_flush(sf_heap_t *heap) {
+    uint64_t w = (uint64_t)heap->countdown, c = w & SF_COUNTDOWN_ALLOCS;
+    SF_SET(heap->countdown, (int64_t)(w - c));
+    __atomic_store_n(&heap->allocs, heap->allocs + c, __ATOMIC_RELEASE);
+}
+
+/* The owner sets the bytes left (at most SF_COUNTDOWN_MAX), the count
+ * flushed. */
+SF_INLINE void sf_countdown_set(sf_heap_t *heap, int64_t left) {
+    if (left > SF_COUNTDOWN_MAX) left = SF_COUNTDOWN_MAX;
+    sf_countdown_flush(heap);
+    SF_SET(heap->countdown, (int64_t)((uint64_t)left << SF_COUNTDOWN_SHIFT));
+}
+
+/* The heap's allocations so far, from any thread (a count the owner is
+ * moving may be missed for that moment, never counted twice). */
+SF_INLINE uint64_t sf_heap_allocs(const sf_heap_t *heap) {
+    uint64_t a = __atomic_load_n(&heap->allocs, __ATOMIC_ACQUIRE);
+    return a + ((uint64_t)SF_GET(heap->countdown) & SF_COUNTDOWN_ALLOCS);
+}
+
+/* The heap's countdown (sf_heap_t.countdown) fell below zero with an
  * allocation that counted `size` bytes: which point it reached, the heap
  * profile's (the allocation is a sample, whose record takes its weight from
  * size) or the sampled guard's (the caller places the allocation in a slot,
@@ -751,9 +799,12 @@ SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run ti
  * "one countdown, two points"). */
 enum sf_count_out { SF_COUNT_OUT_NONE, SF_COUNT_OUT_PROFILE, SF_COUNT_OUT_GUARD };
 SF_HIDDEN enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_here);
-/* A fast pop's countdown fell below zero (fastpath.h, sf_sample_tick):
- * serves the request of n bytes, sampled if it is due. */
+/* A pop's countdown fell below zero on a request of n bytes, which it
+ * counted (fastpath.h, sf_sample_tick): serves it, sampled if it is due.
+ * sf_sample_take_counted: the same after sf_sample_tick_counting, which
+ * took n + 1 bytes and counted the allocation too. */
 SF_HIDDEN void *sf_sample_take(size_t n, sf_heap_t *heap);
+SF_HIDDEN void *sf_sample_take_counted(size_t n, sf_heap_t *heap);
 /* The same for a block of class c (sf_heap_pop's callers ask for a class:
  * aligned requests among them). */
 SF_HIDDEN void *sf_sample_take_class(unsigned c, sf_heap_t *heap);

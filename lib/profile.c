@@ -6,15 +6,19 @@
  * exponential with mean R, independent of each other.  An allocation is
  * sampled when its bytes hold a point, so a block counted with s bytes is
  * sampled with p = 1 - exp(-s/R), independently of every other block.
- * Each heap counts down the gap to its next point (sf_heap_t.sample_left,
- * which runs to the sampled guard's point instead where that is nearer:
- * "one countdown, two points" below):
+ * Each heap counts down the gap to its next point (the high half of
+ * sf_heap_t.countdown, internal.h, "The countdown word"; it runs to the
+ * sampled guard's point instead where that is nearer: "one countdown, two
+ * points" below):
  *
  *   - while the profile is armed (or the sampled guard on) every
- *     allocation subtracts its bytes once: a counted pop (fastpath.h, sf_sample_tick; the entry points'
- *     malloc is sent to the counted one by sf_entry_choose) the request's
- *     size, the slow path (page.c, sf_page_malloc_class) the class's,
- *     since it is not told the request; the slow paths count on or off;
+ *     allocation subtracts its bytes once: a counted pop (fastpath.h,
+ *     sf_sample_tick_counting; the entry points' malloc is sent to the
+ *     counted one by sf_entry_choose) the request's size plus one (so that
+ *     malloc(0) takes a byte: the word's count of allocations relies on
+ *     it), level 2's pop the request's size, the slow path (page.c,
+ *     sf_page_malloc_class) the class's, since it is not told the
+ *     request; the slow paths count on or off;
  *   - below zero, a point fell in the allocation: prof_decide draws
  *     the next gap from the allocation's end (the process forgets its past)
  *     and says it is a sample; the fast pop hands nothing out and
@@ -225,7 +229,7 @@ static void pace_sample(void) {
  *
  * The sampled guard (guard.sample_bytes, guard_sample.c) picks its
  * allocations by the bytes a heap allocates too, so it counts on the same
- * countdown: sf_heap_t.sample_left runs to the nearer of the profile's
+ * countdown: sf_heap_t.countdown runs to the nearer of the profile's
  * next point and the guard's, and each lies prof_extra or guard_extra
  * bytes past it (constants while the countdown runs, since every count
  * subtracts from all three alike).  With the guard off guard_extra is
@@ -250,14 +254,17 @@ static bool guard_counts(void) { return sf_gsample_on && sf_guard_level < 3; }
 static void countdown_set(sf_heap_t *heap, int64_t prof, int64_t guard) {
     bool with_guard = guard_counts();
     int64_t m = with_guard && guard < prof ? guard : prof;
-    heap->sample_left = m;
+    /* (the word holds at most SF_COUNTDOWN_MAX: a farther point is reached
+     * by a run-out that finds neither due, and a set again) */
+    if (m > SF_COUNTDOWN_MAX) m = SF_COUNTDOWN_MAX;
+    sf_countdown_set(heap, m);
     heap->prof.prof_extra = prof - m;
     heap->prof.guard_extra = with_guard ? guard - m : 0;
 }
 
 /* The profile's point moves to `prof` bytes ahead; the guard's stays. */
 static void prof_left_set(sf_heap_t *heap, int64_t prof) {
-    countdown_set(heap, prof, sat_add(heap->sample_left, heap->prof.guard_extra));
+    countdown_set(heap, prof, sat_add(sf_countdown_left(heap), heap->prof.guard_extra));
 }
 
 /* The gap came down since heap last looked (sf_prof_pace_check, on its
@@ -315,7 +322,7 @@ static bool prof_decide(sf_heap_t *heap, uint64_t size, int64_t *next) {
 }
 
 enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_here) {
-    int64_t left = heap->sample_left;
+    int64_t left = sf_countdown_left(heap);
     int64_t prof = sat_add(left, heap->prof.prof_extra), guard = sat_add(left, heap->prof.guard_extra);
     bool guard_due = false;
     if (guard_counts() && guard < 0) {
@@ -346,8 +353,10 @@ enum sf_count_out sf_countdown_out(sf_heap_t *heap, uint64_t size, bool guard_he
     return out;
 }
 
-void *sf_sample_take(size_t n, sf_heap_t *heap) {
-    enum sf_count_out out = sf_countdown_out(heap, n, true);
+/* A pop's countdown ran out on a request of n bytes, for which it took
+ * `counted` bytes. */
+static void *sample_take(size_t n, uint64_t counted, sf_heap_t *heap) {
+    enum sf_count_out out = sf_countdown_out(heap, counted, true);
     if (out == SF_COUNT_OUT_GUARD) {
         void *p = sf_gsample_take(n);
         if (p != NULL) return p;
@@ -358,7 +367,7 @@ void *sf_sample_take(size_t n, sf_heap_t *heap) {
          * path, which counts it again, so not twice.  (Not
          * sf_malloc_generic: its swaps take the page's free list to be
          * empty, which it need not be here, and overwrote it.) */
-        heap->sample_left += (int64_t)n;
+        heap->countdown += (int64_t)(counted << SF_COUNTDOWN_SHIFT);
         return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_counted(n);
     }
     /* the class's slow path takes it from a page of sampled blocks (at
@@ -367,6 +376,15 @@ void *sf_sample_take(size_t n, sf_heap_t *heap) {
     void *p = sf_guard_level >= 2 ? sf_guarded_malloc(n, 16) : sf_alloc_class(sf_class_of(n));
     heap->prof.force = SF_PROF_FORCE_NONE;
     return p;
+}
+
+void *sf_sample_take(size_t n, sf_heap_t *heap) { return sample_take(n, n, heap); }
+
+void *sf_sample_take_counted(size_t n, sf_heap_t *heap) {
+    /* (the allocation is counted by the path that serves it: the class
+     * path, a guard slot, or the counting pop again) */
+    heap->countdown -= 1;
+    return sample_take(n, (uint64_t)n + 1, heap);
 }
 
 void *sf_sample_take_class(unsigned c, sf_heap_t *heap) {

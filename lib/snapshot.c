@@ -234,7 +234,7 @@ static void copy_heap(sf_heap_t *heap, uint32_t slot, sf_snap_heap_t *out) {
     out->state = (uint8_t)atomic_load_explicit(&heap->state, memory_order_relaxed);
     out->tid = atomic_load_explicit(&heap->tid, memory_order_relaxed);
     if (!out->ever_used) return;
-    out->allocs = SF_GET(heap->allocs);
+    out->allocs = sf_heap_allocs(heap);
     out->remote_frees = SF_GET(heap->remote_frees);
     out->remote_collected = SF_GET(heap->remote_collected);
     out->overflow_waiting = atomic_load_explicit(&heap->overflow, memory_order_relaxed) != NULL;

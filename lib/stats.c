@@ -5,7 +5,7 @@
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 static void add_heap(struct sefer_stats *out, sf_heap_t *heap) {
-    out->allocs += SF_GET(heap->allocs);
+    out->allocs += sf_heap_allocs(heap);
     out->remote_frees += SF_GET(heap->remote_frees);
     out->remote_list_frees += SF_GET(heap->remote_collected);
     out->remote_batch_frees += SF_GET(heap->remote_batched);

@@ -324,10 +324,10 @@ typedef struct {
 } sf_reuse_t;
 
 /* A heap's sampling state (profile.c) but for its countdown, which sits
- * beside `allocs` (sf_heap_t.sample_left). */
+ * beside `allocs` (sf_heap_t.countdown). */
 enum { SF_PROF_FORCE_NONE, SF_PROF_FORCE_SAMPLE, SF_PROF_FORCE_COUNTED };
 typedef struct {
-    /* the countdown (sf_heap_t.sample_left) runs to the nearer of two
+    /* the countdown (sf_heap_t.countdown) runs to the nearer of two
      * points: the profile's next sample and the sampled guard's
      * (guard.sample_bytes, guard_sample.c); each lies this many bytes past
      * it (profile.c, countdown_set) */
@@ -377,13 +377,19 @@ typedef struct sf_heap_s {
     sf_page_t *direct[SF_DIRECT_COUNT]; /* fast path: class page by (size+15)/16 */
     sf_page_t *gdirect[SF_GDIRECT_COUNT]; /* guard level 2's fast path: the same, by
                                          (size+8+15)/16; all empty page otherwise */
-    uint64_t allocs;                 /* owner-only plain counter (frees are derived) */
-    /* bytes the heap's allocations may take before the heap profile's next
-     * sample point or the sampled guard's, the nearer (fastpath.h,
-     * sf_sample_tick; profile.c): below zero, the allocation that took it
-     * there asks sf_countdown_out which point it reached (a sample, unless
-     * the heap had not drawn a gap at the rate in force) */
-    int64_t sample_left;
+    /* owner-only plain counter (frees are derived); the allocations the
+     * counting paths made since the countdown last ran out are still in
+     * its low part (sf_heap_allocs) */
+    uint64_t allocs;
+    /* two counts in one word (internal.h, "The countdown word"): from bit
+     * SF_COUNTDOWN_SHIFT up, signed, the bytes the heap's allocations may
+     * take before the heap profile's next sample point or the sampled
+     * guard's, the nearer (fastpath.h, sf_sample_tick; profile.c): below
+     * zero, the allocation that took it there asks sf_countdown_out which
+     * point it reached (a sample, unless the heap had not drawn a gap at
+     * the rate in force); the bits below, allocations not yet added to
+     * `allocs` */
+    int64_t countdown;
     sf_page_queue_t queues[SF_CLASS_COUNT];
     sf_page_queue_t full;
     sf_page_queue_t purge;               /* freed pages awaiting delayed decommit */

@@ -100,7 +100,7 @@ START_TEST(test_every_partial_state)
         }
         sf_entry_bounds = b;
         if (lists) {
-            sf_tls_heap->sample_left = (int64_t)1 << 40; /* (no sample: it would come from a page of its own) */
+            sf_countdown_set(sf_tls_heap, SF_COUNTDOWN_MAX); /* (no sample: it would come from a page of its own) */
             void *p = malloc(LISTS_SIZE);
             ck_assert_msg(p == v[1], "state %u: the free list's top %p, got %p", state, v[1], p);
             free(p);
