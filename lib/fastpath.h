@@ -51,9 +51,10 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
  * blocks 7-8 %).  The slow paths count on or off (off, the countdown runs
  * out every SF_SAMPLE_IDLE bytes to look at the knob). */
 SF_INLINE bool sf_sample_tick(sf_heap_t *heap, uint64_t bytes) {
-    /* (unsigned arithmetic read back signed: no signed overflow) */
+    /* (unsigned arithmetic read back signed: no signed overflow; the store
+     * atomic under ThreadSanitizer: sf_heap_allocs reads the word) */
     int64_t w = (int64_t)((uint64_t)heap->countdown - (bytes << SF_COUNTDOWN_SHIFT));
-    heap->countdown = w;
+    SF_OWN_SET(heap->countdown, w);
     return SF_UNLIKELY(w < 0);
 }
 
@@ -79,7 +80,7 @@ SF_INLINE bool sf_sample_tick_counting(sf_heap_t *heap, size_t n) {
 #else
     uint64_t step = (((uint64_t)n + 1) << SF_COUNTDOWN_SHIFT) - 1;
     int64_t w = (int64_t)((uint64_t)heap->countdown - step);
-    heap->countdown = w;
+    SF_OWN_SET(heap->countdown, w);
     return SF_UNLIKELY(w < 0);
 #endif
 }
@@ -105,7 +106,7 @@ SF_INLINE void *sf_medium_pop(sf_heap_t *heap, size_t n, bool counted) {
 SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
 
 /* The armed profile's malloc and the sampled guard's (one countdown for
- * both: profile.c): the fast path with constant bounds, counted (sf_sample_tick),
+ * both: profile.c): the fast path with constant bounds, counted (sf_sample_tick_counting),
  * else sf_malloc_generic.  What sf_malloc below runs past its first
  * comparison while the profile is armed or the sampled guard on (but at
  * level 3), and what the modes' paths behind

@@ -782,11 +782,18 @@ SF_INLINE void sf_countdown_set(sf_heap_t *heap, int64_t left) {
     SF_SET(heap->countdown, (int64_t)((uint64_t)left << SF_COUNTDOWN_SHIFT));
 }
 
-/* The heap's allocations so far, from any thread (a count the owner is
- * moving may be missed for that moment, never counted twice). */
+/* The heap's allocations so far, from any thread (never counted twice). */
 SF_INLINE uint64_t sf_heap_allocs(const sf_heap_t *heap) {
+    /* (`allocs` read again after the word: a flush between the two reads
+     * is then seen, and the word read again; what stays open is an owner
+     * stopped between its two stores, a count missed until it goes on) */
     uint64_t a = __atomic_load_n(&heap->allocs, __ATOMIC_ACQUIRE);
-    return a + ((uint64_t)SF_GET(heap->countdown) & SF_COUNTDOWN_ALLOCS);
+    for (int tries = 0;; tries++) {
+        uint64_t c = (uint64_t)__atomic_load_n(&heap->countdown, __ATOMIC_ACQUIRE) & SF_COUNTDOWN_ALLOCS;
+        uint64_t again = __atomic_load_n(&heap->allocs, __ATOMIC_ACQUIRE);
+        if (again == a || tries == 3) return again + c;
+        a = again;
+    }
 }
 
 /* The heap's countdown (sf_heap_t.countdown) fell below zero with an

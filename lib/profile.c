@@ -16,7 +16,7 @@
  *     sf_sample_tick_counting; the entry points' malloc is sent to the
  *     counted one by sf_entry_choose) the request's size plus one (so that
  *     malloc(0) takes a byte: the word's count of allocations relies on
- *     it), level 2's pop the request's size, the slow path (page.c,
+ *     it), level 2's pops the same, the slow path (page.c,
  *     sf_page_malloc_class) the class's, since it is not told the
  *     request; the slow paths count on or off;
  *   - below zero, a point fell in the allocation: prof_decide draws
@@ -367,7 +367,7 @@ static void *sample_take(size_t n, uint64_t counted, sf_heap_t *heap) {
          * path, which counts it again, so not twice.  (Not
          * sf_malloc_generic: its swaps take the page's free list to be
          * empty, which it need not be here, and overwrote it.) */
-        heap->countdown += (int64_t)(counted << SF_COUNTDOWN_SHIFT);
+        SF_ADD(heap->countdown, (int64_t)(counted << SF_COUNTDOWN_SHIFT));
         return sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_counted(n);
     }
     /* the class's slow path takes it from a page of sampled blocks (at
@@ -381,9 +381,10 @@ static void *sample_take(size_t n, uint64_t counted, sf_heap_t *heap) {
 void *sf_sample_take(size_t n, sf_heap_t *heap) { return sample_take(n, n, heap); }
 
 void *sf_sample_take_counted(size_t n, sf_heap_t *heap) {
-    /* (the allocation is counted by the path that serves it: the class
-     * path, a guard slot, or the counting pop again) */
-    heap->countdown -= 1;
+    /* (the allocation is counted by the path that serves it, the class
+     * path or the counting pop again; a guard slot's is no heap's, as
+     * before the word) */
+    SF_ADD(heap->countdown, -1);
     return sample_take(n, (uint64_t)n + 1, heap);
 }
 

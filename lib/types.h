@@ -52,14 +52,20 @@
 /* SF_PEEK: a read another thread may be writing, where any value read is
  * harmless (an aligned pointer on x86-64 is never torn): plain, so the
  * compiler can fold it into a compare; atomic under ThreadSanitizer. */
+/* SF_OWN_SET and SF_ADD: the same for a store and an addition of any
+ * amount by a field's only writer (the countdown word, internal.h). */
 #if defined(__SANITIZE_THREAD__)
 #define SF_PEEK(field) SF_GET(field)
 #define SF_COUNT(field) SF_SET(field, (field) + 1)
 #define SF_UNCOUNT(field) (SF_SET(field, (field) - 1), (field))
+#define SF_OWN_SET(field, v) SF_SET(field, v)
+#define SF_ADD(field, v) SF_SET(field, (field) + (v))
 #else
 #define SF_PEEK(field) (field)
 #define SF_COUNT(field) ((field)++)
 #define SF_UNCOUNT(field) (--(field))
+#define SF_OWN_SET(field, v) ((field) = (v))
+#define SF_ADD(field, v) ((field) += (v))
 #endif
 
 /* n rounded up to a multiple of a (a power of two). */
