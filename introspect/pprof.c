@@ -133,13 +133,50 @@ static uint64_t str_id(strtab_t *t, const char *s) {
 /* ---- address -> location id ------------------------------------------------- */
 
 typedef struct {
-    uintptr_t *addr;
+    uintptr_t *addr; /* 0: an empty slot */
     uint64_t *id;
     size_t cap, count;
+    bool failed; /* no memory to grow: the profile is not written */
 } locs_t;
 
+static size_t loc_slot(uintptr_t a, size_t cap) { return (size_t)((a * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1); }
+
+/* Room for one more key at a load of at most a half: the table starts at
+ * 1024 slots and doubles.  (Sized up front by every frame of every site,
+ * it took four callocs of 4 MiB a request for 8 000 sites whose frames
+ * name a few dozen addresses: a third of the request's time zeroing.) */
+static bool loc_room(locs_t *l) {
+    if ((l->count + 1) * 2 <= l->cap) return true;
+    size_t cap = l->cap ? l->cap * 2 : 1024;
+    uintptr_t *addr = calloc(cap, sizeof *addr);
+    uint64_t *id = calloc(cap, sizeof *id);
+    if (addr == NULL || id == NULL) {
+        free(addr);
+        free(id);
+        l->failed = true;
+        return false;
+    }
+    for (size_t i = 0; i < l->cap; i++) {
+        if (l->addr[i] == 0) continue;
+        size_t j = loc_slot(l->addr[i], cap);
+        while (addr[j] != 0) j = (j + 1) & (cap - 1);
+        addr[j] = l->addr[i];
+        id[j] = l->id[i];
+    }
+    free(l->addr);
+    free(l->id);
+    l->addr = addr;
+    l->id = id;
+    l->cap = cap;
+    return true;
+}
+
+/* The id of key a (not 0), numbered from 1 in the order first seen;
+ * *fresh: first seen now.  0 if the table could not grow. */
 static uint64_t loc_id(locs_t *l, uintptr_t a, bool *fresh) {
-    size_t j = (size_t)((a * 0x9e3779b97f4a7c15ull) >> 17) & (l->cap - 1);
+    *fresh = false;
+    if (!loc_room(l)) return 0;
+    size_t j = loc_slot(a, l->cap);
     for (; l->addr[j] != 0; j = (j + 1) & (l->cap - 1))
         if (l->addr[j] == a) {
             *fresh = false;
@@ -209,7 +246,7 @@ static unsigned char *gzip_deflate(const unsigned char *p, size_t n, size_t *len
     if (init == NULL || deflate_fn == NULL || end == NULL) return NULL;
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (init(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, (int)sizeof z) != Z_OK) return NULL;
+    if (init(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, (int)sizeof z) != Z_OK) return NULL;
     size_t cap = n + n / 1000 + 64;
     unsigned char *out = malloc(cap);
     if (out == NULL) {
@@ -251,7 +288,8 @@ static void value_type(strtab_t *t, unsigned field, const char *type, const char
 static uint64_t function_id(strtab_t *t, locs_t *funcs, const sf_sym_t *s, buf_t *m) {
     uint64_t name = str_id(t, s->function), file = str_id(t, s->file);
     bool fresh;
-    uint64_t id = loc_id(funcs, (uintptr_t)((name << 32) | file), &fresh);
+    /* (bit 63: never the empty slot's 0, even for an empty name and file) */
+    uint64_t id = loc_id(funcs, (uintptr_t)((name << 32) | file | (1ull << 63)), &fresh);
     if (fresh) {
         field_int(m, 1, id);
         field_int(m, 2, name);
@@ -275,16 +313,7 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t durat
     strtab_t t = {0};
     buf_t m = {0}, line = {0};
     locs_t locs = {0}, funcs = {0};
-    size_t nframes = c->totals.frames ? c->totals.frames : 1;
-    locs.cap = funcs.cap = 1;
-    while (locs.cap < nframes * 2 + 2) locs.cap *= 2;
-    funcs.cap = locs.cap;
-    locs.addr = calloc(locs.cap, sizeof *locs.addr);
-    locs.id = calloc(locs.cap, sizeof *locs.id);
-    funcs.addr = calloc(funcs.cap, sizeof *funcs.addr);
-    funcs.id = calloc(funcs.cap, sizeof *funcs.id);
     unsigned char *result = NULL;
-    if (locs.addr == NULL || locs.id == NULL || funcs.addr == NULL || funcs.id == NULL) goto done;
     field_bytes(&t.strings, 6, "", 0);
     value_type(&t, 1, "alloc_objects", "count", &m);
     value_type(&t, 1, "alloc_space", "bytes", &m);
@@ -351,8 +380,8 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t durat
              (unsigned long long)c->totals.unwind_fallbacks, (unsigned long long)c->totals.unwind_disagreements);
     field_int(&t.out, 13, str_id(&t, note));
     put(&t.out, t.strings.b, t.strings.len);
-    if (!t.out.failed && !t.strings.failed && !m.failed) result = gzip(t.out.b, t.out.len, len);
-done:
+    if (!t.out.failed && !t.strings.failed && !m.failed && !locs.failed && !funcs.failed)
+        result = gzip(t.out.b, t.out.len, len);
     free(t.out.b);
     free(t.strings.b);
     free(t.keys);

@@ -241,6 +241,16 @@ static inline void it_get(int port, const char *path, it_resp_t *r)
     it_request(port, "GET", path, NULL, NULL, r);
 }
 
+/* Writes a response's body to a new file named from `path`, a mkstemp
+ * template ending in XXXXXX, which it fills in (the caller unlinks it). */
+static inline void it_save_body(const it_resp_t *r, char *path)
+{
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert(write(fd, r->body, r->len) == (ssize_t)r->len);
+    close(fd);
+}
+
 /* The value of a response header (case-insensitive name), copied into a
  * static buffer; NULL if absent. */
 static inline const char *it_header(const it_resp_t *r, const char *name)

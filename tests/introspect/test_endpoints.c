@@ -642,10 +642,7 @@ START_TEST(test_metrics_promtool)
     it_get(port, "/metrics", &r);
     ck_assert_int_eq(r.status, 200);
     char path[] = "/tmp/sefer-metrics-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    ck_assert(write(fd, r.body, r.len) == (ssize_t)r.len);
-    close(fd);
+    it_save_body(&r, path);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "promtool check metrics < %s >&2", path);
     int rc = system(cmd);

@@ -45,6 +45,10 @@
  *
  * Optional cases (exit 77 without Go's pprof, package golang-go):
  *   pprof-live  `go tool pprof -top` on /debug/pprof/heap of this process
+ *   pprof-many  /debug/pprof/allocs after 640 sites, each a function of
+ *               its own (more than the encoder's tables hold at first),
+ *               read back field by field: each address in one location,
+ *               each name in one function (runs without Go)
  *   pprof-file  the same on the file `sefer run --profile FILE` writes
  *   pprof-abort the same when the program aborts on a double free
  *   pprof-delta /debug/pprof/heap?seconds=2 taken while one site grows and
@@ -291,6 +295,142 @@ START_TEST(test_pprof_live) {
 }
 END_TEST
 
+/* ---- many sites -------------------------------------------------------------------- */
+
+/* 640 sites, each its own function with its own call of malloc: more
+ * locations and functions than the encoder's tables hold at first (1024
+ * slots at a load of a half), so they grow while the profile is written
+ * (introspect/pprof.c, loc_room). */
+#define MANY_SIZE 65536
+#define MANY_SITE(a, b, c) SITE(many_##a##b##c, MANY_SIZE)
+#define MANY_TEN(a, b)                                                                             \
+    MANY_SITE(a, b, 0) MANY_SITE(a, b, 1) MANY_SITE(a, b, 2) MANY_SITE(a, b, 3) MANY_SITE(a, b, 4) \
+    MANY_SITE(a, b, 5) MANY_SITE(a, b, 6) MANY_SITE(a, b, 7) MANY_SITE(a, b, 8) MANY_SITE(a, b, 9)
+#define MANY_HUNDRED(a)                                                                            \
+    MANY_TEN(a, 0) MANY_TEN(a, 1) MANY_TEN(a, 2) MANY_TEN(a, 3) MANY_TEN(a, 4) MANY_TEN(a, 5)      \
+    MANY_TEN(a, 6) MANY_TEN(a, 7) MANY_TEN(a, 8) MANY_TEN(a, 9)
+MANY_HUNDRED(0) MANY_HUNDRED(1) MANY_HUNDRED(2) MANY_HUNDRED(3) MANY_HUNDRED(4) MANY_HUNDRED(5)
+MANY_TEN(6, 0) MANY_TEN(6, 1) MANY_TEN(6, 2) MANY_TEN(6, 3)
+#undef MANY_SITE
+#define MANY_SITE(a, b, c) many_##a##b##c,
+static void *(*const many_sites[])(void) = {
+    MANY_HUNDRED(0) MANY_HUNDRED(1) MANY_HUNDRED(2) MANY_HUNDRED(3) MANY_HUNDRED(4) MANY_HUNDRED(5)
+    MANY_TEN(6, 0) MANY_TEN(6, 1) MANY_TEN(6, 2) MANY_TEN(6, 3)};
+#define N_MANY (sizeof many_sites / sizeof many_sites[0])
+#define MANY_CALLS 8 /* a site unsampled: exp(-8 * 64 KiB / 64 KiB), 3e-4 */
+
+/* The fields of a protobuf message: calls each(field, value, body, len) for
+ * every field (value: a varint's; body: a length-delimited one's). */
+typedef void pb_field_fn(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg);
+static uint64_t pb_varint(const unsigned char **p, const unsigned char *end) {
+    uint64_t v = 0;
+    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
+        unsigned char b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return v;
+    }
+    ck_abort_msg("a varint runs past its message");
+    return 0;
+}
+static void pb_fields(const unsigned char *p, size_t len, pb_field_fn *each, void *arg) {
+    const unsigned char *end = p + len;
+    while (p < end) {
+        uint64_t key = pb_varint(&p, end), v = 0;
+        const unsigned char *body = NULL;
+        size_t n = 0;
+        switch (key & 7) {
+        case 0: v = pb_varint(&p, end); break;
+        case 1: ck_assert(end - p >= 8); p += 8; break;
+        case 2:
+            n = (size_t)pb_varint(&p, end);
+            ck_assert_msg(n <= (size_t)(end - p), "a field of %zu bytes runs past its message", n);
+            body = p;
+            p += n;
+            break;
+        case 5: ck_assert(end - p >= 4); p += 4; break;
+        default: ck_abort_msg("wire type %u", (unsigned)(key & 7));
+        }
+        each((unsigned)(key >> 3), v, body, n, arg);
+    }
+}
+
+typedef struct {
+    uint64_t id, address, name; /* (a Location's id and address, a Function's id and name) */
+} pb_entry_t;
+typedef struct {
+    pb_entry_t locs[4096], funcs[4096];
+    size_t nlocs, nfuncs;
+} pb_profile_t;
+static void pb_entry(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg) {
+    (void)body, (void)len;
+    pb_entry_t *e = arg;
+    if (field == 1) e->id = value;
+    if (field == 3) e->address = value; /* (Location.address) */
+    if (field == 2) e->name = value;    /* (Function.name) */
+}
+static void pb_top(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg) {
+    (void)value;
+    pb_profile_t *pr = arg;
+    if (field == 4) { /* Location */
+        ck_assert_uint_lt(pr->nlocs, 4096);
+        pb_fields(body, len, pb_entry, &pr->locs[pr->nlocs++]);
+    } else if (field == 5) { /* Function */
+        ck_assert_uint_lt(pr->nfuncs, 4096);
+        pb_fields(body, len, pb_entry, &pr->funcs[pr->nfuncs++]);
+    }
+}
+
+static const char *gzip_why_not(void) {
+    return system("gzip --version >/dev/null 2>&1") == 0 ? NULL : "no `gzip`";
+}
+
+START_TEST(test_pprof_many) {
+    ck_assert_uint_eq(N_MANY, 640);
+    int port = it_start();
+    for (size_t i = 0; i < N_MANY; i++)
+        for (int k = 0; k < MANY_CALLS; k++) free(many_sites[i]());
+    it_resp_t r;
+    it_get(port, "/debug/pprof/allocs", &r);
+    ck_assert_int_eq(r.status, 200);
+    /* gunzipped by gzip(1) (go tool pprof would merge what is written twice,
+     * which is what this looks for) */
+    char gz[] = "/tmp/sefer-pprof-many-XXXXXX";
+    it_save_body(&r, gz);
+    it_free(&r);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "gzip -dc < %s", gz);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    static unsigned char raw[1 << 22];
+    size_t n = fread(raw, 1, sizeof raw, f);
+    ck_assert_int_eq(pclose(f), 0);
+    unlink(gz);
+    ck_assert_msg(n > 0 && n < sizeof raw, "%zu bytes of profile", n);
+    static pb_profile_t pr;
+    memset(&pr, 0, sizeof pr);
+    pb_fields(raw, n, pb_top, &pr);
+    /* every address in one location, every name in one function, and the
+     * ids 1, 2, ... in order: a table that lost its keys as it grew would
+     * number the frames every site shares (this test's, the runner's) again */
+    for (size_t i = 0; i < pr.nlocs; i++) {
+        ck_assert_uint_eq(pr.locs[i].id, i + 1);
+        for (size_t k = 0; k < i; k++)
+            ck_assert_msg(pr.locs[k].address != pr.locs[i].address, "address %#llx in locations %zu and %zu",
+                          (unsigned long long)pr.locs[i].address, k + 1, i + 1);
+    }
+    for (size_t i = 0; i < pr.nfuncs; i++) {
+        ck_assert_uint_eq(pr.funcs[i].id, i + 1);
+        for (size_t k = 0; k < i; k++)
+            ck_assert_msg(pr.funcs[k].name != pr.funcs[i].name, "name %llu in functions %zu and %zu",
+                          (unsigned long long)pr.funcs[i].name, k + 1, i + 1);
+    }
+    /* more keys than the tables' first 1024 slots hold at a half: a site's
+     * malloc call each, and a function each */
+    ck_assert_msg(pr.nlocs > N_MANY && pr.nfuncs > N_MANY, "%zu locations, %zu functions for %zu sites", pr.nlocs,
+                  pr.nfuncs, N_MANY);
+}
+END_TEST
+
 /* ---- ?seconds=N ------------------------------------------------------------------ */
 
 struct delta_req {
@@ -497,6 +637,9 @@ int main(int argc, char **argv) {
     tc = st_optional_case(s, "pprof-live", go_why_not);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_pprof_live);
+    tc = st_optional_case(s, "pprof-many", gzip_why_not);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_pprof_many);
     tc = st_optional_case(s, "pprof-file", go_why_not);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_pprof_file);
