@@ -20,27 +20,29 @@
 
 static void *slots[SLOTS];
 
-/* (noinline and an empty asm after each call: no tail calls, so each level
- * leaves its frame on the stack and every path is a stack of its own) */
-__attribute__((noinline)) static void *leaf(size_t n) {
+/* (noipa: neither inlined nor merged with its twin; an empty asm after
+ * each call: no tail calls, so each level leaves its frame on the stack and
+ * every path is a stack of its own) */
+__attribute__((noipa)) static void *leaf(size_t n) {
     void *p = malloc(n);
     __asm__ volatile("" : "+r"(p) : : "memory");
     return p;
 }
-__attribute__((noinline)) static void *left(unsigned path, int depth, size_t n);
-__attribute__((noinline)) static void *right(unsigned path, int depth, size_t n);
-__attribute__((noinline)) static void *down(unsigned path, int depth, size_t n) {
-    if (depth == 0) return leaf(n);
-    void *p = (path & 1) ? right(path >> 1, depth - 1, n) : left(path >> 1, depth - 1, n);
+__attribute__((noipa)) static void *left(unsigned path, int depth, size_t n);
+__attribute__((noipa)) static void *right(unsigned path, int depth, size_t n);
+__attribute__((noipa)) static void *down(unsigned path, int depth, size_t n) {
+    void *p;
+    if (depth == 0) p = leaf(n);
+    else p = (path & 1) ? right(path >> 1, depth - 1, n) : left(path >> 1, depth - 1, n);
     __asm__ volatile("" : "+r"(p) : : "memory");
     return p;
 }
-__attribute__((noinline)) static void *left(unsigned path, int depth, size_t n) {
+__attribute__((noipa)) static void *left(unsigned path, int depth, size_t n) {
     void *p = down(path, depth, n);
     __asm__ volatile("" : "+r"(p) : : "memory");
     return p;
 }
-__attribute__((noinline)) static void *right(unsigned path, int depth, size_t n) {
+__attribute__((noipa)) static void *right(unsigned path, int depth, size_t n) {
     void *p = down(path, depth, n);
     __asm__ volatile("" : "+r"(p) : : "memory");
     return p;

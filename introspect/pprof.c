@@ -139,7 +139,14 @@ typedef struct {
     bool failed; /* no memory to grow: the profile is not written */
 } locs_t;
 
-static size_t loc_slot(uintptr_t a, size_t cap) { return (size_t)((a * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1); }
+/* The top bits of the product (Fibonacci hashing): every bit of the key
+ * reaches them.  (The bits from 17 up, as before, depend on the key's low
+ * bits alone while the table is small: a function's key is (name, file),
+ * file in the low half, so every function of one file probed one chain,
+ * 128 M probes for 16 000 functions.) */
+static size_t loc_slot(uintptr_t a, size_t cap) {
+    return (size_t)(((uint64_t)a * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_ctzll(cap)));
+}
 
 /* Room for one more key at a load of at most a half: the table starts at
  * 1024 slots and doubles.  (Sized up front by every frame of every site,

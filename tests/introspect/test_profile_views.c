@@ -48,7 +48,7 @@
  *   pprof-many  /debug/pprof/allocs after 640 sites, each a function of
  *               its own (more than the encoder's tables hold at first),
  *               read back field by field: each address in one location,
- *               each name in one function (runs without Go)
+ *               each name and file in one function (runs without Go)
  *   pprof-file  the same on the file `sefer run --profile FILE` writes
  *   pprof-abort the same when the program aborts on a double free
  *   pprof-delta /debug/pprof/heap?seconds=2 taken while one site grows and
@@ -355,28 +355,34 @@ static void pb_fields(const unsigned char *p, size_t len, pb_field_fn *each, voi
 }
 
 typedef struct {
-    uint64_t id, address, name; /* (a Location's id and address, a Function's id and name) */
+    uint64_t id, address, name, file; /* (a Location's id and address, a Function's id, name and file) */
 } pb_entry_t;
 typedef struct {
     pb_entry_t locs[4096], funcs[4096];
     size_t nlocs, nfuncs;
 } pb_profile_t;
-static void pb_entry(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg) {
+static void pb_location(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg) {
     (void)body, (void)len;
     pb_entry_t *e = arg;
     if (field == 1) e->id = value;
-    if (field == 3) e->address = value; /* (Location.address) */
-    if (field == 2) e->name = value;    /* (Function.name) */
+    if (field == 3) e->address = value;
+}
+static void pb_function(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg) {
+    (void)body, (void)len;
+    pb_entry_t *e = arg;
+    if (field == 1) e->id = value;
+    if (field == 2) e->name = value;
+    if (field == 4) e->file = value;
 }
 static void pb_top(unsigned field, uint64_t value, const unsigned char *body, size_t len, void *arg) {
     (void)value;
     pb_profile_t *pr = arg;
     if (field == 4) { /* Location */
         ck_assert_uint_lt(pr->nlocs, 4096);
-        pb_fields(body, len, pb_entry, &pr->locs[pr->nlocs++]);
+        pb_fields(body, len, pb_location, &pr->locs[pr->nlocs++]);
     } else if (field == 5) { /* Function */
         ck_assert_uint_lt(pr->nfuncs, 4096);
-        pb_fields(body, len, pb_entry, &pr->funcs[pr->nfuncs++]);
+        pb_fields(body, len, pb_function, &pr->funcs[pr->nfuncs++]);
     }
 }
 
@@ -409,9 +415,11 @@ START_TEST(test_pprof_many) {
     static pb_profile_t pr;
     memset(&pr, 0, sizeof pr);
     pb_fields(raw, n, pb_top, &pr);
-    /* every address in one location, every name in one function, and the
-     * ids 1, 2, ... in order: a table that lost its keys as it grew would
-     * number the frames every site shares (this test's, the runner's) again */
+    /* every address in one location, every (name, file) in one function
+     * (a name alone may have two: a function with code inlined from
+     * another file), and the ids 1, 2, ... in order: a table that lost its
+     * keys as it grew would number the frames every site shares (this
+     * test's, the runner's) again */
     for (size_t i = 0; i < pr.nlocs; i++) {
         ck_assert_uint_eq(pr.locs[i].id, i + 1);
         for (size_t k = 0; k < i; k++)
@@ -421,8 +429,9 @@ START_TEST(test_pprof_many) {
     for (size_t i = 0; i < pr.nfuncs; i++) {
         ck_assert_uint_eq(pr.funcs[i].id, i + 1);
         for (size_t k = 0; k < i; k++)
-            ck_assert_msg(pr.funcs[k].name != pr.funcs[i].name, "name %llu in functions %zu and %zu",
-                          (unsigned long long)pr.funcs[i].name, k + 1, i + 1);
+            ck_assert_msg(pr.funcs[k].name != pr.funcs[i].name || pr.funcs[k].file != pr.funcs[i].file,
+                          "name %llu, file %llu in functions %zu and %zu", (unsigned long long)pr.funcs[i].name,
+                          (unsigned long long)pr.funcs[i].file, k + 1, i + 1);
     }
     /* more keys than the tables' first 1024 slots hold at a half: a site's
      * malloc call each, and a function each */
