@@ -35,31 +35,40 @@ typedef struct {
     bool failed;
 } buf_t;
 
-static void put(buf_t *o, const void *p, size_t n) {
-    if (o->failed) return;
+/* Room for n more bytes; false (and failed) if there is no memory. */
+static bool reserve(buf_t *o, size_t n) {
+    if (o->failed) return false;
     if (o->len + n > o->cap) {
         size_t cap = o->cap ? o->cap : 4096;
         while (cap < o->len + n) cap *= 2;
         unsigned char *b = realloc(o->b, cap);
         if (b == NULL) {
             o->failed = true;
-            return;
+            return false;
         }
         o->b = b;
         o->cap = cap;
     }
+    return true;
+}
+
+static void put(buf_t *o, const void *p, size_t n) {
+    if (!reserve(o, n)) return;
     memcpy(o->b + o->len, p, n);
     o->len += n;
 }
 
+/* (written in place: a profile is mostly varints, and a memcpy call for
+ * each took a sixth of a request's time on 16 000 sites) */
 static void varint(buf_t *o, uint64_t v) {
-    unsigned char t[10];
-    size_t n = 0;
-    do {
-        t[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    if (!reserve(o, 10)) return;
+    unsigned char *p = o->b + o->len;
+    while (v > 0x7f) {
+        *p++ = (unsigned char)(v | 0x80);
         v >>= 7;
-    } while (v);
-    put(o, t, n);
+    }
+    *p++ = (unsigned char)v;
+    o->len = (size_t)(p - o->b);
 }
 
 static void field_int(buf_t *o, unsigned field, uint64_t v) {
