@@ -36,6 +36,16 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
     return sf_hand_out_uncounted(page, b, next);
 }
 
+/* Subtracts step from the countdown word (internal.h, "The countdown
+ * word"); true if its bytes ran out. */
+SF_INLINE bool sf_countdown_sub(sf_heap_t *heap, uint64_t step) {
+    /* (unsigned arithmetic read back signed: no signed overflow; the store
+     * atomic under ThreadSanitizer: sf_heap_allocs reads the word) */
+    int64_t w = (int64_t)((uint64_t)heap->countdown - step);
+    SF_OWN_SET(heap->countdown, w);
+    return SF_UNLIKELY(w < 0);
+}
+
 /* The heap profile's countdown (profile.c, "Sampling"; the sampled
  * guard's point is on it too: "one countdown, two points"): `bytes` more
  * allocated from the heap; true if they reach its next point, and then the
@@ -51,11 +61,7 @@ SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_
  * blocks 7-8 %).  The slow paths count on or off (off, the countdown runs
  * out every SF_SAMPLE_IDLE bytes to look at the knob). */
 SF_INLINE bool sf_sample_tick(sf_heap_t *heap, uint64_t bytes) {
-    /* (unsigned arithmetic read back signed: no signed overflow; the store
-     * atomic under ThreadSanitizer: sf_heap_allocs reads the word) */
-    int64_t w = (int64_t)((uint64_t)heap->countdown - (bytes << SF_COUNTDOWN_SHIFT));
-    SF_OWN_SET(heap->countdown, w);
-    return SF_UNLIKELY(w < 0);
+    return sf_countdown_sub(heap, bytes << SF_COUNTDOWN_SHIFT);
 }
 
 /* The same for a request of n bytes, and the allocation counted in the
@@ -78,10 +84,7 @@ SF_INLINE bool sf_sample_tick_counting(sf_heap_t *heap, size_t n) {
               [low] "i"(((int64_t)1 << SF_COUNTDOWN_SHIFT) - 1));
     return SF_UNLIKELY(out);
 #else
-    uint64_t step = (((uint64_t)n + 1) << SF_COUNTDOWN_SHIFT) - 1;
-    int64_t w = (int64_t)((uint64_t)heap->countdown - step);
-    SF_OWN_SET(heap->countdown, w);
-    return SF_UNLIKELY(w < 0);
+    return sf_countdown_sub(heap, (((uint64_t)n + 1) << SF_COUNTDOWN_SHIFT) - 1);
 #endif
 }
 

@@ -743,9 +743,9 @@ SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside mal
 SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
 /* The countdown word (sf_heap_t.countdown).  The counted fast paths (the
  * armed profile's malloc and the sampled guard's; fastpath.h,
- * sf_hand_out_ticked) and level 2's pops made two read-modify-writes on every malloc, the
- * countdown's bytes and `allocs`, each waiting on the one before on its
- * own word: without the second, 16-256 B bursts ran 1.23x faster armed
+ * sf_hand_out_ticked) and level 2's pops made two read-modify-writes on
+ * every malloc, the countdown's bytes and `allocs`, each waiting on the
+ * one before on its own word: without the second, 16-256 B bursts ran 1.23x faster armed
  * (docs/benchmarks.md, profile-cost).  So one word holds both: the bits
  * from SF_COUNTDOWN_SHIFT up, signed, are the bytes left, the bits below
  * it allocations not yet in `allocs`, and one subtraction of
@@ -774,12 +774,13 @@ SF_INLINE void sf_countdown_flush(sf_heap_t *heap) {
     __atomic_store_n(&heap->allocs, heap->allocs + c, __ATOMIC_RELEASE);
 }
 
-/* The owner sets the bytes left (at most SF_COUNTDOWN_MAX), the count
- * flushed. */
-SF_INLINE void sf_countdown_set(sf_heap_t *heap, int64_t left) {
+/* The owner sets the bytes left, at most SF_COUNTDOWN_MAX (returned: what
+ * it set), the count flushed. */
+SF_INLINE int64_t sf_countdown_set(sf_heap_t *heap, int64_t left) {
     if (left > SF_COUNTDOWN_MAX) left = SF_COUNTDOWN_MAX;
     sf_countdown_flush(heap);
     SF_SET(heap->countdown, (int64_t)((uint64_t)left << SF_COUNTDOWN_SHIFT));
+    return left;
 }
 
 /* The heap's allocations so far, from any thread (never counted twice). */

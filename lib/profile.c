@@ -6,7 +6,7 @@
  * exponential with mean R, independent of each other.  An allocation is
  * sampled when its bytes hold a point, so a block counted with s bytes is
  * sampled with p = 1 - exp(-s/R), independently of every other block.
- * Each heap counts down the gap to its next point (the high half of
+ * Each heap counts down the gap to its next point (the high part of
  * sf_heap_t.countdown, internal.h, "The countdown word"; it runs to the
  * sampled guard's point instead where that is nearer: "one countdown, two
  * points" below):
@@ -253,11 +253,9 @@ static bool guard_counts(void) { return sf_gsample_on && sf_guard_level < 3; }
  * profile's point and the guard's. */
 static void countdown_set(sf_heap_t *heap, int64_t prof, int64_t guard) {
     bool with_guard = guard_counts();
-    int64_t m = with_guard && guard < prof ? guard : prof;
     /* (the word holds at most SF_COUNTDOWN_MAX: a farther point is reached
      * by a run-out that finds neither due, and a set again) */
-    if (m > SF_COUNTDOWN_MAX) m = SF_COUNTDOWN_MAX;
-    sf_countdown_set(heap, m);
+    int64_t m = sf_countdown_set(heap, with_guard && guard < prof ? guard : prof);
     heap->prof.prof_extra = prof - m;
     heap->prof.guard_extra = with_guard ? guard - m : 0;
 }
