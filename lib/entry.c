@@ -94,8 +94,8 @@ void sf_entry_choose(void) {
     /* (the sampled guard counts on the profile's countdown, but at level 3:
      * sf_malloc_entry_slow) */
     bool counted = sf_gsample_on ? sf_guard_level < 3 : sf_prof_is_armed();
-    __atomic_store_n(&sf_entry_bounds.malloc_l2, sf_l2_fast, __ATOMIC_RELAXED);
-    __atomic_store_n(&sf_entry_bounds.malloc_counted, !sf_l2_fast && counted, __ATOMIC_RELAXED);
+    uint8_t mode = sf_l2_fast ? SF_ENTRY_L2 : counted ? SF_ENTRY_COUNTED : SF_ENTRY_PLAIN;
+    __atomic_store_n(&sf_entry_bounds.malloc_mode, mode, __ATOMIC_RELAXED);
     __atomic_store_n(&sf_entry_bounds.free_l2, sf_l2_fast, __ATOMIC_RELAXED);
     if (malloc_other) {
         __atomic_store_n(&sf_entry_bounds.small_end, 0, __ATOMIC_RELAXED);

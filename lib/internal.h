@@ -510,7 +510,8 @@ SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
  * sampled guard, the armed profile) sets malloc's two to 0, one that
  * changes free (levels 2 and 3) chunk_end (sf_entry_choose).  The choice costs small
  * sizes no instruction (the comparison was there with a constant); medium
- * sizes pay three: the span's subtraction and the test of the two malloc modes before it. */
+ * sizes pay four: the span's subtraction and the comparison of malloc's mode
+ * (two jumps) before it. */
 typedef struct sf_entry_bounds {
     size_t small_end, medium_span;
     uintptr_t chunk_end;
@@ -518,20 +519,19 @@ typedef struct sf_entry_bounds {
      * 2's malloc, the counted malloc of the armed profile and the sampled
      * guard (levels 0-1; the guard not at level 3), level 2's free; else
      * the slow paths (entry.c) */
-    union {
-        struct {
-            bool malloc_l2, malloc_counted;
-        };
-        uint16_t malloc_modes; /* both, read as one (sf_entry_malloc_modes) */
-    };
+    uint8_t malloc_mode; /* SF_ENTRY_PLAIN, _COUNTED or _L2 (one at a time) */
     bool free_l2;
 } sf_entry_bounds_t;
+/* malloc's modes, ordered so that one comparison with SF_ENTRY_COUNTED
+ * sorts all three: below it the plain path (the medium sizes), equal the
+ * counted one, above level 2's (fastpath.h, sf_malloc) */
+enum { SF_ENTRY_PLAIN = 0, SF_ENTRY_COUNTED = 1, SF_ENTRY_L2 = 2 };
 SF_HIDDEN extern sf_entry_bounds_t sf_entry_bounds;
-/* Non-zero if either of malloc's modes is set: one 2-byte load, through
- * SF_PEEK as the bounds are (atomic under TSan: sf_entry_choose stores the
- * flags while threads run; a plain compare with memory otherwise, where an
- * atomic load cost a register move, one instruction more). */
-SF_INLINE uint16_t sf_entry_malloc_modes(void) { return SF_PEEK(sf_entry_bounds.malloc_modes); }
+/* malloc's mode, through SF_PEEK as the bounds are (atomic under TSan:
+ * sf_entry_choose stores it while threads run; a plain compare with memory
+ * otherwise, where an atomic load cost a register move, one instruction
+ * more). */
+SF_INLINE uint8_t sf_entry_malloc_mode(void) { return SF_PEEK(sf_entry_bounds.malloc_mode); }
 SF_HIDDEN void *sf_malloc_entry_slow(size_t n, sf_heap_t *heap);
 /* The sampled guard's count of the thread's own requests, where its
  * allocations meet no heap countdown that knows the request (level 3;

@@ -66,9 +66,9 @@ START_TEST(test_the_mode_sets_its_bounds)
     ck_assert_uint_eq(b.small_end, malloc_other ? 0 : plain.small_end);
     ck_assert_uint_eq(b.medium_span, malloc_other ? 0 : plain.medium_span);
     ck_assert_uint_eq(b.chunk_end, free_other ? 0 : plain.chunk_end);
-    ck_assert_int_eq(b.malloc_l2, level2);
     /* (the sampled guard counts on the profile's countdown, but at level 3) */
-    ck_assert_int_eq(b.malloc_counted, !level2 && (sampled ? !level3 : profiled));
+    bool counted = !level2 && (sampled ? !level3 : profiled);
+    ck_assert_uint_eq(b.malloc_mode, level2 ? SF_ENTRY_L2 : counted ? SF_ENTRY_COUNTED : SF_ENTRY_PLAIN);
     ck_assert_int_eq(b.free_l2, level2);
 }
 END_TEST
@@ -77,14 +77,14 @@ START_TEST(test_every_partial_state)
 {
     free(malloc(1)); /* (initialised) */
     sf_entry_bounds_t mode = sf_entry_bounds;
-    for (unsigned state = 0; state < 64; state++) {
+    for (unsigned state = 0; state < 32; state++) {
         sf_entry_bounds_t b = mode;
         b.small_end = state & 1 ? 0 : plain.small_end;
         b.medium_span = state & 2 ? 0 : plain.medium_span;
         b.chunk_end = state & 4 ? 0 : plain.chunk_end;
-        b.malloc_l2 = state & 8 ? mode.malloc_l2 : false;
+        /* (malloc's mode, level 2's or the counted one, set or not yet) */
+        b.malloc_mode = state & 8 ? mode.malloc_mode : SF_ENTRY_PLAIN;
         b.free_l2 = state & 16 ? mode.free_l2 : false;
-        b.malloc_counted = state & 32 ? mode.malloc_counted : false;
         /* a page whose free list and local_free both hold blocks (levels
          * 0-1, without the sampled guard, whose samples come from slots of
          * their own at random: it took v[1] once, in the UBSan build): the
