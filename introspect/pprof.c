@@ -11,21 +11,15 @@
  * packing; the writer below appends bytes to one buffer, and
  * tests/introspect's pprof test reads its output with Go's own pprof.
  *
- * Compression: zlib's deflate (libz.so.1, opened with dlopen when a
- * profile is first written); without it, the same gzip container with
- * stored (uncompressed) deflate blocks, which every gzip reader accepts. */
+ * Compression: gzip.c (libdeflate, else zlib, else stored blocks). */
 #include "symbols.h"
+#include "gzip.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-#if defined(SF_HAVE_ZLIB)
-#include <zlib.h>
-#endif
 
 /* ---- a byte buffer and protobuf's two wire types ------------------------- */
 
@@ -86,6 +80,25 @@ static void field_msg(buf_t *o, unsigned field, buf_t *m) {
     if (m->failed) o->failed = true;
     field_bytes(o, field, m->b, m->len);
     m->len = 0;
+}
+
+static size_t varint_len(uint64_t v) {
+    size_t n = 1;
+    for (; v > 0x7f; v >>= 7) n++;
+    return n;
+}
+
+/* A Sample (Profile field 2) of two packed fields, location ids and
+ * values, written into o at once: no message buffered and copied for each
+ * site (a scrape of 16 000 sites copied every site's bytes twice). */
+static void sample_msg(buf_t *o, buf_t *ids, buf_t *vals) {
+    if (ids->failed || vals->failed) o->failed = true;
+    size_t inner = 2 + varint_len(ids->len) + ids->len + varint_len(vals->len) + vals->len;
+    varint(o, 2 << 3 | 2);
+    varint(o, inner);
+    field_bytes(o, 1, ids->b, ids->len);
+    field_bytes(o, 2, vals->b, vals->len);
+    ids->len = vals->len = 0;
 }
 
 /* ---- the string table ------------------------------------------------------ */
@@ -204,94 +217,6 @@ static uint64_t loc_id(locs_t *l, uintptr_t a, bool *fresh) {
     return l->count;
 }
 
-/* ---- gzip -------------------------------------------------------------------- */
-
-static uint32_t crc32_of(const unsigned char *p, size_t n) {
-    static uint32_t table[256];
-    if (table[1] == 0)
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-    uint32_t c = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-    return c ^ 0xffffffffu;
-}
-
-/* The gzip container around stored deflate blocks (RFC 1951 3.2.4). */
-static unsigned char *gzip_stored(const unsigned char *p, size_t n, size_t *len) {
-    buf_t o = {0};
-    static const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
-    put(&o, head, sizeof head);
-    size_t at = 0;
-    do {
-        size_t k = n - at > 65535 ? 65535 : n - at;
-        unsigned char h[5] = {at + k == n ? 1 : 0, (unsigned char)k, (unsigned char)(k >> 8),
-                              (unsigned char)~k, (unsigned char)(~k >> 8)};
-        put(&o, h, sizeof h);
-        put(&o, p + at, k);
-        at += k;
-    } while (at < n);
-    uint32_t tail[2] = {crc32_of(p, n), (uint32_t)n};
-    put(&o, tail, sizeof tail); /* (little-endian, as x86-64 stores them) */
-    if (o.failed) {
-        free(o.b);
-        return NULL;
-    }
-    *len = o.len;
-    return o.b;
-}
-
-#if defined(SF_HAVE_ZLIB)
-static unsigned char *gzip_deflate(const unsigned char *p, size_t n, size_t *len) {
-    static void *lib;
-    static int (*init)(z_streamp, int, int, int, int, int, const char *, int);
-    static int (*deflate_fn)(z_streamp, int);
-    static int (*end)(z_streamp);
-    static bool tried;
-    if (!tried) {
-        tried = true;
-        lib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (lib != NULL) {
-            init = (__typeof__(init))dlsym(lib, "deflateInit2_");
-            deflate_fn = (__typeof__(deflate_fn))dlsym(lib, "deflate");
-            end = (__typeof__(end))dlsym(lib, "deflateEnd");
-        }
-    }
-    if (init == NULL || deflate_fn == NULL || end == NULL) return NULL;
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (init(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, (int)sizeof z) != Z_OK) return NULL;
-    size_t cap = n + n / 1000 + 64;
-    unsigned char *out = malloc(cap);
-    if (out == NULL) {
-        end(&z);
-        return NULL;
-    }
-    z.next_in = (unsigned char *)p;
-    z.avail_in = (unsigned)n;
-    z.next_out = out;
-    z.avail_out = (unsigned)cap;
-    int rc = deflate_fn(&z, Z_FINISH);
-    *len = z.total_out;
-    end(&z);
-    if (rc != Z_STREAM_END) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-#endif
-
-static unsigned char *gzip(const unsigned char *p, size_t n, size_t *len) {
-#if defined(SF_HAVE_ZLIB)
-    unsigned char *z = gzip_deflate(p, n, len);
-    if (z != NULL) return z;
-#endif
-    return gzip_stored(p, n, len);
-}
-
 /* ---- the Profile message ------------------------------------------------------ */
 
 static void value_type(strtab_t *t, unsigned field, const char *type, const char *unit, buf_t *m) {
@@ -347,11 +272,11 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t durat
         field_int(&m, 7, 1); /* has_functions: every location names one where it can */
         field_msg(&t.out, 3, &m);
     }
+    buf_t ids = {0}, vals = {0}; /* (a site's, reused) */
     for (size_t i = 0; i < c->nsites; i++) {
         const sf_prof_site_t *s = &c->sites[i];
         size_t first, n;
         sf_prof_site_frames(c, s, &first, &n);
-        buf_t ids = {0}, vals = {0};
         for (size_t f = first; f < first + n; f++) {
             uintptr_t a = c->frames[f];
             bool fresh;
@@ -373,12 +298,10 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t durat
         varint(&vals, s->alloc_bytes);
         varint(&vals, objects(s->live_objs));
         varint(&vals, s->live_bytes);
-        field_msg(&m, 1, &ids);
-        field_msg(&m, 2, &vals);
-        field_msg(&t.out, 2, &m);
-        free(ids.b);
-        free(vals.b);
+        sample_msg(&t.out, &ids, &vals);
     }
+    free(ids.b);
+    free(vals.b);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     field_int(&t.out, 9, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
@@ -397,7 +320,7 @@ unsigned char *sf_pprof_encode(const sf_prof_copy_t *c, bool heap, int64_t durat
     field_int(&t.out, 13, str_id(&t, note));
     put(&t.out, t.strings.b, t.strings.len);
     if (!t.out.failed && !t.strings.failed && !m.failed && !locs.failed && !funcs.failed)
-        result = gzip(t.out.b, t.out.len, len);
+        result = sf_gzip(t.out.b, t.out.len, len);
     free(t.out.b);
     free(t.strings.b);
     free(t.keys);

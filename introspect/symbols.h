@@ -12,6 +12,9 @@ typedef struct {
     int line;
     uint32_t mapping;     /* index in sf_sym_mappings(), UINT32_MAX: none */
     uintptr_t module_offset; /* the address's offset in its module's file */
+    bool allocator_name;  /* function names one of the allocator's entry points
+                             or sefer's own (sf_sym_is_allocator): decided once,
+                             when the address is named */
 } sf_sym_t;
 
 typedef struct {

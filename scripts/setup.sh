@@ -38,9 +38,10 @@ export DEBIAN_FRONTEND=noninteractive
 #    meson support, dpkg-buildpackage), lintian, git and xz-utils (meson
 #    dist), man-db (man -l for the man pages), systemd (systemd-analyze
 #    verify for docs/deploy.md's drop-ins; nothing is started)
-#  - the heap profile (introspect/symbols.c, pprof.c): libdw-dev and
+#  - the heap profile (introspect/symbols.c, pprof.c, gzip.c): libdw-dev and
 #    zlib1g-dev for their headers (libdw1 and zlib are opened with dlopen),
-#    golang-go for `go tool pprof` in tests/introspect
+#    libdeflate0, which gzip.c opens first (no header needed), golang-go for
+#    `go tool pprof` in tests/introspect
 #  - node and npm, only if `node`/`npm` are not there already (a machine
 #    with NodeSource's nodejs has both; Debian's npm would conflict with it):
 #    npm installs uPlot, which the dashboard embeds (webui/), and
@@ -53,7 +54,7 @@ packages=(
     libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4
     chromium
     debhelper lintian git xz-utils man-db systemd
-    libdw-dev zlib1g-dev golang-go
+    libdw-dev zlib1g-dev libdeflate0 golang-go
 )
 if [ "${SEFER_SETUP_CLANG:-0}" = 1 ]; then
     packages+=(clang)
