@@ -157,14 +157,14 @@ SF_INLINE void *sf_malloc(size_t n) {
          * instructions, now 64.1; level 2's 99.6, now 98.6; a 20000-byte
          * pair 78.0, now 79.0) */
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-        /* (the symbol named: an "m" operand had the compiler form its
-         * address in a register ahead of the small sizes' comparison, one
-         * instruction more on their path) */
-        __asm__ goto("cmpb %[counted], sf_entry_bounds+%c[at](%%rip)\n\t"
+        /* (its address as a constant, rip-relative: an "m" operand had
+         * the compiler form it in a register ahead of the small sizes'
+         * comparison, one instruction more on their path) */
+        __asm__ goto("cmpb %[counted], %c[mode](%%rip)\n\t"
                      "je %l[counted_path]\n\t"
                      "ja %l[l2_path]"
                      :
-                     : [at] "i"(offsetof(sf_entry_bounds_t, malloc_mode)), [counted] "i"(SF_ENTRY_COUNTED)
+                     : [mode] "i"(&sf_entry_bounds.malloc_mode), [counted] "i"(SF_ENTRY_COUNTED)
                      : "cc"
                      : counted_path, l2_path);
 #else

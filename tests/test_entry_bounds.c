@@ -6,14 +6,15 @@
  *
  *   - the mode's bounds and flags: what sf_entry_choose set for the mode
  *     the environment asked for (malloc's bounds zero for level 2, the
- *     sampled guard and the heap profile, free's for levels 2 and 3; the flags
- *     that take level 2's paths and the profile's counted malloc);
+ *     sampled guard and the heap profile, free's for levels 2 and 3; malloc's
+ *     mode byte, which takes level 2's paths or the counted malloc, and
+ *     free's level 2 flag);
  *   - every partial state: the exported pair reads its bounds with plain
  *     loads and sf_entry_choose writes them one store at a time while
  *     other threads may be in malloc, so a caller can see any of them
- *     changed and the others not yet.  In each of the 64 states (each
- *     bound its levels 0-1 value or 0, each flag as the mode has it or
- *     not), malloc of every size at the tables' edges returns a block that
+ *     changed and the others not yet.  In each of the 32 states (each
+ *     bound its levels 0-1 value or 0, malloc's mode and free's flag each
+ *     as the mode has it or not yet set), malloc of every size at the tables' edges returns a block that
  *     holds the request and, for a small size, is a small block; free
  *     takes it back; the heap checks clean.  And at levels 0-1 (without
  *     the sampled guard, whose samples are random) a malloc
