@@ -387,10 +387,19 @@ static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
     ck.sweep_heap = sweep_reads(hi);
     if (seg->page_count < 64 && (seg->free_mask >> seg->page_count) != 0)
         report("segment's free-page mask names pages past its end", seg);
+    if (seg->pages_ready > seg->page_count) report("segment's ready pages exceed its pages", seg);
     for (unsigned i = 0; i < seg->page_count; i++) {
         const sf_page_t *page = &seg->pages[i];
         bool marked_free = (seg->free_mask >> i) & 1;
         size_t start = (size_t)(i + seg->page_bias) << seg->page_shift;
+        if (i >= seg->pages_ready) { /* never taken: all zero, and free if it has room */
+            size_t end = start + ((size_t)1 << seg->page_shift);
+            bool room = end > (start < SF_SEG_META_SIZE ? SF_SEG_META_SIZE : start);
+            if (page->page_start != NULL || page->page_bytes != 0 || page->in_use || page->committed ||
+                page->purge_at != 0 || marked_free != room)
+                report("page descriptor past the segment's ready ones is not blank", page);
+            continue;
+        }
         if (page->page_start !=
             (const uint8_t *)seg + (start < SF_SEG_META_SIZE ? SF_SEG_META_SIZE : start))
             report("page descriptor's start is not its page", page);

@@ -70,7 +70,7 @@ static void fast_paths_off(void) {
     sf_unlock(&sf_fallback_lock);
     sf_lock(&sf_seg_lock);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)
-        for (unsigned p = 0; p < seg->page_count; p++) {
+        for (unsigned p = 0, n = SF_GET(seg->pages_ready); p < n; p++) { /* (the rest: 0 and NULL) */
             SF_SET(seg->pages[p].fast_divmagic, 0);
             SF_SET(seg->pages[p].fast_heap, NULL);
         }

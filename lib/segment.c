@@ -294,6 +294,30 @@ static unsigned kind_page_shift(unsigned kind) {
     return kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT;
 }
 
+/* Where page i of a small or medium segment lies: its start (the
+ * metadata's end for a page it overlaps) and its bytes (0: inside the
+ * metadata; less the guard page at the end for the last, with guard
+ * pages). */
+static size_t segment_page_place(const sf_segment_t *seg, unsigned i, size_t *start_out) {
+    size_t start = (size_t)(i + seg->page_bias) << seg->page_shift, end = start + ((size_t)1 << seg->page_shift);
+    if (start < SF_SEG_META_SIZE) start = SF_SEG_META_SIZE;
+    *start_out = start;
+    size_t bytes = end > start ? end - start : 0;
+    if (guard_pages() && i == (unsigned)seg->page_count - 1u && bytes != 0) bytes -= SF_OS_PAGE;
+    return bytes;
+}
+
+/* Gives pages[pages_ready .. idx] their place (the owner, under its
+ * segment lock; the pages are free and all zero until then). */
+static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
+    for (unsigned i = seg->pages_ready; i <= idx; i++) {
+        size_t start, bytes = segment_page_place(seg, i, &start);
+        seg->pages[i].page_start = (uint8_t *)seg + start;
+        seg->pages[i].page_bytes = bytes;
+    }
+    if (idx >= seg->pages_ready) SF_SET(seg->pages_ready, (uint16_t)(idx + 1));
+}
+
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
     bool pages = false;
@@ -322,18 +346,19 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
         hdr += hdr < SF_SEG_META_SIZE ? SF_OS_PAGE : 0;
     }
     commit_add(seg, hdr);
-    for (unsigned i = 0; i < count; i++) {
-        sf_page_t *pg = &seg->pages[i];
-        size_t start = (size_t)(i + bias) << shift, end = start + ((size_t)1 << shift);
-        if (start < SF_SEG_META_SIZE) start = SF_SEG_META_SIZE;
-        pg->page_start = (uint8_t *)seg + start;
-        pg->page_bytes = end > start ? end - start : 0;
-        if (pg->page_bytes) seg->free_mask |= (uint64_t)1 << i;
-    }
-    if (sf_tracked) sf_track_segment_header(seg);
     /* guard pages (span_take): after the metadata, and at the segment's
-     * end, so an overflow of the last page cannot reach the next segment */
-    if (guard_pages()) seg->pages[count - 1].page_bytes -= SF_OS_PAGE;
+     * end, so an overflow of the last page cannot reach the next segment
+     * (segment_page_place takes it off the last page) */
+    seg->pages_ready = 0;
+    for (unsigned i = 0; i < count; i++) {
+        size_t start;
+        if (segment_page_place(seg, i, &start) != 0) seg->free_mask |= (uint64_t)1 << i;
+    }
+    /* A fresh header stays untouched past the descriptors in use; one
+     * with old data was written whole by the memset above anyway, and
+     * valgrind's tracking marks every descriptor's pointers at once. */
+    if (!zero || sf_tracked) segment_ready_to(seg, count - 1);
+    if (sf_tracked) sf_track_segment_header(seg);
     if (resident != 0) mark_resident_pages(seg, resident);
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
@@ -349,7 +374,7 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
      * of the last committed page */
     size_t end = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
     if (seg->kind == SF_SEG_MEDIUM && !guard_pages() && end < SF_SEG_META_SIZE) end = SF_SEG_META_SIZE;
-    for (unsigned i = 0; i < seg->page_count; i++) {
+    for (unsigned i = 0; i < seg->pages_ready; i++) { /* (the rest were never committed) */
         const sf_page_t *page = &seg->pages[i];
         size_t page_end = (size_t)(page->page_start - (uint8_t *)seg) + page->page_bytes;
         if (page->committed && page_end > end) end = page_end;
@@ -591,6 +616,7 @@ again:
         idx = free_page_index(seg);
         seg->free_mask &= ~((uint64_t)1 << idx);
         if (seg->free_mask == 0) heap_seglist_remove(heap, seg);
+        if (idx >= seg->pages_ready) segment_ready_to(seg, idx);
         page = &seg->pages[idx];
     }
     seg->used_pages++;
@@ -816,6 +842,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->kind = cacheable ? SF_SEG_LARGE : SF_SEG_HUGE;
     seg->fresh_zero = zero;
     seg->page_count = 1;
+    seg->pages_ready = 1;
     seg->used_pages = 1;
     seg->span_size = span;
     seg->committed_bytes = 0;

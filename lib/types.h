@@ -221,6 +221,12 @@ typedef struct sf_segment_s {
     struct sf_segment_s *heap_next, *heap_prev;
     /* process-wide list of live segments (under sf_seg_lock) */
     struct sf_segment_s *all_next, *all_prev;
+    /* pages[0, pages_ready) hold their page's place (page_start,
+     * page_bytes); those past it are all zero, free and never used, and get
+     * it when first taken (segment.c, segment_ready_to): a fresh segment's
+     * 63 descriptors fill two OS pages, and a heap using fewer than 31
+     * pages then touches only the first (SF_SET: snapshots read it) */
+    uint16_t pages_ready;
     sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
 } sf_segment_t;
 
