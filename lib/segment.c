@@ -312,8 +312,10 @@ static size_t segment_page_place(const sf_segment_t *seg, unsigned i, size_t *st
 static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
     for (unsigned i = seg->pages_ready; i <= idx; i++) {
         size_t start, bytes = segment_page_place(seg, i, &start);
-        seg->pages[i].page_start = (uint8_t *)seg + start;
-        seg->pages[i].page_bytes = bytes;
+        /* (relaxed stores: a snapshot reads them once the page is in use,
+         * under sf_seg_lock, which this owner does not hold) */
+        SF_SET(seg->pages[i].page_start, (uint8_t *)seg + start);
+        SF_SET(seg->pages[i].page_bytes, bytes);
     }
     if (idx >= seg->pages_ready) SF_SET(seg->pages_ready, (uint16_t)(idx + 1));
 }

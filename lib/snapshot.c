@@ -104,9 +104,9 @@ static struct seg_ref *list_segments(sf_snapshot_t *s, size_t *count) {
 
 /* Blocks that fit in a page of block size bs (as sf_page_init counts them). */
 static uint32_t page_fit(const sf_page_t *page, uint32_t bs) {
-    uintptr_t natural = bs & (0u - bs);
-    uintptr_t start = sf_align_up((uintptr_t)page->page_start, natural);
-    uintptr_t end = (uintptr_t)page->page_start + page->page_bytes;
+    uintptr_t natural = bs & (0u - bs), page_start = (uintptr_t)SF_GET(page->page_start);
+    uintptr_t start = sf_align_up(page_start, natural);
+    uintptr_t end = page_start + SF_GET(page->page_bytes);
     return end > start ? (uint32_t)((end - start) / bs) : 0;
 }
 
