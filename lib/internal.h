@@ -201,6 +201,23 @@ SF_INLINE unsigned sf_class_of(size_t n) {
 SF_HIDDEN extern const uint8_t sf_medium_class_by_2k[SF_MEDIUM_MAX / 2048];
 SF_INLINE unsigned sf_medium_class_index(size_t n) { return sf_medium_class_by_2k[(n - 1) >> 11]; }
 SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
+/* Page colouring of medium classes.  A medium class whose size is not a
+ * power of two (10-14 KiB, 20-28 KiB, ...) is a multiple of 2 or 4 KiB, so
+ * its blocks all start at the same offsets within 4 KiB, and the hot block
+ * of every such class (frees go on top of the list) started on the same
+ * one or two sets of the data cache.  Such a page's first block starts a
+ * class-dependent number of cache lines past its natural place, within
+ * the page's slack (no block is lost): `room` bytes from that place to the
+ * page's end.  Its blocks are then aligned to 64 bytes only, which
+ * sf_class_for_aligned knows.  Power-of-two classes keep their alignment
+ * (aligned requests rely on it) and the small classes are coloured by
+ * which block their page hands out first (page.c, page_extend). */
+SF_INLINE bool sf_class_coloured(uint32_t bsize) { return bsize > SF_SMALL_MAX && (bsize & (bsize - 1)) != 0; }
+SF_INLINE size_t sf_page_colour(uint32_t bsize, unsigned class_idx, size_t room) {
+    if (!sf_class_coloured(bsize)) return 0;
+    size_t slack = room % bsize, colour = (size_t)((class_idx * 23u) & 63u) * 64u;
+    return colour <= slack ? colour : slack & ~(size_t)63;
+}
 /* Whether a request of n bytes (no alignment) is served by a span.  With
  * decommit.policy = eager, requests above 128 KiB stay spans, as they were
  * before the classes went up to 256 KiB: a span's memory goes back the

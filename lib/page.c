@@ -136,6 +136,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     uintptr_t natural = bsize & (0u - bsize);
     uint8_t *start = (uint8_t *)sf_align_up((uintptr_t)page->page_start, natural);
     uint8_t *end = page->page_start + page->page_bytes;
+    if (end > start) start += sf_page_colour(bsize, class_idx, (size_t)(end - start));
     page->block_start = start;
     SF_SET(page->block_size, bsize);
     page->reserved = (uint16_t)((size_t)(end - start) / bsize);

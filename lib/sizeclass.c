@@ -46,11 +46,14 @@ const uint8_t sf_medium_class_by_2k[SF_MEDIUM_MAX / 2048] = {
 #undef SF_MC8_
 #undef SF_MC_
 
-/* Smallest class that holds n bytes and whose size is a multiple of align
- * (a power of two <= SF_MAX_ALIGN_FROM_CLASS); 0 if none (caller uses a span). */
+/* Smallest class that holds n bytes and whose blocks are all aligned to
+ * align (a power of two <= SF_MAX_ALIGN_FROM_CLASS): its size a multiple
+ * of align, and past 64 bytes not a coloured class (sf_class_coloured:
+ * aligned to 64 only); 0 if none (caller uses a span). */
 unsigned sf_class_for_aligned(size_t n, size_t align) {
     if (n > SF_MEDIUM_MAX || align > SF_MAX_ALIGN_FROM_CLASS) return 0;
     for (unsigned c = sf_class_of(n < align ? align : n); c < SF_CLASS_COUNT; c++)
-        if ((sf_class_size[c] & (align - 1)) == 0) return c;
+        if ((sf_class_size[c] & (align - 1)) == 0 && (align <= 64 || !sf_class_coloured(sf_class_size[c])))
+            return c;
     return 0;
 }
