@@ -207,16 +207,19 @@ SF_HIDDEN unsigned sf_class_for_aligned(size_t n, size_t align);
  * of every such class (frees go on top of the list) started on the same
  * one or two sets of the data cache.  Such a page's first block starts a
  * class-dependent number of cache lines past its natural place, within
- * the page's slack (no block is lost): `room` bytes from that place to the
- * page's end.  Its blocks are then aligned to 64 bytes only, which
+ * the page's slack (no block is lost; a page its blocks fill exactly, as
+ * some classes fill page 0 of a medium segment, is not coloured): `room`
+ * bytes from that place to the page's end.  Its blocks are then aligned to 64 bytes only, which
  * sf_class_for_aligned knows.  Power-of-two classes keep their alignment
  * (aligned requests rely on it) and the small classes are coloured by
  * which block their page hands out first (page.c, page_extend). */
 SF_INLINE bool sf_class_coloured(uint32_t bsize) { return bsize > SF_SMALL_MAX && (bsize & (bsize - 1)) != 0; }
 SF_INLINE size_t sf_page_colour(uint32_t bsize, unsigned class_idx, size_t room) {
     if (!sf_class_coloured(bsize)) return 0;
+    /* (past the slack, the colour wrapped into it: a page whose slack is
+     * 2 KiB, all some classes have, still gets one of 32 colours) */
     size_t slack = room % bsize, colour = (size_t)((class_idx * 23u) & 63u) * 64u;
-    return colour <= slack ? colour : slack & ~(size_t)63;
+    return colour <= slack ? colour : (colour % (slack + 64)) & ~(size_t)63;
 }
 /* Whether a request of n bytes (no alignment) is served by a span.  With
  * decommit.policy = eager, requests above 128 KiB stay spans, as they were

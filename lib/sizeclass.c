@@ -4,7 +4,9 @@
  * malloc promises on x86-64), then four classes per power of two up to
  * SF_MEDIUM_MAX.  A class of size m * 2^k (m in 5..8) has blocks aligned to at
  * least 2^k when its page's first block is, so aligned requests are served by
- * picking the smallest class whose size is a multiple of the alignment. */
+ * picking the smallest class whose size is a multiple of the alignment; but
+ * a medium class that is not a power of two has its pages coloured
+ * (internal.h, sf_page_colour), its blocks aligned to 64 bytes only. */
 #include "internal.h"
 
 const uint32_t sf_class_size[SF_CLASS_COUNT] = {

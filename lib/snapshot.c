@@ -107,9 +107,8 @@ static uint32_t page_fit(const sf_page_t *page, uint32_t bs) {
     uintptr_t natural = bs & (0u - bs), page_start = (uintptr_t)SF_GET(page->page_start);
     uintptr_t start = sf_align_up(page_start, natural);
     uintptr_t end = page_start + SF_GET(page->page_bytes);
-    if (end <= start) return 0;
-    start += sf_page_colour(bs, sf_class_of(bs), end - start);
-    return (uint32_t)((end - start) / bs);
+    /* (a coloured page's colour is within its slack: the same count) */
+    return end > start ? (uint32_t)((end - start) / bs) : 0;
 }
 
 /* Copies one page descriptor; false if the page is not in use. */
