@@ -391,18 +391,14 @@ static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
     for (unsigned i = 0; i < seg->page_count; i++) {
         const sf_page_t *page = &seg->pages[i];
         bool marked_free = (seg->free_mask >> i) & 1;
-        size_t start = (size_t)(i + seg->page_bias) << seg->page_shift;
+        size_t start, bytes = sf_segment_page_place(seg, i, &start);
         if (i >= seg->pages_ready) { /* never taken: all zero (phase.c relies on it), and free if it has room */
             static const sf_page_t blank;
-            size_t end = start + ((size_t)1 << seg->page_shift);
-            bool room = end > (start < SF_SEG_META_SIZE ? SF_SEG_META_SIZE : start);
-            if (memcmp(page, &blank, sizeof blank) != 0 || marked_free != room)
+            if (memcmp(page, &blank, sizeof blank) != 0 || marked_free != (bytes != 0))
                 report("page descriptor past the segment's ready ones is not blank", page);
             continue;
         }
-        if (page->page_start !=
-            (const uint8_t *)seg + (start < SF_SEG_META_SIZE ? SF_SEG_META_SIZE : start))
-            report("page descriptor's start is not its page", page);
+        if (page->page_start != (const uint8_t *)seg + start) report("page descriptor's start is not its page", page);
         if (page->in_use) {
             in_use++;
             ck.tally[hi].carved += page->capacity;

@@ -298,6 +298,19 @@ SF_INLINE sf_segment_t *sf_segmap_header_near(const void *p) {
 }
 
 /* ---- segment.c: segments and spans --------------------------------------- */
+/* Where page i of a small or medium segment lies: its start, from the
+ * segment (the metadata's end for a page it overlaps), and its bytes (0:
+ * inside the metadata; less the guard page at the end for the last, with
+ * guard pages).  What segment.c writes into a descriptor when the page is
+ * first taken, and what check.c expects there. */
+SF_INLINE size_t sf_segment_page_place(const sf_segment_t *seg, unsigned i, size_t *start_out) {
+    size_t start = (size_t)(i + seg->page_bias) << seg->page_shift, end = start + ((size_t)1 << seg->page_shift);
+    if (start < SF_SEG_META_SIZE) start = SF_SEG_META_SIZE;
+    *start_out = start;
+    size_t bytes = end > start ? end - start : 0;
+    if (sf_guard_level >= 2 && i == (unsigned)seg->page_count - 1u && bytes != 0) bytes -= SF_OS_PAGE;
+    return bytes;
+}
 SF_HIDDEN extern pthread_mutex_t sf_seg_lock;
 SF_HIDDEN extern sf_segment_t *sf_all_segments;
 SF_HIDDEN sf_page_t *sf_segment_page_alloc(sf_heap_t *heap, unsigned class_idx);

@@ -294,24 +294,11 @@ static unsigned kind_page_shift(unsigned kind) {
     return kind == SF_SEG_SMALL ? SF_SMALL_PAGE_SHIFT : SF_MEDIUM_PAGE_SHIFT;
 }
 
-/* Where page i of a small or medium segment lies: its start (the
- * metadata's end for a page it overlaps) and its bytes (0: inside the
- * metadata; less the guard page at the end for the last, with guard
- * pages). */
-static size_t segment_page_place(const sf_segment_t *seg, unsigned i, size_t *start_out) {
-    size_t start = (size_t)(i + seg->page_bias) << seg->page_shift, end = start + ((size_t)1 << seg->page_shift);
-    if (start < SF_SEG_META_SIZE) start = SF_SEG_META_SIZE;
-    *start_out = start;
-    size_t bytes = end > start ? end - start : 0;
-    if (guard_pages() && i == (unsigned)seg->page_count - 1u && bytes != 0) bytes -= SF_OS_PAGE;
-    return bytes;
-}
-
 /* Gives pages[pages_ready .. idx] their place (the owner, under its
  * segment lock; the pages are free and all zero until then). */
 static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
     for (unsigned i = seg->pages_ready; i <= idx; i++) {
-        size_t start, bytes = segment_page_place(seg, i, &start);
+        size_t start, bytes = sf_segment_page_place(seg, i, &start);
         /* (relaxed stores: a snapshot reads them once the page is in use,
          * under sf_seg_lock, which this owner does not hold) */
         SF_SET(seg->pages[i].page_start, (uint8_t *)seg + start);
@@ -350,11 +337,11 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     commit_add(seg, hdr);
     /* guard pages (span_take): after the metadata, and at the segment's
      * end, so an overflow of the last page cannot reach the next segment
-     * (segment_page_place takes it off the last page) */
+     * (sf_segment_page_place takes it off the last page) */
     seg->pages_ready = 0;
     for (unsigned i = 0; i < count; i++) {
         size_t start;
-        if (segment_page_place(seg, i, &start) != 0) seg->free_mask |= (uint64_t)1 << i;
+        if (sf_segment_page_place(seg, i, &start) != 0) seg->free_mask |= (uint64_t)1 << i;
     }
     /* A fresh header stays untouched past the descriptors in use; one
      * with old data was written whole by the memset above anyway, and
