@@ -298,6 +298,17 @@ static inline int st_mentions_address(const char *text, const void *addr)
 
 /* ---- child processes -------------------------------------------------- */
 
+/* In a forked child that does not exec: a deadlock kills it after seconds
+ * (SIGALRM), and the test that waits for it fails naming the child.  The
+ * signal's default first: the check runner's own SIGALRM handler, which
+ * the child inherits, would kill the whole test's process group instead,
+ * reported as "Received signal 9" with no word of which child hung. */
+static inline void st_hang_guard(unsigned seconds)
+{
+    signal(SIGALRM, SIG_DFL);
+    alarm(seconds);
+}
+
 /* Runs fn(arg) in a forked child with stderr sent to a memfd.  Returns the
  * wait status; the child's stderr text goes into errbuf. */
 static inline int st_run_child(void (*fn)(void *), void *arg, char *errbuf, size_t errlen,
@@ -312,7 +323,7 @@ static inline int st_run_child(void (*fn)(void *), void *arg, char *errbuf, size
     if (pid == 0) {
         dup2(fd, 2);
         if (alarm_s)
-            alarm(alarm_s);
+            st_hang_guard(alarm_s);
         fn(arg);
         _exit(0);
     }

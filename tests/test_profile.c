@@ -138,7 +138,7 @@ END_TEST
 /* The child of a fork taken while other threads sample: it samples, frees,
  * and its counts agree. */
 static int child_after_fork(void) {
-    alarm(30); /* a deadlock ends the child, and the test fails */
+    st_hang_guard(30); /* a deadlock ends the child, and the test fails */
     void *p[200];
     uint64_t before = live_samples();
     for (int i = 0; i < 200; i++) p[i] = sefer_malloc(48 + (size_t)i * 8);

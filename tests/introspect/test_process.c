@@ -296,7 +296,7 @@ START_TEST(test_fork_while_serving)
             ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
         pid_t pid = fork();
         if (pid == 0) { /* no ck_assert here: the client thread may hold check's lock */
-            alarm(2 * IT_WAIT_MS / 1000); /* a deadlock kills the child: the test fails */
+            st_hang_guard(2 * IT_WAIT_MS / 1000); /* a deadlock kills the child: the test fails */
             int bad = 0;
             bad |= sefer_introspect_port() != 0;
             bad |= (sefer_introspect_start("127.0.0.1:0") != -1 || errno != EPERM) << 1;
