@@ -200,6 +200,7 @@ SF_HIDDEN void sf_delta_tick(uint64_t now_ms, struct MHD_Daemon *stopping, bool 
 SF_HIDDEN uint64_t sf_mono_ms(void); /* CLOCK_MONOTONIC in ms (loop.c) */
 SF_HIDDEN int sf_delta_due_ms(uint64_t now_ms);
 SF_HIDDEN void sf_profile_tick(void);
+SF_HIDDEN void sf_profile_views_after_fork_child(void);
 /* profile.output: the file written at exit and on SIGUSR2 (autostart.c) */
 SF_HIDDEN void sf_profile_output_init(void);
 
@@ -234,6 +235,7 @@ typedef struct {
 /* The history, held still until sf_sampler_unlock (NULL if there is none). */
 SF_HIDDEN const sf_history_t *sf_sampler_lock(sf_sampler_info_t *info);
 SF_HIDDEN void sf_sampler_unlock(void);
+SF_HIDDEN void sf_sampler_after_fork_child(void);
 
 /* ---- webui.c and the generated webui_assets.c (webui/embed.py) ------------ */
 typedef struct {

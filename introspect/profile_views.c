@@ -45,20 +45,24 @@ static bool query_by(const sf_query_t *q, sf_reply_t *r, bool *allocated) {
 
 /* ---- ordering ------------------------------------------------------------------- */
 
-static int sort_key; /* 0 live bytes, 1 allocated bytes, 2 growth since the mark */
+/* key: 0 live bytes, 1 allocated bytes, 2 growth since the mark.  Passed
+ * to the comparison, not kept in a static: a server stopped without waiting
+ * for its thread may still be sorting while a new server's thread sorts. */
 static int64_t growth(const sf_prof_site_t *s) { return (int64_t)(s->live_bytes - s->mark_bytes); }
 
-static int by_key(const void *a, const void *b) {
+static int64_t key_of(const sf_prof_site_t *s, int key) {
+    return key == 0 ? (int64_t)s->live_bytes : key == 1 ? (int64_t)s->alloc_bytes : growth(s);
+}
+
+static int by_key(const void *a, const void *b, void *key) {
     const sf_prof_site_t *x = a, *y = b;
-    int64_t kx = sort_key == 0 ? (int64_t)x->live_bytes : sort_key == 1 ? (int64_t)x->alloc_bytes : growth(x);
-    int64_t ky = sort_key == 0 ? (int64_t)y->live_bytes : sort_key == 1 ? (int64_t)y->alloc_bytes : growth(y);
+    int64_t kx = key_of(x, *(const int *)key), ky = key_of(y, *(const int *)key);
     if (kx != ky) return kx > ky ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static void sort_sites(sf_prof_copy_t *c, int key) {
-    sort_key = key; /* (one server thread: no other sorter at once) */
-    qsort(c->sites, c->nsites, sizeof *c->sites, by_key);
+    qsort_r(c->sites, c->nsites, sizeof *c->sites, by_key, &key);
 }
 
 /* ---- history ------------------------------------------------------------------ */
@@ -169,6 +173,21 @@ static void dump_before_abort(void) {
     sf_pprof_tmp_path(tmp, sizeof tmp, path, pid);
     unlink(tmp);
     fprintf(stderr, "sefer: no heap profile at abort: its writer did not finish in %d ms\n", ABORT_DUMP_MS);
+}
+
+/* In a fork() child (server.c's handler): the sites view holds
+ * history_lock while it names frames, which can take long (libdwfl reads
+ * every module's symbols the first time), so a server's thread stopped
+ * without waiting for it may hold the lock when the parent forks.  That
+ * thread is not in the child: the child starts with a new lock and, since
+ * the point being written then may be half written, no history. */
+void sf_profile_views_after_fork_child(void) {
+    if (pthread_mutex_trylock(&history_lock) == 0) {
+        pthread_mutex_unlock(&history_lock);
+        return;
+    }
+    pthread_mutex_init(&history_lock, NULL);
+    history_next = history_count = 0;
 }
 
 void sf_profile_tick(void) {

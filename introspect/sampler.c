@@ -49,7 +49,8 @@ static const char *const field_names[] = {
 
 static pthread_mutex_t hist_lock = PTHREAD_MUTEX_INITIALIZER;
 static sf_history_t hist;
-static size_t hist_bytes; /* mapped; 0: no history */
+static void *hist_mem;    /* its mapping, */
+static size_t hist_bytes; /* of this many bytes; 0: no history */
 static uint64_t interval_ms;
 static char hist_why[160]; /* why there is none */
 static uint64_t next_due;  /* CLOCK_MONOTONIC ms; 0: at once */
@@ -85,6 +86,7 @@ void sf_sampler_prepare(void) {
                          bytes);
             } else {
                 sf_history_init(&hist, &conf, mem);
+                hist_mem = mem;
                 hist_bytes = bytes;
             }
         }
@@ -144,4 +146,27 @@ const sf_history_t *sf_sampler_lock(sf_sampler_info_t *info) {
 
 void sf_sampler_unlock(void) {
     sf_unlock(&hist_lock);
+}
+
+/* In a fork() child (server.c's handler).  A server's thread may have held
+ * hist_lock when the parent forked: the thread of a server stopped without
+ * waiting for it (introspect.stop_wait) still samples until it ends, and a
+ * /history reply holds the lock while it writes.  That thread is not in the
+ * child, so the lock would stay held and the child's first start would
+ * wait for it forever.  The child's history may be half written then: it
+ * is dropped, and a server started in the child maps a fresh one.  (Not
+ * held across fork() instead: the fork would wait for a reply in progress.) */
+void sf_sampler_after_fork_child(void) {
+    if (pthread_mutex_trylock(&hist_lock) == 0) {
+        pthread_mutex_unlock(&hist_lock); /* no thread held it: all is whole */
+        return;
+    }
+    pthread_mutex_init(&hist_lock, NULL);
+    if (hist_bytes != 0) sf_os_unmap(hist_mem, hist_bytes);
+    memset(&hist, 0, sizeof hist);
+    hist_mem = NULL;
+    hist_bytes = 0;
+    hist_why[0] = '\0';
+    next_due = 0;
+    cost_last_ns = cost_max_ns = cost_total_ns = 0;
 }

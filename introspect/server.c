@@ -588,9 +588,17 @@ static void fork_child(void) {
         forked_with_server = true;
         serving = false;
         atomic_store(&bound_port, 0);
-        atomic_store(&sf_introspect_counters.connections_open, 0);
     }
     sf_loop_after_fork_child();
+    /* (a stopped server's thread that had not ended held connections too:
+     * their copies are closed above, none is the child's) */
+    atomic_store(&sf_introspect_counters.connections_open, 0);
+    /* the locks the server's thread takes while it runs: free in the
+     * child even if a thread that is not here held them (stopped without
+     * a wait, it may still have been working); symbols.c's has a handler
+     * of its own, since the exit writer names frames without a server */
+    sf_sampler_after_fork_child();
+    sf_profile_views_after_fork_child();
     sf_unlock(&srv_lock);
 }
 

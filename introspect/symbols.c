@@ -322,8 +322,20 @@ static void name_address(uintptr_t a, sf_sym_t *s) {
 
 /* ---- the interface ------------------------------------------------------- */
 
+/* Whether this thread holds sym_lock: the exit writer of profile.output
+ * names frames in the host's thread, and a fork() from a signal handler
+ * there leaves the lock held by the child's own thread, whose state is
+ * whole. */
+static __thread bool sym_held_here;
+
+static void sym_after_fork_child(void);
+static pthread_once_t sym_once = PTHREAD_ONCE_INIT;
+static void sym_install(void) { pthread_atfork(NULL, NULL, sym_after_fork_child); }
+
 void sf_sym_begin(void) {
+    pthread_once(&sym_once, sym_install); /* (before the lock: a fork holds atfork's) */
     sf_lock(&sym_lock);
+    sym_held_here = true;
     sf_prof_quiet(true);
     if (maps_refresh()) {
         cache_clear();
@@ -333,7 +345,35 @@ void sf_sym_begin(void) {
 
 void sf_sym_end(void) {
     sf_prof_quiet(false);
+    sym_held_here = false;
     sf_unlock(&sym_lock);
+}
+
+/* In a fork() child (a handler installed by the first sf_sym_begin, in
+ * every process that names frames, serving or not): a thread that was
+ * naming addresses when the parent forked (a server's reply, one stopped
+ * without waiting for its thread included, or the exit writer of
+ * profile.output) left sym_lock held and the cache or libdwfl's state
+ * perhaps half changed.  That thread is not in the child: start afresh,
+ * with a new lock and nothing cached.  The old structures are left as they
+ * are, not freed: half changed, they cannot be walked safely.  libdw is
+ * tried again (a dlopen cut by the fork left it marked unavailable). */
+static void sym_after_fork_child(void) {
+    if (sym_held_here) return; /* this thread's own section, whole */
+    if (pthread_mutex_trylock(&sym_lock) == 0) {
+        pthread_mutex_unlock(&sym_lock);
+        return;
+    }
+    pthread_mutex_init(&sym_lock, NULL);
+    maps_hash = 0;
+    maps = NULL;
+    nmaps = 0;
+    cache = NULL;
+    cache_cap = cache_used = 0;
+#if defined(SF_HAVE_LIBDWFL)
+    dwfl = NULL;
+    if (dw_state < 0) dw_state = 0;
+#endif
 }
 
 static bool allocator_name(const char *f);

@@ -37,6 +37,25 @@
 #include <stdio.h>
 
 static pthread_mutex_t phase_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* fork(): a thread in sefer_phase_begin or _end holds phase_lock while it
+ * waits for the allocator's locks, which fork()'s prepare handler holds
+ * (lib/init.c); the introspection server's thread holds it for /phases.
+ * So it is held across the fork too, or a child could find it held by a
+ * thread that is not there.  These handlers are installed at its first
+ * use, after sefer's own: prepare handlers run last-installed first, so
+ * phase_lock is taken before the allocator's locks, in the order its
+ * holders take them. */
+static void phase_fork_prepare(void) { sf_lock(&phase_lock); }
+static void phase_fork_release(void) { sf_unlock(&phase_lock); }
+static void phase_fork_install(void) { pthread_atfork(phase_fork_prepare, phase_fork_release, phase_fork_release); }
+static pthread_once_t phase_fork_once = PTHREAD_ONCE_INIT;
+
+static void phase_lock_take(void) {
+    pthread_once(&phase_fork_once, phase_fork_install);
+    sf_lock(&phase_lock);
+}
+
 /* The last phases that ended, for /phases (SF_PHASES_KEPT, oldest dropped). */
 static struct sefer_phase ended[SF_PHASES_KEPT];
 static uint64_t ended_count;
@@ -80,7 +99,7 @@ static void fast_paths_off(void) {
 /* ---- /phases --------------------------------------------------------------- */
 
 void sf_phase_snapshot(sf_phase_snap_t *out) {
-    sf_lock(&phase_lock);
+    phase_lock_take();
     size_t k = ended_count < SF_PHASES_KEPT ? (size_t)ended_count : SF_PHASES_KEPT;
     for (size_t i = 0; i < k; i++) out->done[i] = ended[(ended_count - k + i) % SF_PHASES_KEPT];
     out->ndone = k;
@@ -108,7 +127,7 @@ static void phase_record(const struct sefer_phase *r) {
 
 SEFER_EXPORT int sefer_phase_begin(const char *name) {
     sf_ensure_init();
-    sf_lock(&phase_lock);
+    phase_lock_take();
     int depth = atomic_load(&sf_phase_depth);
     if (depth >= SF_PHASES_OPEN_MAX) {
         sf_unlock(&phase_lock);
@@ -154,7 +173,7 @@ SEFER_EXPORT int sefer_phase_begin(const char *name) {
 
 SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
     sf_ensure_init();
-    sf_lock(&phase_lock);
+    phase_lock_take();
     int depth = atomic_load(&sf_phase_depth);
     if (depth == 0) {
         sf_unlock(&phase_lock);

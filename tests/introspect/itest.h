@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -34,6 +35,32 @@ static inline uint64_t it_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- this process's threads --------------------------------------------- */
+
+/* Whether a thread of this process is named `name` and, if match is not
+ * NULL, match(its task id as text, arg) holds for it. */
+static inline bool it_thread_named(const char *name, bool (*match)(const char *tid, void *arg), void *arg)
+{
+    bool found = false;
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[320], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "re");
+        if (f == NULL)
+            continue; /* (it ended while we looked) */
+        if (fgets(comm, sizeof comm, f) != NULL)
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+        found = strcmp(comm, name) == 0 && (match == NULL || match(e->d_name, arg));
+    }
+    closedir(d);
+    return found;
 }
 
 /* ---- the server under test (in this process) ---------------------------- */
