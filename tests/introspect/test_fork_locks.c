@@ -213,7 +213,7 @@ static void *phase_churn(void *arg)
     (void)arg;
     while (!atomic_load(&phases_stop)) {
         if (sefer_phase_begin("churn") == 0) {
-            struct sefer_phase ph;
+            struct sefer_phase ph = {.size = sizeof ph};
             sefer_phase_end(&ph);
         }
     }
@@ -222,7 +222,7 @@ static void *phase_churn(void *arg)
 
 static int child_phase(void)
 {
-    struct sefer_phase ph;
+    struct sefer_phase ph = {.size = sizeof ph}; /* (the caller says how much it takes) */
     if (sefer_phase_begin("child") != 0)
         return 1;
     void *p = malloc(100);
