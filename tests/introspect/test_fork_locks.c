@@ -26,6 +26,7 @@
 #include "../../introspect/introspect.h"
 #include "../../introspect/symbols.h"
 
+#include <dirent.h>
 #include <pthread.h>
 
 /* Hang guards only (a passing run never waits for them): the child's, and
@@ -140,11 +141,31 @@ static void hold_release(void)
     pthread_mutex_unlock(&holder.m);
 }
 
-/* The fork handlers are installed by the first start: one, stopped. */
+/* This process's threads. */
+static int task_count(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The fork handlers are installed by the first start: one, stopped at
+ * once.  With stop_wait 0 its thread, perhaps not even running yet, ends by
+ * itself; it is waited for (by count: it may not have named itself), so
+ * that no thread of it is left for the cases to see. */
 static void install_handlers(void)
 {
+    int before = task_count();
     it_start();
     sefer_introspect_stop();
+    for (uint64_t end = it_now_ms() + WAIT_MS; task_count() > before && it_now_ms() < end;)
+        usleep(1000);
+    ck_assert_msg(task_count() == before, "after %d ms a stopped server's thread still runs (%d threads, %d before)",
+                  WAIT_MS, task_count(), before);
 }
 
 /* ---- the history's lock ----------------------------------------------------- */
@@ -269,11 +290,10 @@ static bool in_futex_on(const char *tid, void *word)
     return task_syscall(tid, &nr, &arg0) && nr == SYS_futex && arg0 == *(unsigned long *)word;
 }
 
-/* Whether a thread named sefer-http is alive; with futex_at nonzero,
- * whether one waits in futex(2) on that word. */
-static bool server_thread(unsigned long futex_at)
+/* Whether a thread named sefer-http waits in futex(2) on that word. */
+static bool server_thread_waits_on(unsigned long word)
 {
-    return it_thread_named("sefer-http", futex_at ? in_futex_on : NULL, &futex_at);
+    return it_thread_named("sefer-http", in_futex_on, &word);
 }
 
 /* A thread that waits for the symbol lock, so that the test learns the
@@ -320,12 +340,7 @@ static void *keep; /* a sampled block or two, so the sites view has sites */
 
 START_TEST(test_late_thread_in_sites_view)
 {
-    install_handlers();
-    /* the thread of that stop (with no wait) ends by itself: only the
-     * next server's may be seen below */
-    for (uint64_t end = it_now_ms() + WAIT_MS; server_thread(0) && it_now_ms() < end;)
-        usleep(1000);
-    ck_assert_msg(!server_thread(0), "after %d ms a stopped server's thread still runs", WAIT_MS);
+    install_handlers(); /* (its thread gone: only the next server's is seen below) */
     keep = malloc(4 << 20);
     memset(keep, 1, 4 << 20);
     pthread_t t = hold_start(sf_sym_begin, sf_sym_end), p;
@@ -337,7 +352,7 @@ START_TEST(test_late_thread_in_sites_view)
      * which holds its history lock there (a hang guard only: it gets
      * there as soon as it has a CPU) */
     bool waits = false;
-    for (uint64_t end = it_now_ms() + WAIT_MS; !(waits = server_thread(word)) && it_now_ms() < end;)
+    for (uint64_t end = it_now_ms() + WAIT_MS; !(waits = server_thread_waits_on(word)) && it_now_ms() < end;)
         usleep(1000);
     ck_assert_msg(waits, "after %d ms the server's thread does not wait for the symbol lock", WAIT_MS);
     sefer_introspect_stop(); /* stop_wait 0: returns, the thread stays blocked */
