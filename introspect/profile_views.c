@@ -182,11 +182,7 @@ static void dump_before_abort(void) {
  * thread is not in the child: the child starts with a new lock and, since
  * the point being written then may be half written, no history. */
 void sf_profile_views_after_fork_child(void) {
-    if (pthread_mutex_trylock(&history_lock) == 0) {
-        pthread_mutex_unlock(&history_lock);
-        return;
-    }
-    pthread_mutex_init(&history_lock, NULL);
+    if (!sf_lock_lost_at_fork(&history_lock)) return;
     history_next = history_count = 0;
 }
 

@@ -157,11 +157,7 @@ void sf_sampler_unlock(void) {
  * is dropped, and a server started in the child maps a fresh one.  (Not
  * held across fork() instead: the fork would wait for a reply in progress.) */
 void sf_sampler_after_fork_child(void) {
-    if (pthread_mutex_trylock(&hist_lock) == 0) {
-        pthread_mutex_unlock(&hist_lock); /* no thread held it: all is whole */
-        return;
-    }
-    pthread_mutex_init(&hist_lock, NULL);
+    if (!sf_lock_lost_at_fork(&hist_lock)) return; /* no thread held it: all is whole */
     if (hist_bytes != 0) sf_os_unmap(hist_mem, hist_bytes);
     memset(&hist, 0, sizeof hist);
     hist_mem = NULL;

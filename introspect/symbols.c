@@ -359,12 +359,7 @@ void sf_sym_end(void) {
  * are, not freed: half changed, they cannot be walked safely.  libdw is
  * tried again (a dlopen cut by the fork left it marked unavailable). */
 static void sym_after_fork_child(void) {
-    if (sym_held_here) return; /* this thread's own section, whole */
-    if (pthread_mutex_trylock(&sym_lock) == 0) {
-        pthread_mutex_unlock(&sym_lock);
-        return;
-    }
-    pthread_mutex_init(&sym_lock, NULL);
+    if (sym_held_here || !sf_lock_lost_at_fork(&sym_lock)) return; /* (held here: this thread's own section, whole) */
     maps_hash = 0;
     maps = NULL;
     nmaps = 0;

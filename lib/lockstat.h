@@ -74,4 +74,19 @@ SF_INLINE bool sf_lock_bounded(pthread_mutex_t *m) {
     return false;
 }
 
+/* In a fork() child, for a lock not held across the fork (its holders
+ * may work long, and the fork would wait for them): whether a thread held
+ * it at the fork.  That thread is not in the child, so the lock is then
+ * made anew, free, and what it guarded may be half changed: the caller
+ * drops it.  False if the lock was free (released again).  (Raw calls, as
+ * sf_lock_bounded's: not counted by the counter build.) */
+SF_INLINE bool sf_lock_lost_at_fork(pthread_mutex_t *m) {
+    if (pthread_mutex_trylock(m) == 0) {
+        pthread_mutex_unlock(m);
+        return false;
+    }
+    pthread_mutex_init(m, NULL);
+    return true;
+}
+
 #endif /* SEFER_LOCKSTAT_H */
