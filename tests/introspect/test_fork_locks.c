@@ -141,6 +141,17 @@ static void hold_release(void)
     pthread_mutex_unlock(&holder.m);
 }
 
+/* A thread takes a lock and holds it across a fork(); the child runs
+ * child; the lock is given back once fork() has returned.  The child's
+ * wait status. */
+static int fork_holding(void (*take)(void), void (*give)(void), int (*child)(void))
+{
+    pthread_t t = hold_start(take, give);
+    int status = fork_while_held(child, hold_release);
+    pthread_join(t, NULL);
+    return status;
+}
+
 /* This process's threads. */
 static int task_count(void)
 {
@@ -181,9 +192,7 @@ static int child_history(void) { return child_serves("/history"); }
 START_TEST(test_history_lock_held)
 {
     install_handlers();
-    pthread_t t = hold_start(history_take, sf_sampler_unlock);
-    int status = fork_while_held(child_history, hold_release);
-    pthread_join(t, NULL);
+    int status = fork_holding(history_take, sf_sampler_unlock, child_history);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "forked while the history was locked, the child (start, /healthz, /history): %s",
                   st_describe_status(status));
@@ -209,9 +218,7 @@ static int child_names(void)
 START_TEST(test_symbol_lock_held)
 {
     install_handlers();
-    pthread_t t = hold_start(sf_sym_begin, sf_sym_end);
-    int status = fork_while_held(child_names, hold_release);
-    pthread_join(t, NULL);
+    int status = fork_holding(sf_sym_begin, sf_sym_end, child_names);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "forked while a stack was being named, the child (a name, then a server's /profile/stacks): %s",
                   st_describe_status(status));
@@ -222,8 +229,8 @@ END_TEST
 
 /* sefer_phase_begin and _end hold the phases' lock while they wait for the
  * allocator's locks, which fork()'s prepare handler holds: the lock is held
- * across the fork too (lib/init.c), or a child could find it held by a
- * thread that is not there.  Not forced every time like the cases above
+ * across the fork too (by handlers of lib/phase.c's), or a child could find
+ * it held by a thread that is not there.  Not forced every time like the cases above
  * (the test cannot hold a lock that the fork then waits for): forks while
  * another thread opens and ends phases without a pause; before the lock
  * was held across, the second fork's child hung, in each of three runs. */
