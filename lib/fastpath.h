@@ -436,33 +436,17 @@ SF_INLINE size_t sf_l2_hi_index(size_t n) { return (n + SF_GUARD_TAIL + 255) >> 
  * SF_MEDIUM_MAX - tail: its class with the tail (guarded.c's choice). */
 SF_INLINE size_t sf_l2_medium_index(size_t n) { return sf_class_of(n + SF_GUARD_TAIL) - SF_MEDIUM_CLASS_MIN; }
 
+SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap);     /* alloc.c */
 SF_HIDDEN void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap); /* alloc.c */
 SF_HIDDEN void *sf_malloc_l2_refill(size_t n, sf_heap_t *heap); /* alloc.c */
-
-/* The gdirect or gdirect_hi entry of a small request (up to SF_SMALL_MAX
- * - tail), chosen without a branch: on random sizes across SF_GDIRECT_MAX
- * the branch between the two tables was mispredicted about every other
- * malloc.  (Addresses formed as integers: the one not taken may lie past
- * its table.) */
-SF_INLINE sf_page_t **sf_l2_small_slot(sf_heap_t *heap, size_t n) {
-    /* gdirect_hi's entries counted from gdirect: one index, one cmov */
-    const size_t hi_from = (offsetof(sf_heap_t, gdirect_hi) - offsetof(sf_heap_t, gdirect)) / sizeof(sf_page_t *);
-    size_t i = sf_l2_index(n), hi = sf_l2_hi_index(n + (hi_from << 8)); /* (+ hi_from, in its lea) */
-#if defined(__x86_64__)
-    /* (written as a select, GCC made it a branch again) */
-    __asm__("cmpq %2, %3\n\tcmova %1, %0" : "+r"(i) : "r"(hi), "i"(SF_GDIRECT_MAX - SF_GUARD_TAIL), "r"(n) : "cc");
-#else
-    if (n > SF_GDIRECT_MAX - SF_GUARD_TAIL) i = hi;
-#endif
-    return (sf_page_t **)((uintptr_t)heap->gdirect + i * sizeof(sf_page_t *));
-}
 
 /* The page level 2's fast path pops from for a request of n bytes: gdirect
  * to SF_GDIRECT_MAX, gdirect_hi above it to SF_SMALL_MAX, gmdirect to
  * SF_MEDIUM_MAX; NULL beyond.  *page_shift: its pages' size. */
 SF_INLINE sf_page_t *sf_l2_page(sf_heap_t *heap, size_t n, unsigned *page_shift) {
     *page_shift = SF_SMALL_PAGE_SHIFT;
-    if (SF_LIKELY(n <= SF_SMALL_MAX - SF_GUARD_TAIL)) return *sf_l2_small_slot(heap, n);
+    if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) return heap->gdirect[sf_l2_index(n)];
+    if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) return heap->gdirect_hi[sf_l2_hi_index(n)];
     *page_shift = SF_MEDIUM_PAGE_SHIFT;
     if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) return heap->gmdirect[sf_l2_medium_index(n)];
     return NULL;
@@ -477,10 +461,12 @@ SF_INLINE void *sf_l2_refill_small(size_t n, sf_heap_t *heap, sf_page_t *page, u
 
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    /* (medium sizes out of line: inlined, the compiler merged the two
+    /* (the larger sizes out of line: inlined, the compiler merged the two
      * pops and the small sizes paid three moves) */
-    if (SF_LIKELY(n <= SF_SMALL_MAX - SF_GUARD_TAIL)) {
-        return sf_l2_pop_or(heap, *sf_l2_small_slot(heap, n), n, SF_SMALL_PAGE_SHIFT, sf_l2_refill_small);
+    if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
+        return sf_l2_pop_or(heap, heap->gdirect[sf_l2_index(n)], n, SF_SMALL_PAGE_SHIFT, sf_l2_refill_small);
+    } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
+        return sf_malloc_l2_hi(n, heap);
     } else if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) {
         return sf_malloc_l2_medium(n, heap);
     }
