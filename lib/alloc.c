@@ -136,8 +136,13 @@ static void *l2_swap_pop(size_t n, sf_heap_t *heap, sf_page_t *page, unsigned pa
 
 /* The same, out of line, for sf_malloc_l2's small sizes (fastpath.h). */
 SF_NOINLINE void *sf_malloc_l2_refill(size_t n, sf_heap_t *heap) {
-    unsigned shift;
-    return l2_swap_pop(n, heap, sf_l2_page(heap, n, &shift), SF_SMALL_PAGE_SHIFT);
+    return l2_swap_pop(n, heap, heap->gdirect[sf_l2_index(n)], SF_SMALL_PAGE_SHIFT);
+}
+
+/* Level 2's fast path for requests above SF_GDIRECT_MAX - tail, up to a
+ * small block (fastpath.h, sf_malloc_l2). */
+SF_NOINLINE void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap) {
+    return sf_l2_pop_or(heap, heap->gdirect_hi[sf_l2_hi_index(n)], n, SF_SMALL_PAGE_SHIFT, l2_swap_pop);
 }
 
 /* The same for medium requests (above SF_SMALL_MAX - tail). */

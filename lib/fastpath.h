@@ -436,6 +436,7 @@ SF_INLINE size_t sf_l2_hi_index(size_t n) { return (n + SF_GUARD_TAIL + 255) >> 
  * SF_MEDIUM_MAX - tail: its class with the tail (guarded.c's choice). */
 SF_INLINE size_t sf_l2_medium_index(size_t n) { return sf_class_of(n + SF_GUARD_TAIL) - SF_MEDIUM_CLASS_MIN; }
 
+SF_HIDDEN void *sf_malloc_l2_hi(size_t n, sf_heap_t *heap);     /* alloc.c */
 SF_HIDDEN void *sf_malloc_l2_medium(size_t n, sf_heap_t *heap); /* alloc.c */
 SF_HIDDEN void *sf_malloc_l2_refill(size_t n, sf_heap_t *heap); /* alloc.c */
 
@@ -460,21 +461,16 @@ SF_INLINE void *sf_l2_refill_small(size_t n, sf_heap_t *heap, sf_page_t *page, u
 
 SF_INLINE void *sf_malloc_l2(size_t n) {
     sf_heap_t *heap = sf_tls_heap;
-    /* (one pop for the two small tables: with the larger ones' pop out of
-     * line, a call, random 2-8 KiB bursts ran 0.9x.  Medium sizes out of
-     * line: inlined, the compiler merged the pops and the small sizes paid
-     * three moves) */
-    sf_page_t *page;
+    /* (the larger sizes out of line: inlined, the compiler merged the two
+     * pops and the small sizes paid three moves) */
     if (SF_LIKELY(n <= SF_GDIRECT_MAX - SF_GUARD_TAIL)) {
-        page = heap->gdirect[sf_l2_index(n)];
+        return sf_l2_pop_or(heap, heap->gdirect[sf_l2_index(n)], n, SF_SMALL_PAGE_SHIFT, sf_l2_refill_small);
     } else if (n <= SF_SMALL_MAX - SF_GUARD_TAIL) {
-        page = heap->gdirect_hi[sf_l2_hi_index(n)];
+        return sf_malloc_l2_hi(n, heap);
     } else if (n <= SF_MEDIUM_MAX - SF_GUARD_TAIL) {
         return sf_malloc_l2_medium(n, heap);
-    } else {
-        return sf_malloc_generic(n, heap);
     }
-    return sf_l2_pop_or(heap, page, n, SF_SMALL_PAGE_SHIFT, sf_l2_refill_small);
+    return sf_malloc_generic(n, heap);
 }
 
 /* Whether a small block on a level-2 page has its size word and canary
