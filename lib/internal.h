@@ -593,24 +593,29 @@ SF_HIDDEN void sf_guard_report(enum sf_guard_kind kind, const void *p);
  * list less its head, the block freed last, which stays behind on
  * local_free, so that a freed block is not the next one malloc hands out
  * (a double free after the size was allocated again then still finds it
- * free).  While the page can still carve, it carves instead (false: the
- * caller carves, or looks elsewhere) when its owner holds fewer than
- * SF_GUARDED_SWAP_MIN of its blocks freed (capacity less live: local_free
- * and the blocks other threads freed, not yet collected), and always with
- * the one block freed last alone: classes of 2 KiB and more carve one
- * block at a time, and their block freed last came straight back at the
- * next malloc (tests/reliability/misuse.c: reuse-immediate,
- * double-free-reused, 4 KiB).  Without the minimum a class with a block or
- * two live at a time settled on two blocks circulating, and swapped (the
- * slow way round, 70 instructions) on every other malloc: 16-2048 B one
- * at a time ran 141 instructions a pair, 127 with it; 8-64 KiB, 213 and
- * 157 (bench/fastpath, callgrind).  Carved to its end, the page hands the
- * block out (else it stalls).  (Carving ahead to SF_CARVE_MIN here, as
- * level 1 does, made level 2 swap less often still but run random sizes
- * 10-15 % slower in bursts: more blocks circulating through local_free,
- * more lines touched.)  The link followed must name a carved block start
- * of the page, as page_pop requires (a write after free that hit it is
- * reported, and the rest of the list dropped). */
+ * free).  With that one block alone the page carves instead while it can
+ * (false: the caller carves, or looks elsewhere): classes above 2 KiB
+ * carve one block at a time, and their block freed last came straight
+ * back at the next malloc (tests/reliability/misuse.c: reuse-immediate,
+ * double-free-reused, 4 KiB).  Such a class (blocks above SF_OS_PAGE / 2)
+ * also carves while its owner holds fewer than SF_GUARDED_SWAP_MIN of its
+ * blocks freed (capacity less live: the blocks on local_free; those
+ * other threads freed stay counted live until collected): with one block
+ * live at a time it settled on two blocks circulating and swapped, the
+ * slow way round, on every malloc (8-64 KiB one at a time, 213
+ * instructions a pair; 157 with the minimum, bench/fastpath and
+ * callgrind).  A small class then circulates four blocks and swaps every
+ * third malloc; a medium one keeps a block or more on its free list, so
+ * its frees go behind the head (free.c, l2_free_behind_head) and it stops
+ * swapping.  (For classes of 2 KiB and less the minimum cost more lines
+ * than the swaps: 16-2048 B one at a time ran 0.95x, docs/design.md.)
+ * Carved to its end, the page hands the block out (else it stalls).
+ * (Carving ahead to SF_CARVE_MIN here, as level 1 does, made level 2 swap
+ * less often still but run random sizes 10-15 % slower in bursts: more
+ * blocks circulating through local_free, more lines touched.)  The link
+ * followed must name a carved block start of the page, as page_pop
+ * requires (a write after free that hit it is reported, and the rest of
+ * the list dropped). */
 #define SF_GUARDED_SWAP_MIN 4u
 SF_INLINE bool sf_page_guarded_swap(sf_page_t *page) {
     sf_block_t *list = page->local_free;
