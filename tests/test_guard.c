@@ -575,19 +575,26 @@ static void touch_guard_page(void)
     _exit(0);
 }
 
-/* At levels 2 and 3 the canary must never be inside what the program may
- * use; at level 3 that is exactly the request (a 1-byte overflow is found). */
-static void run_usable_child(const char *level)
+/* Runs this program's child `mode` at guard level `level`: it must exit 0
+ * and print "ok". */
+static void run_ok_child(const char *level, const char *mode)
 {
     static char out[256];
     char env_level[32];
     snprintf(env_level, sizeof env_level, "SEFER_GUARD_LEVEL=%s", level);
     char *env[] = {env_level, NULL};
-    char *args[] = {(char *)"usable", NULL};
+    char *args[] = {(char *)mode, NULL};
     int st = st_run_self(env, args, out, sizeof out);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "level %s child %s: %s", level,
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "level %s %s child %s: %s", level, mode,
                   st_describe_status(st), out);
-    ck_assert_msg(strstr(out, "ok") != NULL, "level %s output: %s", level, out);
+    ck_assert_msg(strstr(out, "ok") != NULL, "level %s %s output: %s", level, mode, out);
+}
+
+/* At levels 2 and 3 the canary must never be inside what the program may
+ * use; at level 3 that is exactly the request (a 1-byte overflow is found). */
+static void run_usable_child(const char *level)
+{
+    run_ok_child(level, "usable");
 }
 
 START_TEST(test_level2_blocks_usable)
@@ -639,20 +646,9 @@ static void check_medium_not_next(void)
     _exit(0);
 }
 
-/* Runs this program's child `mode` at level 2; it must print "ok". */
-static void run_level2_child(const char *mode)
-{
-    static char out[256];
-    char *env[] = {(char *)"SEFER_GUARD_LEVEL=2", NULL};
-    char *args[] = {(char *)mode, NULL};
-    int st = st_run_self(env, args, out, sizeof out);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "ok") != NULL, "%s child %s: %s", mode,
-                  st_describe_status(st), out);
-}
-
 START_TEST(test_level2_medium_freed_not_next)
 {
-    run_level2_child("medium-not-next");
+    run_ok_child("2", "medium-not-next");
 }
 END_TEST
 
@@ -706,7 +702,7 @@ static void check_one_at_a_time(void)
 
 START_TEST(test_level2_one_at_a_time)
 {
-    run_level2_child("one-at-a-time");
+    run_ok_child("2", "one-at-a-time");
 }
 END_TEST
 
