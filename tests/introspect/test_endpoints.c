@@ -15,14 +15,6 @@
 #define N_BLOCKS 1000
 #define BLOCK 96 /* a size class of its own: no request buffer has it */
 
-static const cJSON *class_entry(const cJSON *heap, uint64_t block_size)
-{
-    for (const cJSON *c = it_item(heap, "classes")->child; c; c = c->next)
-        if (it_u64(c, "block_size") == block_size)
-            return c;
-    return NULL;
-}
-
 /* Figures of this thread's heap: bytes in blocks, blocks of BLOCK, and
  * blocks in use by class index (to name what moved when a check fails). */
 #define MY_CLASSES 256
@@ -43,12 +35,12 @@ static void my_heap(int port, struct my_figures *f)
     ck_assert_str_eq(it_str(me, "state"), "live");
     memset(f, 0, sizeof *f);
     f->bytes = it_u64(me, "bytes_in_blocks");
-    const cJSON *c = class_entry(me, BLOCK);
-    f->class_blocks = c ? it_u64(c, "blocks_used") : 0;
     for (const cJSON *e = it_item(me, "classes")->child; e; e = e->next) {
-        uint64_t k = it_u64(e, "class");
+        uint64_t k = it_u64(e, "class"), used = it_u64(e, "blocks_used");
+        if (it_u64(e, "block_size") == BLOCK)
+            f->class_blocks = used;
         if (k < MY_CLASSES)
-            f->used[k] = it_u64(e, "blocks_used");
+            f->used[k] = used;
     }
     cJSON_Delete(h);
 }
