@@ -380,6 +380,10 @@ SF_HIDDEN void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN size_t sf_page_collect_heap(sf_heap_t *heap, bool force);
 SF_HIDDEN size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now);
 SF_HIDDEN sf_page_queue_t *sf_page_queue(sf_heap_t *heap, const sf_page_t *page);
+/* medium_shed.c: before `carving` (a medium page of `heap`) carves `bytes`
+ * of fresh blocks, as many bytes of the heap's other free medium blocks
+ * give their interior pages back. */
+SF_HIDDEN void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes);
 /* free == NULL: every fast-path pop falls through to the slow path */
 SF_HIDDEN extern sf_page_t sf_empty_page;
 /* Free-list links: XOR-ed with the page's secret at guard level >= 2; the

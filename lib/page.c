@@ -226,6 +226,13 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
     }
 }
 
+/* A medium page is about to carve a block: memory most likely not touched
+ * before, so idle free medium blocks give theirs back first
+ * (medium_shed.c). */
+static void medium_carving(sf_heap_t *heap, const sf_page_t *page) {
+    if (page->block_size > SF_SMALL_MAX) sf_medium_shed(heap, page, page->block_size);
+}
+
 /* One refill more for the carving-ahead threshold (saturating: only the
  * threshold matters). */
 static void count_refill(sf_heap_t *heap) {
@@ -262,6 +269,7 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (!refill_from_local(heap, page)) {
         if (page->capacity >= page->reserved) return false;
+        medium_carving(heap, page);
         page_extend(heap, page);
     }
     return true;
@@ -322,6 +330,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         mark_sampled(page, true);
         sf_page_set_fast_owner(page, heap);
     }
+    medium_carving(heap, page);
     page_extend(heap, page);
     class_push_front(heap, q, page);
     sf_page_update_direct(heap, class_idx);

@@ -1,0 +1,93 @@
+/* medium_shed.c - freed medium blocks give their memory back before a heap
+ * touches fresh memory for another.
+ *
+ * A medium page (1 MiB) carves one block at a time and never uncarves, so
+ * each medium class keeps resident the most blocks it ever had out at
+ * once, freed or not.  A program whose medium sizes come in waves (a
+ * compiler: 38 blocks of 48 KiB at one point, 94 of 64 KiB at another)
+ * then holds the sum of its classes' peaks where a coalescing allocator
+ * holds about the peak of the sum: gcc's cc1 held 6.9 MiB of free medium
+ * blocks at its peak RSS (docs/design.md, "Freed medium blocks").
+ *
+ * So when a heap carves a medium block (memory it has not touched before,
+ * most likely), it first gives back the interior OS pages of as many bytes
+ * of its other free medium blocks: the pages of a block past the one that
+ * holds its link and cookie, and up to its last whole page.  Those pages
+ * read as zero afterwards and fault in again if the block is handed out;
+ * nothing else changes: the block stays carved, on its free list, with its
+ * header intact, so every check of a free (double free, invalid pointer)
+ * sees it as before.  The head of each list is left alone (the block a
+ * class hands out next), and a mark in the block's third word says it was
+ * shed already, so no block costs a system call twice.  A block handed out
+ * and written keeps a stale mark only if its owner never wrote that word;
+ * it is then not shed again, which costs memory, never correctness.
+ *
+ * Only at guard levels 0-1 (levels 2-3 check what a free block holds), only
+ * where the decommit policy gives memory back (delayed, adaptive), and not
+ * under memory.thp = madvise (a 4 KiB madvise splits a huge page). */
+#include "internal.h"
+
+#include <sys/mman.h>
+
+/* Blocks visited per carve at most: a heap with thousands of free medium
+ * blocks, all shed already, must not walk them on every carve. */
+#define SHED_VISIT_MAX 64u
+
+/* The shed mark, in a free block's third word (medium blocks are at least
+ * 8 KiB, so it lies in the page that keeps the block's header). */
+static uintptr_t *shed_mark(sf_block_t *b) { return (uintptr_t *)b + 2; }
+static uintptr_t shed_mark_value(const sf_block_t *b) { return (uintptr_t)0x5e3d5a1b0c4d9e27ull ^ (uintptr_t)b; }
+
+/* Gives back the whole OS pages of free block `b` past its first; the
+ * bytes it gave back (0 if it had none, was shed already, or the kernel
+ * refused). */
+static size_t shed_block(const sf_page_t *page, sf_block_t *b) {
+    if (*shed_mark(b) == shed_mark_value(b)) return 0;
+    uintptr_t lo = sf_align_up((uintptr_t)b + sizeof(uintptr_t) * 3, SF_OS_PAGE);
+    uintptr_t hi = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(SF_OS_PAGE - 1);
+    if (hi <= lo) return 0;
+    /* (madvise itself, not sf_os_decommit: nothing relies on these pages
+     * reading as zero, so a refusal needs no fallback) */
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    *shed_mark(b) = shed_mark_value(b);
+    return hi - lo;
+}
+
+/* Sheds the blocks of `list` past its first, until `*want` bytes are shed
+ * or `*visits` blocks seen. */
+static size_t shed_list(const sf_page_t *page, sf_block_t *list, size_t want, unsigned *visits) {
+    size_t shed = 0;
+    if (list == NULL) return 0;
+    for (sf_block_t *b = sf_link_decode(page, list); b != NULL && shed < want && *visits < SHED_VISIT_MAX;
+         b = sf_link_decode(page, b)) {
+        ++*visits;
+        shed += shed_block(page, b);
+    }
+    return shed;
+}
+
+static bool shedding_applies(void) {
+    uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
+    return sf_guard_level < 2 && !sf_tracked &&
+           (policy == SF_DECOMMIT_DELAYED || policy == SF_DECOMMIT_ADAPTIVE) &&
+           sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_MADVISE;
+}
+
+void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {
+    if (!shedding_applies()) return;
+    size_t shed = 0;
+    unsigned visits = 0;
+    /* from the class after the last one shed from, round the medium
+     * classes, so no class's blocks are always the first to go */
+    unsigned n = SF_CLASS_COUNT - SF_MEDIUM_CLASS_MIN;
+    for (unsigned i = 0; i < n && shed < bytes && visits < SHED_VISIT_MAX; i++) {
+        unsigned c = SF_MEDIUM_CLASS_MIN + (heap->shed_class + i) % n;
+        for (sf_page_t *page = heap->queues[c].first; page != NULL && shed < bytes; page = page->next) {
+            if (page == carving) continue;
+            shed += shed_list(page, page->free, bytes - shed, &visits);
+            if (shed < bytes) shed += shed_list(page, page->local_free, bytes - shed, &visits);
+        }
+        if (shed >= bytes) heap->shed_class = (uint8_t)((c - SF_MEDIUM_CLASS_MIN + 1) % n);
+    }
+    if (shed != 0) sf_stat_add(&sf_gstats.growth_shed, shed);
+}
