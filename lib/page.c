@@ -226,11 +226,13 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
     }
 }
 
-/* A medium page is about to carve a block: memory most likely not touched
- * before, so idle free medium blocks give theirs back first
- * (medium_shed.c). */
+/* A medium page is about to carve a block: on a page whose memory was not
+ * resident when its use began, memory not touched before, so idle free
+ * medium blocks give theirs back first (medium_shed.c).  (A page taken
+ * back resident carves over its old blocks: no growth.) */
 static void medium_carving(sf_heap_t *heap, const sf_page_t *page) {
-    if (page->block_size > SF_SMALL_MAX) sf_medium_shed(heap, page, page->block_size);
+    if (page->block_size > SF_SMALL_MAX && page->committed == SF_COMMIT_FRESH)
+        sf_medium_shed(heap, page, page->block_size);
 }
 
 /* One refill more for the carving-ahead threshold (saturating: only the

@@ -284,7 +284,7 @@ static void mark_resident_pages(sf_segment_t *seg, size_t resident) {
         bool any = !known;
         for (size_t o = start; o < end && !any; o += SF_OS_PAGE) any = vec[o / SF_OS_PAGE] & 1;
         if (!any) continue;
-        pg->committed = 1;
+        pg->committed = SF_COMMIT_RESIDENT;
         commit_add(seg, pg->page_bytes);
     }
 }
@@ -611,9 +611,11 @@ again:
     seg->used_pages++;
     if (page->purge_at) purge_queue_remove(heap, page);
     if (!page->committed) {
-        page->committed = 1;
+        page->committed = SF_COMMIT_FRESH;
         commit_add(seg, page->page_bytes);
         shed_before_growth(heap, page->page_bytes, kind);
+    } else {
+        page->committed = SF_COMMIT_RESIDENT;
     }
     sf_reuse_level(&heap->page_reuse, now, heap->pages_in_use + 1); /* (counted by the caller) */
     sf_page_init(page, class_idx);

@@ -143,6 +143,11 @@ enum sf_page_flag {
     SF_PAGE_SAMPLED = 8  /* serves sampled blocks only (profile.c): off every free fast path */
 };
 
+/* sf_page_t.committed while the page is in use: its memory was decommitted
+ * (or never used) when the use began, so what it carves is memory not
+ * touched before; or it was resident already (medium_shed.c asks). */
+enum { SF_COMMIT_FRESH = 1, SF_COMMIT_RESIDENT = 2 };
+
 typedef struct sf_page_s {
     /* hot: touched by malloc/free fast paths */
     union {
@@ -162,7 +167,8 @@ typedef struct sf_page_s {
     uint8_t flags;          /* non-zero sends free to the generic path */
     uint8_t class_idx;
     uint8_t in_use;     /* allocated to a size class (or span) */
-    uint8_t committed;  /* memory not decommitted since last use */
+    uint8_t committed;  /* memory not decommitted since last use: 0, or
+                           SF_COMMIT_FRESH / SF_COMMIT_RESIDENT for how this use began */
     uint32_t block_size;
     uint16_t capacity;   /* blocks carved so far (read by other threads: SF_GET) */
     uint16_t reserved;   /* blocks that fit (at most 4096: 64 KiB / 16 B) */
