@@ -44,6 +44,13 @@
  *   growth_sheds_waiting_pages  pages waiting in segments still in use
  *       cannot serve a span: mapping it gives back as much of them at once
  *       (bytes_shed_on_growth), except with decommit.policy = never
+ *   growth_sheds_free_medium_blocks  16 blocks of 48 KiB written and
+ *       freed (one more keeps their page in use), then 12 of 64 KiB carved
+ *       on a fresh page: the freed blocks' interior pages go back but for
+ *       the heads of the page's lists (bytes_shed_on_growth, mincore), their
+ *       headers stay (sefer_check), and the 64 KiB blocks freed and taken
+ *       again (no carving) shed nothing more; none with decommit.policy =
+ *       never
  *   exited_keep_*  a thread fills 8 MiB, frees it and exits: its heap
  *       keeps between 1 MiB and decommit.exited_keep (2 MiB) of empty
  *       pages for an adopter and gives the rest back at the exit; none with
@@ -525,6 +532,108 @@ START_TEST(test_growth_sheds_nothing_with_policy_never)
 }
 END_TEST
 
+/* ---- freed medium blocks ------------------------------------------------------- */
+
+#define SHED_A (48u << 10) /* a medium class, 21 blocks a page */
+#define SHED_B (64u << 10) /* another, carved on a fresh page */
+#define SHED_NA 16
+#define SHED_NB 12
+
+/* Resident OS pages of free medium block p's interior: past the page that
+ * holds its header, up to its last whole page (medium_shed.c). */
+static size_t interior_resident(const void *p, size_t size)
+{
+    uintptr_t lo = ((uintptr_t)p + 24 + 4095) & ~(uintptr_t)4095, hi = ((uintptr_t)p + size) & ~(uintptr_t)4095;
+    unsigned char vec[64];
+    ck_assert(hi > lo && (hi - lo) / 4096 <= sizeof vec);
+    ck_assert_int_eq(mincore((void *)lo, hi - lo, vec), 0);
+    size_t n = 0;
+    for (size_t i = 0; i < (hi - lo) / 4096; i++)
+        n += vec[i] & 1;
+    return n;
+}
+
+struct medium_shed_result {
+    uint64_t shed, shed_again;
+    size_t resident_before, resident_after;
+};
+
+static struct medium_shed_result shed_by_carving(const char *policy)
+{
+    struct medium_shed_result r = {0};
+    void *a[SHED_NA + 1], *b[SHED_NB];
+    clock_start();
+    set_policy(policy);
+    sefer_trim(); /* (no resident cached span to cut the medium segment from) */
+    for (int i = 0; i <= SHED_NA; i++) {
+        a[i] = sefer_malloc(SHED_A);
+        ck_assert_ptr_nonnull(a[i]);
+        memset(a[i], 0x5a, SHED_A);
+    }
+    for (int i = 0; i < SHED_NA; i++)
+        r.resident_before += interior_resident(a[i], SHED_A);
+    for (int i = 0; i < SHED_NA; i++) /* (a[SHED_NA] keeps the page in use) */
+        sefer_free(a[i]);
+    struct sefer_stats s0 = st_stats();
+    for (int i = 0; i < SHED_NB; i++) {
+        b[i] = sefer_malloc(SHED_B);
+        ck_assert_ptr_nonnull(b[i]);
+        memset(b[i], 0x6b, SHED_B);
+    }
+    struct sefer_stats s1 = st_stats();
+    for (int i = 0; i < SHED_NA; i++)
+        r.resident_after += interior_resident(a[i], SHED_A);
+    ck_assert_int_eq(sefer_check(), 0);
+    /* a steady state: the same blocks again, from the free lists */
+    for (int i = 1; i < SHED_NB; i++)
+        sefer_free(b[i]);
+    for (int i = 1; i < SHED_NB; i++) {
+        b[i] = sefer_malloc(SHED_B);
+        memset(b[i], 0x7c, SHED_B);
+    }
+    struct sefer_stats s2 = st_stats();
+    r.shed = s1.bytes_shed_on_growth - s0.bytes_shed_on_growth;
+    r.shed_again = s2.bytes_shed_on_growth - s1.bytes_shed_on_growth;
+    /* the shed blocks serve again like any other */
+    for (int i = 0; i < SHED_NA; i++) {
+        a[i] = sefer_malloc(SHED_A);
+        ck_assert_ptr_nonnull(a[i]);
+        memset(a[i], 0x2d, SHED_A);
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+    for (int i = 0; i <= SHED_NA; i++)
+        sefer_free(a[i]);
+    for (int i = 0; i < SHED_NB; i++)
+        sefer_free(b[i]);
+    printf("%s: %d blocks of 48 KiB freed, then %d of 64 KiB carved: %" PRIu64
+           " bytes shed (%" PRIu64 " more when taken again), interior pages resident %zu -> %zu\n",
+           policy, SHED_NA, SHED_NB, r.shed, r.shed_again, r.resident_before, r.resident_after);
+    fflush(stdout);
+    return r;
+}
+
+START_TEST(test_growth_sheds_free_medium_blocks)
+{
+    struct medium_shed_result r = shed_by_carving("adaptive");
+    /* all but the heads of the page's two lists (the next blocks handed
+     * out), each block 11 or 12 pages */
+    ck_assert_uint_ge(r.resident_before, SHED_NA * 11);
+    ck_assert_msg(r.resident_after <= 2 * 12, "%zu interior pages of the freed blocks still resident",
+                  r.resident_after);
+    ck_assert_msg(r.shed >= (SHED_NA - 2) * 11 * 4096u, "only %" PRIu64 " bytes shed", r.shed);
+    ck_assert_msg(r.shed_again == 0, "%" PRIu64 " bytes shed by blocks taken again", r.shed_again);
+}
+END_TEST
+
+START_TEST(test_growth_sheds_no_medium_block_with_policy_never)
+{
+    struct medium_shed_result r = shed_by_carving("never");
+    ck_assert_msg(r.shed == 0 && r.resident_after == r.resident_before,
+                  "never: %" PRIu64 " bytes shed, interior pages resident %zu -> %zu", r.shed,
+                  r.resident_before, r.resident_after);
+}
+END_TEST
+
 /* ---- exited threads ---------------------------------------------------------- */
 
 #define EXIT_BLOCKS 8192 /* 8 MiB of 1 KiB blocks, written, all freed */
@@ -767,6 +876,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_growth_reuses_warm_large_span);
     tcase_add_test(tc, test_growth_sheds_waiting_pages);
     tcase_add_test(tc, test_growth_sheds_nothing_with_policy_never);
+    tcase_add_test(tc, test_growth_sheds_free_medium_blocks);
+    tcase_add_test(tc, test_growth_sheds_no_medium_block_with_policy_never);
     tcase_add_test(tc, test_exited_keep_bounds_waiting_pages);
     tcase_add_test(tc, test_exited_keep_zero_gives_all_back);
     tcase_add_test(tc, test_exited_keep_large_keeps_pages);
