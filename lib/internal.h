@@ -108,6 +108,9 @@ SF_HIDDEN void sf_os_unmap(void *p, size_t size);
 SF_HIDDEN void sf_os_decommit(void *p, size_t size);
 SF_HIDDEN bool sf_os_decommit_try(void *p, size_t size);
 SF_HIDDEN bool sf_os_resident(const void *p, size_t size, unsigned char *vec);
+/* Drops [p, p + size)'s pages if the kernel agrees, with no fallback: for
+ * memory nothing relies on reading as zero.  False: nothing changed. */
+SF_HIDDEN bool sf_os_shed(void *p, size_t size);
 SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
 SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
@@ -380,10 +383,6 @@ SF_HIDDEN void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx);
 SF_HIDDEN size_t sf_page_collect_heap(sf_heap_t *heap, bool force);
 SF_HIDDEN size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now);
 SF_HIDDEN sf_page_queue_t *sf_page_queue(sf_heap_t *heap, const sf_page_t *page);
-/* medium_shed.c: before `carving` (a medium page of `heap`) carves `bytes`
- * of fresh blocks, as many bytes of the heap's other free medium blocks
- * give their interior pages back. */
-SF_HIDDEN void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes);
 /* free == NULL: every fast-path pop falls through to the slow path */
 SF_HIDDEN extern sf_page_t sf_empty_page;
 /* Free-list links: XOR-ed with the page's secret at guard level >= 2; the
@@ -395,6 +394,12 @@ SF_INLINE sf_block_t *sf_link_decode(const sf_page_t *page, const sf_block_t *b)
 SF_INLINE void sf_link_set(const sf_page_t *page, sf_block_t *b, const sf_block_t *next) {
     b->next = (sf_block_t *)((uintptr_t)next ^ page->secret);
 }
+
+/* ---- medium_shed.c: freed medium blocks give their pages back ------------ */
+/* Before `carving` (a medium page of `heap`) carves `bytes` of blocks,
+ * as many bytes of the heap's other free medium blocks give their interior
+ * pages back. */
+SF_HIDDEN void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes);
 
 /* ---- heap.c: the heap registry and heap lifetimes ------------------------ */
 SF_HIDDEN extern __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec")));

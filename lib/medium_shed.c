@@ -7,7 +7,7 @@
  * compiler: 38 blocks of 48 KiB at one point, 94 of 64 KiB at another)
  * then holds the sum of its classes' peaks where a coalescing allocator
  * holds about the peak of the sum: gcc's cc1 held 6.9 MiB of free medium
- * blocks at its peak RSS (docs/design.md, "Freed medium blocks").
+ * blocks at its peak RSS (docs/design.md, "Growth").
  *
  * So when a heap carves a medium block (memory it has not touched before,
  * most likely), it first gives back the interior OS pages of as many bytes
@@ -22,12 +22,12 @@
  * and written keeps a stale mark only if its owner never wrote that word;
  * it is then not shed again, which costs memory, never correctness.
  *
- * Only at guard levels 0-1 (levels 2-3 check what a free block holds), only
- * where the decommit policy gives memory back (delayed, adaptive), and not
- * under memory.thp = madvise (a 4 KiB madvise splits a huge page). */
+ * Only when the carving page's memory was not resident when its use began
+ * (page.c asks: a page taken back resident carves over its old blocks),
+ * at guard levels 0-1 (levels 2-3 check what a free block holds), where
+ * the decommit policy gives memory back (delayed, adaptive), and not under
+ * memory.thp = madvise (a 4 KiB madvise splits a huge page). */
 #include "internal.h"
-
-#include <sys/mman.h>
 
 /* Blocks visited per carve at most: a heap with thousands of free medium
  * blocks, all shed already, must not walk them on every carve. */
@@ -46,9 +46,9 @@ static size_t shed_block(const sf_page_t *page, sf_block_t *b) {
     uintptr_t lo = sf_align_up((uintptr_t)b + sizeof(uintptr_t) * 3, SF_OS_PAGE);
     uintptr_t hi = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(SF_OS_PAGE - 1);
     if (hi <= lo) return 0;
-    /* (madvise itself, not sf_os_decommit: nothing relies on these pages
-     * reading as zero, so a refusal needs no fallback) */
-    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    /* (not sf_os_decommit: nothing relies on these pages reading as zero,
+     * so a refusal needs no fallback) */
+    if (!sf_os_shed((void *)lo, hi - lo)) return 0;
     *shed_mark(b) = shed_mark_value(b);
     return hi - lo;
 }

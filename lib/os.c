@@ -189,6 +189,12 @@ bool sf_os_decommit_try(void *p, size_t size) {
     return size == 0 || os_madvise(p, size, MADV_DONTNEED) == 0 || remap_fresh(p, size);
 }
 
+/* (madvise itself, not os_madvise: a test's injected madvise failures
+ * count decommits, and this is none: a refusal needs no fallback) */
+bool sf_os_shed(void *p, size_t size) {
+    return madvise(p, size, MADV_DONTNEED) == 0;
+}
+
 void sf_os_decommit(void *p, size_t size) {
     if (sf_os_decommit_try(p, size)) return;
     memset(p, 0, size); /* the promise "reads as zero" must hold */

@@ -419,7 +419,6 @@ typedef struct sf_heap_s {
     uint64_t remote_frees;    /* frees this thread sent to others */
     uint64_t remote_collected; /* blocks other threads freed, taken from page lists */
     uint64_t page_allocs;
-    uint8_t shed_class;       /* where medium_shed.c's next round of the classes starts */
     sf_reuse_t page_reuse;    /* its pages in use lately (decommit.policy = adaptive) */
     /* phase.c: while phases are open, the counts of this heap's thread and
      * its delta of block bytes not yet added to the shared sum */
@@ -457,6 +456,7 @@ typedef struct sf_heap_s {
      * Here, in the padding before the next line: no field above moves) */
     _Atomic uint32_t seg_busy;
     uint32_t seg_depth;
+    uint8_t shed_class; /* where medium_shed.c's next round of the classes starts */
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;
