@@ -53,8 +53,9 @@ SEFER_EXPORT void *sefer_memalign(size_t alignment, size_t size);
 SEFER_EXPORT size_t sefer_usable_size(const void *ptr);
 
 /* Returns memory the process no longer uses to the OS: drains the calling
- * thread's heap and abandoned heaps, purges the large cache and decommits
- * empty pages.  Returns the number of bytes decommitted or unmapped. */
+ * thread's heap and abandoned heaps, purges the large cache, decommits
+ * empty pages and gives back the pages of the thread's free medium blocks.
+ * Returns the number of bytes decommitted, unmapped or given back. */
 SEFER_EXPORT size_t sefer_trim(void);
 
 /* Every statistic, declared once: X(name, meaning).  All are uint64_t.

@@ -400,6 +400,9 @@ SF_INLINE void sf_link_set(const sf_page_t *page, sf_block_t *b, const sf_block_
  * as many bytes of the heap's other free medium blocks give their interior
  * pages back. */
 SF_HIDDEN void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes);
+/* sefer_trim: every free medium block of `heap` gives its interior pages
+ * back; the bytes given back. */
+SF_HIDDEN size_t sf_medium_shed_all(sf_heap_t *heap);
 
 /* ---- heap.c: the heap registry and heap lifetimes ------------------------ */
 SF_HIDDEN extern __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec")));

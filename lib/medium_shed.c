@@ -22,6 +22,9 @@
  * and written keeps a stale mark only if its owner never wrote that word;
  * it is then not shed again, which costs memory, never correctness.
  *
+ * sefer_trim sheds every free medium block of the calling thread's heap,
+ * the list heads too, whatever the decommit policy.
+ *
  * Only when the carving page's memory was not resident when its use began
  * (page.c asks: a page taken back resident carves over its old blocks),
  * at guard levels 0-1 (levels 2-3 check what a free block holds), where
@@ -53,7 +56,7 @@ static size_t shed_block(const sf_page_t *page, sf_block_t *b) {
     return hi - lo;
 }
 
-/* Sheds the blocks of `list` past its first, until `*want` bytes are shed
+/* Sheds the blocks of `list` past its first, until `want` bytes are shed
  * or `*visits` blocks seen. */
 static size_t shed_list(const sf_page_t *page, sf_block_t *list, size_t want, unsigned *visits) {
     size_t shed = 0;
@@ -66,11 +69,31 @@ static size_t shed_list(const sf_page_t *page, sf_block_t *list, size_t want, un
     return shed;
 }
 
+/* Sheds every block of `list`, its first too. */
+static size_t shed_list_all(const sf_page_t *page, sf_block_t *list) {
+    size_t shed = 0;
+    for (sf_block_t *b = list; b != NULL; b = sf_link_decode(page, b)) shed += shed_block(page, b);
+    return shed;
+}
+
+size_t sf_medium_shed_all(sf_heap_t *heap) {
+    if (!shedding_possible()) return 0;
+    size_t shed = 0;
+    for (unsigned c = SF_MEDIUM_CLASS_MIN; c < SF_CLASS_COUNT; c++)
+        for (sf_page_t *page = heap->queues[c].first; page != NULL; page = page->next)
+            shed += shed_list_all(page, page->free) + shed_list_all(page, page->local_free);
+    return shed;
+}
+
+/* Whether free medium blocks may be shed at all (sefer_trim asks this;
+ * growth also asks the decommit policy). */
+static bool shedding_possible(void) {
+    return sf_guard_level < 2 && !sf_tracked && sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_MADVISE;
+}
+
 static bool shedding_applies(void) {
     uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
-    return sf_guard_level < 2 && !sf_tracked &&
-           (policy == SF_DECOMMIT_DELAYED || policy == SF_DECOMMIT_ADAPTIVE) &&
-           sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_MADVISE;
+    return shedding_possible() && (policy == SF_DECOMMIT_DELAYED || policy == SF_DECOMMIT_ADAPTIVE);
 }
 
 void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {

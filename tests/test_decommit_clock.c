@@ -51,6 +51,9 @@
  *       headers stay (sefer_check), and the 64 KiB blocks freed and taken
  *       again (no carving) shed nothing more; none with decommit.policy =
  *       never
+ *   trim_sheds_free_medium_blocks  the same 16 blocks freed, then
+ *       sefer_trim, under decommit.policy = never: every interior page goes
+ *       back, the list heads' too, and counts in what sefer_trim returns
  *   exited_keep_*  a thread fills 8 MiB, frees it and exits: its heap
  *       keeps between 1 MiB and decommit.exited_keep (2 MiB) of empty
  *       pages for an adopter and gives the rest back at the exit; none with
@@ -634,6 +637,37 @@ START_TEST(test_growth_sheds_no_medium_block_with_policy_never)
 }
 END_TEST
 
+/* sefer_trim gives back every free medium block's pages, the list heads
+ * too, whatever the policy. */
+START_TEST(test_trim_sheds_free_medium_blocks)
+{
+    void *a[SHED_NA + 1];
+    clock_start();
+    set_policy("never");
+    for (int i = 0; i <= SHED_NA; i++) {
+        a[i] = sefer_malloc(SHED_A);
+        ck_assert_ptr_nonnull(a[i]);
+        memset(a[i], 0x5a, SHED_A);
+    }
+    for (int i = 0; i < SHED_NA; i++)
+        sefer_free(a[i]);
+    size_t before = 0, after = 0;
+    for (int i = 0; i < SHED_NA; i++)
+        before += interior_resident(a[i], SHED_A);
+    size_t released = sefer_trim();
+    for (int i = 0; i < SHED_NA; i++)
+        after += interior_resident(a[i], SHED_A);
+    printf("sefer_trim with %d free blocks of 48 KiB: %zu bytes released, interior pages resident %zu -> %zu\n",
+           SHED_NA, released, before, after);
+    fflush(stdout);
+    ck_assert_uint_ge(before, SHED_NA * 11);
+    ck_assert_msg(after == 0, "%zu interior pages still resident after sefer_trim", after);
+    ck_assert_uint_ge(released, before * 4096);
+    ck_assert_int_eq(sefer_check(), 0);
+    sefer_free(a[SHED_NA]);
+}
+END_TEST
+
 /* ---- exited threads ---------------------------------------------------------- */
 
 #define EXIT_BLOCKS 8192 /* 8 MiB of 1 KiB blocks, written, all freed */
@@ -878,6 +912,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_growth_sheds_nothing_with_policy_never);
     tcase_add_test(tc, test_growth_sheds_free_medium_blocks);
     tcase_add_test(tc, test_growth_sheds_no_medium_block_with_policy_never);
+    tcase_add_test(tc, test_trim_sheds_free_medium_blocks);
     tcase_add_test(tc, test_exited_keep_bounds_waiting_pages);
     tcase_add_test(tc, test_exited_keep_zero_gives_all_back);
     tcase_add_test(tc, test_exited_keep_large_keeps_pages);
