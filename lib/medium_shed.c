@@ -41,10 +41,24 @@
 static uintptr_t *shed_mark(sf_block_t *b) { return (uintptr_t *)b + 2; }
 static uintptr_t shed_mark_value(const sf_block_t *b) { return (uintptr_t)0x5e3d5a1b0c4d9e27ull ^ (uintptr_t)b; }
 
+/* Whether free medium blocks may be shed at all (sefer_trim asks this;
+ * growth also asks the decommit policy). */
+static bool shedding_possible(void) {
+    return sf_guard_level < 2 && sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_MADVISE;
+}
+
+static bool shedding_applies(void) {
+    uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
+    return shedding_possible() && (policy == SF_DECOMMIT_DELAYED || policy == SF_DECOMMIT_ADAPTIVE);
+}
+
 /* Gives back the whole OS pages of free block `b` past its first; the
  * bytes it gave back (0 if it had none, was shed already, or the kernel
- * refused). */
+ * refused).  Not on a guarded page: at guard level 2 and above, or under
+ * valgrind's memcheck, which must not see sefer read a free block's
+ * third word. */
 static size_t shed_block(const sf_page_t *page, sf_block_t *b) {
+    if (page->flags & SF_PAGE_GUARDED) return 0;
     if (*shed_mark(b) == shed_mark_value(b)) return 0;
     uintptr_t lo = sf_align_up((uintptr_t)b + sizeof(uintptr_t) * 3, SF_OS_PAGE);
     uintptr_t hi = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(SF_OS_PAGE - 1);
@@ -83,17 +97,6 @@ size_t sf_medium_shed_all(sf_heap_t *heap) {
         for (sf_page_t *page = heap->queues[c].first; page != NULL; page = page->next)
             shed += shed_list_all(page, page->free) + shed_list_all(page, page->local_free);
     return shed;
-}
-
-/* Whether free medium blocks may be shed at all (sefer_trim asks this;
- * growth also asks the decommit policy). */
-static bool shedding_possible(void) {
-    return sf_guard_level < 2 && !sf_tracked && sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_MADVISE;
-}
-
-static bool shedding_applies(void) {
-    uint64_t policy = sf_knob(SF_KNOB_DECOMMIT_POLICY);
-    return shedding_possible() && (policy == SF_DECOMMIT_DELAYED || policy == SF_DECOMMIT_ADAPTIVE);
 }
 
 void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {
