@@ -415,10 +415,9 @@ size_t sf_trim(void) {
     sf_track_quiet_begin();
     uint64_t before = atomic_load(&sf_gstats.decommitted_total);
     sf_heap_t *heap = sf_tls_heap;
-    size_t shed = 0;
     if (heap->kind == SF_HEAP_REAL) {
         sf_page_collect_heap(heap, true);
-        shed = sf_medium_shed_all(heap);
+        sf_medium_shed_all(heap); /* (counted in decommitted_total) */
     }
     sf_lock(&sf_fallback_lock);
     sf_page_collect_heap(&sf_heap_fallback, true);
@@ -427,7 +426,7 @@ size_t sf_trim(void) {
     if (sf_guard_level >= 2) sf_span_quarantine_flush();
     sf_cache_purge(true);
     sf_track_quiet_end();
-    size_t released = (size_t)(atomic_load(&sf_gstats.decommitted_total) - before) + shed;
+    size_t released = (size_t)(atomic_load(&sf_gstats.decommitted_total) - before);
     sf_event_trim(released);
     return released;
 }

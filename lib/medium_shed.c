@@ -27,9 +27,11 @@
  *
  * Only when the carving page's memory was not resident when its use began
  * (page.c asks: a page taken back resident carves over its old blocks),
- * at guard levels 0-1 (levels 2-3 check what a free block holds), where
- * the decommit policy gives memory back (delayed, adaptive), and not under
- * memory.thp = madvise (a 4 KiB madvise splits a huge page). */
+ * at guard levels 0-1 (levels 2-3 check what a free block holds; nor on
+ * the pages valgrind's memcheck tracks), where the decommit policy gives
+ * memory back (delayed, adaptive), and with memory.thp = never (a 4 KiB
+ * madvise splits a huge page).  The bytes counted are those advised: an
+ * interior page the program never wrote was not resident to begin with. */
 #include "internal.h"
 
 /* Blocks visited per carve at most: a heap with thousands of free medium
@@ -41,10 +43,17 @@
 static uintptr_t *shed_mark(sf_block_t *b) { return (uintptr_t *)b + 2; }
 static uintptr_t shed_mark_value(const sf_block_t *b) { return (uintptr_t)0x5e3d5a1b0c4d9e27ull ^ (uintptr_t)b; }
 
+/* Set once the kernel refused a shed (MADV_DONTNEED fails on locked pages,
+ * under mlockall): no carve asks again. */
+static _Atomic bool shed_refused;
+
 /* Whether free medium blocks may be shed at all (sefer_trim asks this;
- * growth also asks the decommit policy). */
+ * growth also asks the decommit policy).  Only with memory.thp = never:
+ * under madvise, or system with the system's THP at always, a segment may
+ * sit on huge pages, which a 4 KiB madvise splits. */
 static bool shedding_possible(void) {
-    return sf_guard_level < 2 && sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_MADVISE;
+    return sf_guard_level < 2 && sf_knob(SF_KNOB_MEMORY_THP) == SF_THP_NEVER &&
+           !atomic_load_explicit(&shed_refused, memory_order_relaxed);
 }
 
 static bool shedding_applies(void) {
@@ -65,9 +74,21 @@ static size_t shed_block(const sf_page_t *page, sf_block_t *b) {
     if (hi <= lo) return 0;
     /* (not sf_os_decommit: nothing relies on these pages reading as zero,
      * so a refusal needs no fallback) */
-    if (!sf_os_shed((void *)lo, hi - lo)) return 0;
+    if (!sf_os_shed((void *)lo, hi - lo)) {
+        atomic_store_explicit(&shed_refused, true, memory_order_relaxed);
+        return 0;
+    }
     *shed_mark(b) = shed_mark_value(b);
     return hi - lo;
+}
+
+/* Whether `b`, met on one of the page's free lists, is one of its free
+ * blocks: a carved block's start with the free cookie.  A write after free
+ * into a block's link (which levels 0-1 do not check until the block is
+ * handed out) must not send a shed to an address of its choosing: the
+ * walk stops there. */
+static bool free_block_of(const sf_page_t *page, const sf_block_t *b) {
+    return sf_page_is_block_start(page, b) && b->cookie == sf_page_cookie(page);
 }
 
 /* Sheds the blocks of `list` past its first, until `want` bytes are shed
@@ -78,6 +99,7 @@ static size_t shed_list(const sf_page_t *page, sf_block_t *list, size_t want, un
     for (sf_block_t *b = sf_link_decode(page, list); b != NULL && shed < want && *visits < SHED_VISIT_MAX;
          b = sf_link_decode(page, b)) {
         ++*visits;
+        if (!free_block_of(page, b)) break;
         shed += shed_block(page, b);
     }
     return shed;
@@ -86,7 +108,8 @@ static size_t shed_list(const sf_page_t *page, sf_block_t *list, size_t want, un
 /* Sheds every block of `list`, its first too. */
 static size_t shed_list_all(const sf_page_t *page, sf_block_t *list) {
     size_t shed = 0;
-    for (sf_block_t *b = list; b != NULL; b = sf_link_decode(page, b)) shed += shed_block(page, b);
+    for (sf_block_t *b = list; b != NULL && free_block_of(page, b); b = sf_link_decode(page, b))
+        shed += shed_block(page, b);
     return shed;
 }
 
@@ -96,6 +119,7 @@ size_t sf_medium_shed_all(sf_heap_t *heap) {
     for (unsigned c = SF_MEDIUM_CLASS_MIN; c < SF_CLASS_COUNT; c++)
         for (sf_page_t *page = heap->queues[c].first; page != NULL; page = page->next)
             shed += shed_list_all(page, page->free) + shed_list_all(page, page->local_free);
+    if (shed != 0) sf_stat_add(&sf_gstats.decommitted_total, shed);
     return shed;
 }
 
@@ -106,14 +130,20 @@ void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {
     /* from the class after the last one shed from, round the medium
      * classes, so no class's blocks are always the first to go */
     unsigned n = SF_CLASS_COUNT - SF_MEDIUM_CLASS_MIN;
-    for (unsigned i = 0; i < n && shed < bytes && visits < SHED_VISIT_MAX; i++) {
+    unsigned i = 0;
+    for (; i < n && shed < bytes && visits < SHED_VISIT_MAX; i++) {
         unsigned c = SF_MEDIUM_CLASS_MIN + (heap->shed_class + i) % n;
         for (sf_page_t *page = heap->queues[c].first; page != NULL && shed < bytes; page = page->next) {
             if (page == carving) continue;
             shed += shed_list(page, page->free, bytes - shed, &visits);
             if (shed < bytes) shed += shed_list(page, page->local_free, bytes - shed, &visits);
         }
-        if (shed >= bytes) heap->shed_class = (uint8_t)((c - SF_MEDIUM_CLASS_MIN + 1) % n);
     }
-    if (shed != 0) sf_stat_add(&sf_gstats.growth_shed, shed);
+    /* the next carve starts past the last class looked at, so a class of
+     * blocks all shed already does not take every walk's visits */
+    heap->shed_class = (uint8_t)((heap->shed_class + (i ? i : 1)) % n);
+    if (shed != 0) {
+        sf_stat_add(&sf_gstats.growth_shed, shed);
+        sf_stat_add(&sf_gstats.decommitted_total, shed);
+    }
 }

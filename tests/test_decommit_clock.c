@@ -51,6 +51,9 @@
  *       headers stay (sefer_check), and the 64 KiB blocks freed and taken
  *       again (no carving) shed nothing more; none with decommit.policy =
  *       never
+ *   growth_shed_stops_at_a_broken_link  the same, with a freed block's link
+ *       rewritten (a write after free) to name a live block of the page:
+ *       the live block's bytes are all still there after the carves
  *   trim_sheds_free_medium_blocks  the same 16 blocks freed, then
  *       sefer_trim, under decommit.policy = never: every interior page goes
  *       back, the list heads' too, and counts in what sefer_trim returns
@@ -637,6 +640,47 @@ START_TEST(test_growth_sheds_no_medium_block_with_policy_never)
 }
 END_TEST
 
+/* A write after free into a freed block's link (levels 0-1 do not check
+ * links until the block is handed out) points at a live block of the same
+ * page: the next carve's walk stops there rather than shed the live
+ * block's pages. */
+START_TEST(test_growth_shed_stops_at_a_broken_link)
+{
+    void *a[SHED_NA + 1], *b[SHED_NB];
+    clock_start();
+    set_policy("adaptive");
+    sefer_trim();
+    for (int i = 0; i <= SHED_NA; i++) {
+        a[i] = sefer_malloc(SHED_A);
+        ck_assert_ptr_nonnull(a[i]);
+        memset(a[i], 0x5a, SHED_A);
+    }
+    unsigned char *live = a[SHED_NA];
+    for (int i = 0; i < SHED_NA; i++)
+        sefer_free(a[i]);
+    /* freed in order, so a[SHED_NA - 1] heads the list and a[SHED_NA - 2]
+     * is the first block a walk sheds; its link, rewritten, names the live
+     * block */
+    void **link = a[SHED_NA - 2], *saved = *link;
+    *link = live;
+    for (int i = 0; i < SHED_NB; i++) {
+        b[i] = sefer_malloc(SHED_B);
+        ck_assert_ptr_nonnull(b[i]);
+    }
+    size_t zeroed = 0;
+    for (size_t i = 0; i < SHED_A; i++)
+        zeroed += live[i] != 0x5a;
+    *link = saved;
+    printf("a broken link naming a live block: %zu of its bytes changed\n", zeroed);
+    fflush(stdout);
+    ck_assert_msg(zeroed == 0, "%zu bytes of the live block changed by the shed", zeroed);
+    ck_assert_int_eq(sefer_check(), 0);
+    for (int i = 0; i < SHED_NB; i++)
+        sefer_free(b[i]);
+    sefer_free(live);
+}
+END_TEST
+
 /* sefer_trim gives back every free medium block's pages, the list heads
  * too, whatever the policy. */
 START_TEST(test_trim_sheds_free_medium_blocks)
@@ -912,6 +956,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_growth_sheds_nothing_with_policy_never);
     tcase_add_test(tc, test_growth_sheds_free_medium_blocks);
     tcase_add_test(tc, test_growth_sheds_no_medium_block_with_policy_never);
+    tcase_add_test(tc, test_growth_shed_stops_at_a_broken_link);
     tcase_add_test(tc, test_trim_sheds_free_medium_blocks);
     tcase_add_test(tc, test_exited_keep_bounds_waiting_pages);
     tcase_add_test(tc, test_exited_keep_zero_gives_all_back);
