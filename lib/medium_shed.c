@@ -91,13 +91,13 @@ static bool free_block_of(const sf_page_t *page, const sf_block_t *b) {
     return sf_page_is_block_start(page, b) && b->cookie == sf_page_cookie(page);
 }
 
-/* Sheds the blocks of `list` past its first, until `want` bytes are shed
- * or `*visits` blocks seen. */
-static size_t shed_list(const sf_page_t *page, sf_block_t *list, size_t want, unsigned *visits) {
+/* Sheds the blocks of `list` (past its first if `keep_first`), until
+ * `want` bytes are shed or `*visits` blocks seen. */
+static size_t shed_list(const sf_page_t *page, sf_block_t *list, bool keep_first, size_t want, unsigned *visits) {
     size_t shed = 0;
     if (list == NULL) return 0;
-    for (sf_block_t *b = sf_link_decode(page, list); b != NULL && shed < want && *visits < SHED_VISIT_MAX;
-         b = sf_link_decode(page, b)) {
+    for (sf_block_t *b = keep_first ? sf_link_decode(page, list) : list;
+         b != NULL && shed < want && *visits < SHED_VISIT_MAX; b = sf_link_decode(page, b)) {
         ++*visits;
         if (!free_block_of(page, b)) break;
         shed += shed_block(page, b);
@@ -135,8 +135,12 @@ void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {
         unsigned c = SF_MEDIUM_CLASS_MIN + (heap->shed_class + i) % n;
         for (sf_page_t *page = heap->queues[c].first; page != NULL && shed < bytes; page = page->next) {
             if (page == carving) continue;
-            shed += shed_list(page, page->free, bytes - shed, &visits);
-            if (shed < bytes) shed += shed_list(page, page->local_free, bytes - shed, &visits);
+            /* the one block kept: the class's next (its first page's
+             * free list's head, or once that is empty, local_free's) */
+            bool current = page == heap->queues[c].first;
+            shed += shed_list(page, page->free, current, bytes - shed, &visits);
+            if (shed < bytes)
+                shed += shed_list(page, page->local_free, current && page->free == NULL, bytes - shed, &visits);
         }
     }
     /* the next carve starts past the last class looked at, so a class of
