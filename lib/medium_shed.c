@@ -16,8 +16,8 @@
  * read as zero afterwards and fault in again if the block is handed out;
  * nothing else changes: the block stays carved, on its free list, with its
  * header intact, so every check of a free (double free, invalid pointer)
- * sees it as before.  The head of each list is left alone (the block a
- * class hands out next), and a mark in the block's third word says it was
+ * sees it as before.  The block each class hands out next is left alone,
+ * and a mark in the block's third word says it was
  * shed already, so no block costs a system call twice.  A block handed out
  * and written keeps a stale mark only if its owner never wrote that word;
  * it is then not shed again, which costs memory, never correctness.
