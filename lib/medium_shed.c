@@ -63,11 +63,10 @@ static bool shedding_applies(void) {
 
 /* Gives back the whole OS pages of free block `b` past its first; the
  * bytes it gave back (0 if it had none, was shed already, or the kernel
- * refused).  Not on a guarded page: at guard level 2 and above, or under
- * valgrind's memcheck, which must not see sefer read a free block's
- * third word. */
+ * refused).  The lists' walks below leave guarded pages alone (guard level
+ * 2 and above, or under valgrind's memcheck, which must not see sefer read
+ * a free block's words). */
 static size_t shed_block(const sf_page_t *page, sf_block_t *b) {
-    if (page->flags & SF_PAGE_GUARDED) return 0;
     if (*shed_mark(b) == shed_mark_value(b)) return 0;
     uintptr_t lo = sf_align_up((uintptr_t)b + sizeof(uintptr_t) * 3, SF_OS_PAGE);
     uintptr_t hi = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(SF_OS_PAGE - 1);
@@ -95,7 +94,7 @@ static bool free_block_of(const sf_page_t *page, const sf_block_t *b) {
  * `want` bytes are shed or `*visits` blocks seen. */
 static size_t shed_list(const sf_page_t *page, sf_block_t *list, bool keep_first, size_t want, unsigned *visits) {
     size_t shed = 0;
-    if (list == NULL) return 0;
+    if (list == NULL || (page->flags & SF_PAGE_GUARDED)) return 0;
     for (sf_block_t *b = keep_first ? sf_link_decode(page, list) : list;
          b != NULL && shed < want && *visits < SHED_VISIT_MAX; b = sf_link_decode(page, b)) {
         ++*visits;
@@ -108,6 +107,7 @@ static size_t shed_list(const sf_page_t *page, sf_block_t *list, bool keep_first
 /* Sheds every block of `list`, its first too. */
 static size_t shed_list_all(const sf_page_t *page, sf_block_t *list) {
     size_t shed = 0;
+    if (page->flags & SF_PAGE_GUARDED) return 0;
     for (sf_block_t *b = list; b != NULL && free_block_of(page, b); b = sf_link_decode(page, b))
         shed += shed_block(page, b);
     return shed;
