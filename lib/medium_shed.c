@@ -17,8 +17,8 @@
  * nothing else changes: the block stays carved, on its free list, with its
  * header intact, so every check of a free (double free, invalid pointer)
  * sees it as before.  The block each class hands out next is left alone,
- * and a mark in the block's third word says it was
- * shed already, so no block costs a system call twice.  A block handed out
+ * and a mark in the block's third word says it was shed already, so no
+ * block costs a system call twice.  A block handed out
  * and written keeps a stale mark only if its owner never wrote that word;
  * it is then not shed again, which costs memory, never correctness.
  *
@@ -39,7 +39,8 @@
 #define SHED_VISIT_MAX 64u
 
 /* The shed mark, in a free block's third word (medium blocks are at least
- * 8 KiB, so it lies in the page that keeps the block's header). */
+ * 10 KiB and start on a line, so it lies in the page that keeps the
+ * block's header). */
 static uintptr_t *shed_mark(sf_block_t *b) { return (uintptr_t *)b + 2; }
 static uintptr_t shed_mark_value(const sf_block_t *b) { return (uintptr_t)0x5e3d5a1b0c4d9e27ull ^ (uintptr_t)b; }
 
@@ -127,7 +128,7 @@ void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {
     if (!shedding_applies()) return;
     size_t shed = 0;
     unsigned visits = 0;
-    /* from the class after the last one shed from, round the medium
+    /* from the class after the last one looked at, round the medium
      * classes, so no class's blocks are always the first to go */
     unsigned n = SF_CLASS_COUNT - SF_MEDIUM_CLASS_MIN;
     unsigned i = 0;
