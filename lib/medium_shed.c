@@ -34,7 +34,9 @@
  * interior page the program never wrote was not resident to begin with. */
 #include "internal.h"
 
-/* Blocks visited per carve at most: a heap with thousands of free medium
+#include <limits.h>
+
+/* Links followed per carve at most: a heap with thousands of free medium
  * blocks, all shed already, must not walk them on every carve. */
 #define SHED_VISIT_MAX 64u
 
@@ -92,34 +94,27 @@ static bool free_block_of(const sf_page_t *page, const sf_block_t *b) {
 }
 
 /* Sheds the blocks of `list` (past its first if `keep_first`), until
- * `want` bytes are shed or `*visits` blocks seen. */
-static size_t shed_list(const sf_page_t *page, sf_block_t *list, bool keep_first, size_t want, unsigned *visits) {
+ * `want` bytes are shed or `*budget` links followed (each link costs one). */
+static size_t shed_list(const sf_page_t *page, sf_block_t *list, bool keep_first, size_t want, unsigned *budget) {
     size_t shed = 0;
     if (list == NULL || (page->flags & SF_PAGE_GUARDED)) return 0;
     for (sf_block_t *b = keep_first ? sf_link_decode(page, list) : list;
-         b != NULL && shed < want && *visits < SHED_VISIT_MAX; b = sf_link_decode(page, b)) {
-        ++*visits;
+         b != NULL && shed < want && *budget > 0; b = sf_link_decode(page, b)) {
+        --*budget;
         if (!free_block_of(page, b)) break;
         shed += shed_block(page, b);
     }
     return shed;
 }
 
-/* Sheds every block of `list`, its first too. */
-static size_t shed_list_all(const sf_page_t *page, sf_block_t *list) {
-    size_t shed = 0;
-    if (page->flags & SF_PAGE_GUARDED) return 0;
-    for (sf_block_t *b = list; b != NULL && free_block_of(page, b); b = sf_link_decode(page, b))
-        shed += shed_block(page, b);
-    return shed;
-}
-
 size_t sf_medium_shed_all(sf_heap_t *heap) {
     if (!shedding_possible()) return 0;
     size_t shed = 0;
+    unsigned budget = UINT_MAX; /* (every block, each list's first too) */
     for (unsigned c = SF_MEDIUM_CLASS_MIN; c < SF_CLASS_COUNT; c++)
         for (sf_page_t *page = heap->queues[c].first; page != NULL; page = page->next)
-            shed += shed_list_all(page, page->free) + shed_list_all(page, page->local_free);
+            shed += shed_list(page, page->free, false, SIZE_MAX, &budget) +
+                    shed_list(page, page->local_free, false, SIZE_MAX, &budget);
     if (shed != 0) sf_stat_add(&sf_gstats.decommitted_total, shed);
     return shed;
 }
@@ -127,25 +122,25 @@ size_t sf_medium_shed_all(sf_heap_t *heap) {
 void sf_medium_shed(sf_heap_t *heap, const sf_page_t *carving, size_t bytes) {
     if (!shedding_applies()) return;
     size_t shed = 0;
-    unsigned visits = 0;
+    unsigned budget = SHED_VISIT_MAX;
     /* from the class after the last one looked at, round the medium
      * classes, so no class's blocks are always the first to go */
     unsigned n = SF_CLASS_COUNT - SF_MEDIUM_CLASS_MIN;
     unsigned i = 0;
-    for (; i < n && shed < bytes && visits < SHED_VISIT_MAX; i++) {
+    for (; i < n && shed < bytes && budget > 0; i++) {
         unsigned c = SF_MEDIUM_CLASS_MIN + (heap->shed_class + i) % n;
         for (sf_page_t *page = heap->queues[c].first; page != NULL && shed < bytes; page = page->next) {
             if (page == carving) continue;
             /* the one block kept: the class's next (its first page's
              * free list's head, or once that is empty, local_free's) */
             bool current = page == heap->queues[c].first;
-            shed += shed_list(page, page->free, current, bytes - shed, &visits);
+            shed += shed_list(page, page->free, current, bytes - shed, &budget);
             if (shed < bytes)
-                shed += shed_list(page, page->local_free, current && page->free == NULL, bytes - shed, &visits);
+                shed += shed_list(page, page->local_free, current && page->free == NULL, bytes - shed, &budget);
         }
     }
     /* the next carve starts past the last class looked at, so a class of
-     * blocks all shed already does not take every walk's visits */
+     * blocks all shed already does not take every walk's budget */
     heap->shed_class = (uint8_t)((heap->shed_class + (i ? i : 1)) % n);
     if (shed != 0) {
         sf_stat_add(&sf_gstats.growth_shed, shed);

@@ -181,9 +181,19 @@ static bool carves_ahead(const sf_heap_t *heap, const sf_page_t *page) {
            page->capacity < SF_CARVE_MIN && page->capacity < page->reserved;
 }
 
+/* A medium page is about to carve a block: on a page whose memory was not
+ * resident when its use began, memory not touched before, so idle free
+ * medium blocks give theirs back first (medium_shed.c).  (A page taken
+ * back resident carves over its old blocks: no growth.) */
+static void medium_carving(sf_heap_t *heap, const sf_page_t *page) {
+    if (page->block_size > SF_SMALL_MAX && page->committed == SF_COMMIT_FRESH)
+        sf_medium_shed(heap, page, page->block_size);
+}
+
 /* Carves fresh blocks in front of the free list: 4 KiB of them (at least
  * one), or, carving ahead, as many as bring the page to SF_CARVE_MIN. */
-static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
+static void page_extend(sf_heap_t *heap, sf_page_t *page) {
+    medium_carving(heap, page);
     uint32_t avail = page->reserved - page->capacity;
     uint32_t want = 4096 / page->block_size;
     if (carves_ahead(heap, page) && want < SF_CARVE_MIN - page->capacity) want = SF_CARVE_MIN - page->capacity;
@@ -226,15 +236,6 @@ static void page_extend(const sf_heap_t *heap, sf_page_t *page) {
     }
 }
 
-/* A medium page is about to carve a block: on a page whose memory was not
- * resident when its use began, memory not touched before, so idle free
- * medium blocks give theirs back first (medium_shed.c).  (A page taken
- * back resident carves over its old blocks: no growth.) */
-static void medium_carving(sf_heap_t *heap, const sf_page_t *page) {
-    if (page->block_size > SF_SMALL_MAX && page->committed == SF_COMMIT_FRESH)
-        sf_medium_shed(heap, page, page->block_size);
-}
-
 /* One refill more for the carving-ahead threshold (saturating: only the
  * threshold matters). */
 static void count_refill(sf_heap_t *heap) {
@@ -271,7 +272,6 @@ static bool page_refill(sf_heap_t *heap, sf_page_t *page) {
     if (page->local_free == NULL) sf_page_collect_remote(heap, page);
     if (!refill_from_local(heap, page)) {
         if (page->capacity >= page->reserved) return false;
-        medium_carving(heap, page);
         page_extend(heap, page);
     }
     return true;
@@ -332,7 +332,6 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         mark_sampled(page, true);
         sf_page_set_fast_owner(page, heap);
     }
-    medium_carving(heap, page);
     page_extend(heap, page);
     class_push_front(heap, q, page);
     sf_page_update_direct(heap, class_idx);
