@@ -4,8 +4,8 @@
  * Guard level 1 checks live here: a pointer sefer does not own (its chunk
  * is not in the segment map), a pointer inside a block or into a page not in
  * use, and a double free (the block's cookie word equals its page address:
- * its free mark, cleared wherever a block is handed out, so at levels 0-1
- * the mark alone says so; level 2 also finds the block on the page's lists
+ * its free mark, cleared wherever a block is handed out, so at levels 0-2
+ * the mark alone says so; level 3 also finds the block on the page's lists
  * or its quarantine before it says so). */
 #include "fastpath.h"
 
@@ -56,9 +56,9 @@ sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out) {
         sf_guard_report(SF_GET(page->in_use) ? SF_GUARD_INTERIOR : SF_GUARD_INVALID, p);
         return NULL;
     } else if (((const sf_block_t *)p)->cookie == sf_page_cookie(page) && seg->heap == sf_tls_heap &&
-               (sf_guard_level < 2 || (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
+               (sf_guard_level < 3 || (sf_page_collect_remote(seg->heap, page), sf_page_holds_free_block(page, p) ||
                                        sf_quarantine_holds(seg->heap, p)))) {
-        /* (levels 0-1: the mark alone says so, remote.c's drain_block has
+        /* (levels 0-2: the mark alone says so, remote.c's drain_block has
          * why; the block's first free may wait in another thread's batch,
          * where no list of this heap's shows it) */
         sf_guard_report(SF_GUARD_DOUBLE, p);
@@ -287,6 +287,10 @@ static bool l2_remote_free(void *p) {
     if (!sf_page_is_block_start(page, p) || b->cookie == sf_page_cookie(page) || !sf_l2_tail_ok(page, p))
         return false;
     count_remote(me);
+    /* a small block into the batch this thread fills for its owner, as at
+     * levels 0-1 (free_remote_small): checked here, marked by the put */
+    if (me->kind == SF_HEAP_REAL && sf_segmap_is_small_chunk(chunk) && sf_outbox_put(me, owner, b, sf_page_cookie(page)))
+        return true;
     sf_remote_free(owner, page, b);
     return true;
 }

@@ -2,7 +2,7 @@
  *
  * Three channels, all lock-free and all lossless:
  *
- *   the freeing thread's batches (sf_batch_t): small blocks at levels 0-1
+ *   the freeing thread's batches (sf_batch_t): small blocks at levels 0-2
  *     freed by a thread with a heap of its own (and the thread key, whose
  *     destructor sends what it holds).  The pointer goes into an array of
  *     the freeing heap's, with the block's free mark written (a block
@@ -16,7 +16,7 @@
  *     twice (docs/design.md, "Batches").  The mark is what keeps a double
  *     free from handing out a block twice: the owner's free of a block
  *     that waits in a batch it cannot see finds the mark, and at levels
- *     0-1 the mark alone is a double free (free.c, sf_free_check_block).
+ *     0-2 the mark alone is a double free (free.c, sf_free_check_block).
  *     With all of a heap's batches in flight, the page's list.
  *
  *   the page's list (page->xfree): the rest of the common case.  The freeing thread
@@ -302,7 +302,7 @@ static bool carved_block_or_report(const sf_page_t *page, const sf_block_t *b) {
  * (tests/test_guard.c, cross-interior-full).
  *
  * suspect: the freeing thread found the block's free mark already written.
- * At levels 0-1 that is a double free whatever the block is now: still
+ * At levels 0-2 that is a double free whatever the block is now: still
  * free (on a list, or its first free waiting in a ring, an inbox or a
  * batch the owner cannot see), or handed out again since (its mark
  * cleared: freeing it now would free a live block, a limit of the design
@@ -317,23 +317,21 @@ static bool carved_block_or_report(const sf_page_t *page, const sf_block_t *b) {
  * million instructions of a 0.3 s callgrind run of bench/xmalloc).  Where
  * the sender sends the block as it came (valgrind's tracking), a marked
  * block is looked for on the page's lists: found, it was freed twice.
- * Level 2 looks for every marked entry there and in its
- * quarantine: its owner's free of a block still in the ring, marked, finds
- * it on neither and quarantines it, and only this look then sees the
- * second free (test_guard xdouble-ring-owner); at level 3 every block
- * arrives marked: its free set the mark with an atomic exchange, which is
- * where level 3 catches a second free. */
+ * (Level 2 looked for every marked entry there and in its quarantine
+ * until its frees took batches, whose waiting blocks no look finds; its
+ * owner's free of a block still in the ring now finds the mark.)  At
+ * level 3 every block arrives marked: its free set the mark with an
+ * atomic exchange, which is where level 3 catches a second free. */
 static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
     if (!carved_block_or_report(page, b)) return;
-    if (suspect && sf_guard_level < 2) {
+    if (suspect) { /* (levels 0-2: level 3 sends no suspects) */
         sf_guard_report(SF_GUARD_DOUBLE, b);
         return;
     }
-    /* (level 2 looks at every marked entry; levels 0-1 only under
-     * valgrind's tracking, whose senders send blocks as they come) */
-    bool look = sf_guard_level == 2 || (sf_guard_level < 2 && sf_tracked);
-    if (look && b->cookie == sf_page_cookie(page)) {
+    /* (only under valgrind's tracking, whose senders send blocks as they
+     * come, marked or not) */
+    if (sf_tracked && sf_guard_level < 3 && b->cookie == sf_page_cookie(page)) {
         sf_page_collect_remote(heap, page);
         if (sf_page_holds_free_block(page, b) || (sf_guard_level == 2 && sf_quarantine_holds(heap, b))) {
             sf_guard_report(SF_GUARD_DOUBLE, b);
@@ -349,7 +347,8 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
  * have waited while its segment went away, or became another heap's: the
  * segment map says first whether it is still one of this heap's small
  * segments (an invalid pointer is reported, never followed).  On a plain
- * page of this heap's (fast_divmagic set: no flags, levels 0-1), a carved
+ * page of this heap's (fast_divmagic set: no flags, levels 0-1), or a
+ * level-2 page that takes fast frees (its fast owner this heap, tagged), a carved
  * block start goes onto local_free as the owner's free pushes it (the
  * generic checks and sf_page_local_free_slow cost 77 instructions a block
  * against the page list's 34, bench/instructions' remoteheap row); the
@@ -366,6 +365,17 @@ static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
     uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = SF_PEEK(page->fast_divmagic);
     if (SF_LIKELY(m != 0 && off * m < m && off < sf_page_carved_bytes(page))) {
         b->next = page->local_free; /* (the mark is written: its sender's) */
+        page->local_free = b;
+        if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
+        return;
+    }
+    /* (level 2's, whose fast_divmagic stays 0: the link encoded, as
+     * sf_l2_free_owned pushes; the sender checked the size word and
+     * canary, free.c's l2_remote_free) */
+    m = sf_page_divmagic(page);
+    if (sf_l2_fast && SF_PEEK(page->fast_heap) == (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG) && off * m < m &&
+        off < sf_page_carved_bytes(page)) {
+        sf_link_set(page, b, page->local_free);
         page->local_free = b;
         if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
         return;

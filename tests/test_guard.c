@@ -706,6 +706,91 @@ START_TEST(test_level2_one_at_a_time)
 }
 END_TEST
 
+/* Level 2: small blocks another thread with a heap frees travel in that
+ * thread's batches (lib/remote.c, "Batches"), checked by it first, and
+ * their owner takes them back onto its pages' lists with the links
+ * encoded: every one counted once in remote_batch_frees, none through the
+ * page lists or the ring, and the blocks handed out again afterwards whole
+ * (a link left plain would decode to a wild pointer at the next malloc's
+ * pop and be reported, and guard.on_error is abort).  (A second free of a
+ * block waiting in a batch is the matrix's xdouble-owner and xdouble-heaps,
+ * at level 2 too.)  The child prints "ok". */
+#define L2_BATCH_BLOCKS 100 /* of 64 B: more than one batch (30), fewer than all (16 x 30) */
+
+struct l2_batch_job {
+    char **blocks;
+    int n;
+};
+
+static void *free_all_with_heap(void *argp)
+{
+    struct l2_batch_job *job = argp;
+    for (int i = 0; i < 1000; i++) {
+        void *q = malloc(16);
+        st_escape(q);
+        free(q);
+    }
+    for (int i = 0; i < job->n; i++)
+        free(job->blocks[i]);
+    return NULL;
+}
+
+static void check_level2_batches(void)
+{
+    static char *v[L2_BATCH_BLOCKS];
+    /* (one block of the page kept live: emptied, the page would go back
+     * and its blocks be carved afresh, links and all) */
+    char *keep = malloc(64);
+    CHILD_CHECK(keep != NULL);
+    for (int i = 0; i < L2_BATCH_BLOCKS; i++) {
+        v[i] = malloc(64);
+        CHILD_CHECK(v[i] != NULL);
+        memset(v[i], 0x5a, 64);
+    }
+    sefer_trim();
+    struct sefer_stats s0 = st_stats();
+    struct l2_batch_job job = {v, L2_BATCH_BLOCKS};
+    run_in_thread(free_all_with_heap, &job);
+    sefer_trim(); /* the owner collects: its inbox too */
+    struct sefer_stats s1 = st_stats();
+    CHILD_CHECK(ST_DELTA(s1, s0, remote_batch_frees) == L2_BATCH_BLOCKS);
+    CHILD_CHECK(ST_DELTA(s1, s0, remote_list_frees) == 0);
+    CHILD_CHECK(ST_DELTA(s1, s0, ring_pushes) == 0);
+    /* the blocks serve again: malloc until all but the one level 2 may
+     * hold back came back (each pop decodes the link the drain wrote),
+     * every block written and checked whole */
+    enum { CAP = 20000 };
+    static char *w[CAP];
+    int n = 0, back = 0;
+    while (n < CAP && back < L2_BATCH_BLOCKS - 1) {
+        char *q = malloc(64);
+        CHILD_CHECK(q != NULL);
+        memset(q, n & 0xff, 64);
+        w[n++] = q;
+        for (int i = 0; i < L2_BATCH_BLOCKS; i++)
+            if (v[i] == q) {
+                back++;
+                v[i] = NULL; /* (counted once) */
+            }
+    }
+    CHILD_CHECK(back >= L2_BATCH_BLOCKS - 1);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < 64; j++)
+            CHILD_CHECK((unsigned char)w[i][j] == (i & 0xff));
+        free(w[i]);
+    }
+    free(keep);
+    printf("ok\n");
+    fflush(stdout);
+    _exit(0);
+}
+
+START_TEST(test_level2_remote_frees_in_batches)
+{
+    run_ok_child("2", "level2-batches");
+}
+END_TEST
+
 static void check_usable(void)
 {
     bool exact = atoi(getenv("SEFER_GUARD_LEVEL")) >= 3;
@@ -1151,6 +1236,8 @@ int main(int argc, char **argv)
         check_medium_not_next();
     if (argc >= 2 && strcmp(argv[1], "usable") == 0)
         check_usable();
+    if (argc >= 2 && strcmp(argv[1], "level2-batches") == 0)
+        check_level2_batches();
     if (argc >= 2 && strcmp(argv[1], "one-at-a-time") == 0)
         check_one_at_a_time();
     if (argc >= 3 && strcmp(argv[1], "samplecase") == 0)
@@ -1165,6 +1252,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_level2_blocks_usable);
     tcase_add_test(tc, test_level2_medium_freed_not_next);
     tcase_add_test(tc, test_level2_one_at_a_time);
+    tcase_add_test(tc, test_level2_remote_frees_in_batches);
     tcase_add_test(tc, test_level3_usable_is_request);
     tcase_add_loop_test(tc, test_check_at_exit, 0, EX_COUNT * 2);
     tcase_add_loop_test(tc, test_sampled_guard, 0, GS_COUNT * 3);
