@@ -259,9 +259,11 @@ static bool l2_medium_free_owned(void *p) {
  * guarded page that takes fast frees (its fast owner is that heap, tagged:
  * not full, sampled, in a phase, nor the fallback heap's).  The checks the
  * checked path makes of a block it does not own (a carved block start not
- * marked free, its size word and canary, an intact segment header), then
- * onto its page's remote list as at levels 0-1 (the owner encodes the
- * links as it takes them, remote.c).  Without this every remote free at
+ * marked free, its size word and canary, an intact segment header), then,
+ * as at levels 0-1, a small block into this thread's batch for its owner
+ * (the owner encodes its link as it takes it in, remote.c's
+ * drain_batched), else onto its page's remote list (the owner encodes the
+ * links as it takes them).  Without this every remote free at
  * level 2 took the checked path: the remote row of bench/instructions at
  * 342.5 instructions a block against level 1's 181.5, prodcons 2.44x level
  * 1's time (docs/benchmarks.md, "Guard levels").  False: the checked path

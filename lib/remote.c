@@ -37,8 +37,8 @@
  *     the page back to its class queue, and later remote frees go to the
  *     page's list again.  The ring also carries every remote free into a heap
  *     whose owner is gone (so frees into an abandoned heap make it collected
- *     now and then), into guarded pages (levels 2-3 and valgrind: their checks
- *     run when the owner drains), into the fallback heap (taken under its
+ *     now and then), into guarded pages at level 3 and under valgrind (their
+ *     checks run when the owner drains), into the fallback heap (taken under its
  *     lock, never through xfree) and of a block that already carries its
  *     free mark (a suspect, tagged SF_REMOTE_SUSPECT: a double free, which
  *     the owner reports, drain_block).  A full ring spills onto the heap's
@@ -343,7 +343,8 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
 
 /* A block that came in another thread's batch: marked by that thread,
  * which found it unmarked (sf_outbox_put), so not a double free unless two
- * frees raced.  The pointer was not checked when it was batched and may
+ * frees raced.  The pointer was not checked when it was batched (at level
+ * 2 its block was: free.c, l2_remote_free) and may
  * have waited while its segment went away, or became another heap's: the
  * segment map says first whether it is still one of this heap's small
  * segments (an invalid pointer is reported, never followed).  On a plain
@@ -376,6 +377,7 @@ static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
     if (sf_l2_fast && SF_PEEK(page->fast_heap) == (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG) && off * m < m &&
         off < sf_page_carved_bytes(page)) {
         sf_link_set(page, b, page->local_free);
+        b->cookie = sf_page_cookie(page); /* (again: a write after free may have cleared it while it waited) */
         page->local_free = b;
         if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
         return;
