@@ -82,16 +82,22 @@ static void *free_it(void *p)
     return NULL;
 }
 
-/* free_it from a thread that allocated enough first to have a heap of its
- * own (past threads.heap_after): the path a thread that allocates takes,
- * which a design that gathers remote frees per thread would change */
-static void *free_it_with_heap(void *p)
+/* Allocates enough to give the calling thread a heap of its own (past
+ * threads.heap_after): the path a thread that allocates takes, which a
+ * design that gathers remote frees per thread would change. */
+static void claim_own_heap(void)
 {
     for (int i = 0; i < 1000; i++) {
         void *q = malloc(16);
         st_escape(q);
         free(q);
     }
+}
+
+/* free_it from a thread with a heap of its own */
+static void *free_it_with_heap(void *p)
+{
+    claim_own_heap();
     free(p);
     return NULL;
 }
@@ -725,11 +731,7 @@ struct l2_batch_job {
 static void *free_all_with_heap(void *argp)
 {
     struct l2_batch_job *job = argp;
-    for (int i = 0; i < 1000; i++) {
-        void *q = malloc(16);
-        st_escape(q);
-        free(q);
-    }
+    claim_own_heap();
     for (int i = 0; i < job->n; i++)
         free(job->blocks[i]);
     return NULL;
