@@ -198,6 +198,7 @@ static cJSON *heap_json(const sf_snap_heap_t *h, const struct heap_use *u) {
     add_slot(o, h);
     sf_json_str(o, "state", heap_state_name(h));
     sf_json_bool(o, "ever_used", h->ever_used);
+    sf_json_bool(o, "small", h->small);
     sf_json_add(o, "thread", thread_json(h->tid));
     sf_json_u64(o, "bytes_in_blocks", u->bytes);
     sf_json_u64(o, "blocks", u->blocks);

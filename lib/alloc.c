@@ -13,6 +13,9 @@ void *sf_alloc_class(unsigned c) {
     sf_heap_t *heap = sf_tls_heap;
     if (heap->kind != SF_HEAP_REAL) heap = sf_heap_for_thread();
     void *p;
+    /* a small heap serves the class from its power of two (docs/design.md,
+     * "Small heaps") */
+    if (SF_UNLIKELY(heap->small)) c = sf_small_heap_class(c);
     if (SF_LIKELY(heap != &sf_heap_fallback)) {
         /* a phase ended and left this class's fast path off (phase.c): back
          * on (here, where a thread comes once its current page looks dry;

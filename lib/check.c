@@ -609,6 +609,7 @@ static void check_direct(const sf_heap_t *heap) {
         report("the empty page has blocks", &sf_empty_page);
     for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) {
         unsigned c = i == 0 ? 1 : sf_class_of((size_t)i * 16);
+        if (SF_GET(heap->small)) c = sf_small_heap_class(c);
         const sf_page_t *d = heap->direct[i];
         if (d != &sf_empty_page && d != heap->queues[c].first)
             report("direct[] names a page that does not head its class queue", &heap->direct[i]);

@@ -418,8 +418,25 @@ size_t sf_heaps_collect_abandoned(bool purge_now) {
 }
 
 /* The rest of making an ownerless heap, now LIVE, the calling thread's. */
+static __thread int8_t main_asked __attribute__((tls_model("initial-exec"))); /* 0: not asked yet, 1, -1 */
+
+/* Whether the calling thread is the process's first. */
+static bool is_main_thread(void) {
+    if (main_asked == 0) main_asked = syscall(SYS_gettid) == syscall(SYS_getpid) ? 1 : -1;
+    return main_asked > 0;
+}
+
+/* Whether a heap the calling thread claims with no pages starts small
+ * (docs/design.md, "Small heaps"): not the process's first thread's (a
+ * single-threaded program keeps the classes it had), nor at guard levels
+ * 2-3 or under valgrind's tracking, whose tables are others. */
+static bool starts_small(void) {
+    return sf_knob(SF_KNOB_THREADS_START_SMALL) && sf_guard_level < 2 && !sf_tracked && !is_main_thread();
+}
+
 static void heap_claimed(sf_heap_t *heap) {
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
+    if (heap->pages_in_use == 0) sf_page_set_small(heap, starts_small());
     heap->refills = 0; /* a new thread: no carving ahead until it shows it allocates often (page.c) */
     /* its waiting pages are a live thread's again (exited_pages_bound);
      * under its segment lock: a purge by another thread may be taking
@@ -564,7 +581,6 @@ static bool ownerless_holds_blocks(void) {
  * and when that second began. */
 static __thread uint32_t rare_count __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rare_since_ms __attribute__((tls_model("initial-exec")));
-static __thread int8_t rare_is_main __attribute__((tls_model("initial-exec"))); /* 0: not asked yet, 1, -1 */
 
 /* True while the calling thread (with no heap yet) should allocate from the
  * shared heap: it has made at most threads.heap_after allocations in the
@@ -576,8 +592,7 @@ static __thread int8_t rare_is_main __attribute__((tls_model("initial-exec"))); 
 static bool allocates_rarely(void) {
     uint64_t after = sf_knob(SF_KNOB_THREADS_HEAP_AFTER);
     if (after == 0 || sf_guard_level >= 2 || sf_tracked) return false;
-    if (rare_is_main == 0) rare_is_main = syscall(SYS_gettid) == syscall(SYS_getpid) ? 1 : -1;
-    if (rare_is_main > 0 || ownerless_holds_blocks()) return false;
+    if (is_main_thread() || ownerless_holds_blocks()) return false;
     uint64_t now = sf_now_ms();
     if (now - rare_since_ms >= 1000) {
         rare_since_ms = now;

@@ -84,7 +84,8 @@ static void class_push_back(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page
 /* Points the direct-table entries of a class at its first page.  Invariant:
  * direct[] (mdirect[] for a medium class) names the first page of its class
  * queue or the empty page, never a page that is full, released, or serving
- * another class. */
+ * another class (in a small heap, the class that serves the size:
+ * sf_small_heap_class). */
 void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
     /* guard level >= 2: levels 0-1's tables stay empty, so their fast paths
      * never see a guarded page; level 2's fast path reads gdirect,
@@ -112,6 +113,13 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
         if (table == heap->gdirect && sf_class_size[class_idx] < SF_GUARD_MIN_BLOCK) return;
         if (table == heap->gdirect && sf_class_size[class_idx] == SF_GUARD_MIN_BLOCK) lo = 0;
         hi = sf_class_size[class_idx] / 16;
+        if (SF_UNLIKELY(heap->small) && table == heap->direct) {
+            /* a small heap: a power-of-two class up to SF_SMALL_HEAP_MAX
+             * serves every size above the power of two below it, and the
+             * other classes up to there have no entries */
+            if (sf_small_heap_class(class_idx) != class_idx) return;
+            if (sf_class_size[class_idx] <= SF_SMALL_HEAP_MAX) lo = class_idx == 1 ? 0 : sf_class_size[class_idx] / 32 + 1;
+        }
     }
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL || unused) page = &sf_empty_page;
@@ -291,6 +299,13 @@ sf_page_queue_t *sf_page_queue(sf_heap_t *heap, const sf_page_t *page) {
     return (page->flags & SF_PAGE_SAMPLED) ? &heap->sampled[page->class_idx] : &heap->queues[page->class_idx];
 }
 
+/* Makes the heap small or not (docs/design.md, "Small heaps"), and its
+ * direct[] entries name the pages the new mode's classes would. */
+void sf_page_set_small(sf_heap_t *heap, bool small) {
+    SF_SET(heap->small, (uint8_t)small); /* (/heaps reads it: snapshot.c) */
+    for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) sf_page_update_direct(heap, c);
+}
+
 /* Puts a page with nothing left on the full list, unless a remote free
  * arrives while it goes there (then it can serve after all: true). */
 static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page) {
@@ -299,6 +314,9 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
     SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
     sf_page_set_fast_owner(page, heap); /* NULL: full */
     sf_queue_push_front(&heap->full, page);
+    /* a small heap whose page of a class filled is small no more: every
+     * size its own class from now on */
+    if (SF_UNLIKELY(heap->small)) sf_page_set_small(heap, false);
     return false;
 }
 

@@ -238,6 +238,7 @@ static void copy_heap(sf_heap_t *heap, uint32_t slot, sf_snap_heap_t *out) {
     out->allocs = sf_heap_allocs(heap);
     out->remote_frees = SF_GET(heap->remote_frees);
     out->remote_collected = SF_GET(heap->remote_collected);
+    out->small = SF_GET(heap->small) != 0;
     out->overflow_waiting = atomic_load_explicit(&heap->overflow, memory_order_relaxed) != NULL;
     if (heap->ring.cells == NULL) return; /* the fallback heap has no ring */
     out->has_ring = true;

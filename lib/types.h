@@ -457,6 +457,10 @@ typedef struct sf_heap_s {
     _Atomic uint32_t seg_busy;
     uint32_t seg_depth;
     uint8_t shed_class; /* where medium_shed.c's next round of the classes starts */
+    /* a small heap (docs/design.md, "Small heaps"): its requests up to
+     * SF_SMALL_HEAP_MAX take the power-of-two classes until a page of a
+     * class fills (page.c, sf_page_set_small); written by the owner only */
+    uint8_t small;
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));
     uint32_t slot;

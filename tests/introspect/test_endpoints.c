@@ -110,6 +110,13 @@ START_TEST(test_heaps_follow_allocations)
     const cJSON *me = it_heap_of(h, it_tid());
     const cJSON *t = it_item(me, "thread");
     ck_assert_str_eq(it_str(t, "name"), "it-main");
+    /* "small": whether this heap serves 33 B from the 64-byte class
+     * (threads.start_small) */
+    void *probe = sefer_malloc(33);
+    bool small = sefer_usable_size(probe) == 64;
+    sefer_free(probe);
+    ck_assert_msg(cJSON_IsTrue(it_item(me, "small")) == small, "/heaps says small: %s, the heap's blocks say %s",
+                  cJSON_IsTrue(it_item(me, "small")) ? "true" : "false", small ? "true" : "false");
     /* one page holds every heap made so far and the fallback heap, last */
     uint64_t total = it_u64(h, "total");
     ck_assert_uint_ge(total, 3); /* this thread's, the server's and the fallback */
@@ -125,6 +132,7 @@ START_TEST(test_heaps_follow_allocations)
         it_u64(e, "allocs");
         it_u64(e, "frees");
         it_u64(e, "remote_frees");
+        ck_assert(cJSON_IsBool(it_item(e, "small")));
         ck_assert(cJSON_IsArray(it_item(e, "classes")));
     }
     ck_assert_int_ge(live, 2); /* this thread and the server's */

@@ -1,0 +1,209 @@
+/* test_small_heaps.c - a thread's new heap starts small (threads.start_small,
+ * docs/design.md "Small heaps"): its small requests take the power-of-two
+ * classes until a page of one of them fills, then every size its own class.
+ * Through the public API: the class a block came from is its usable size.
+ *
+ *   - a new thread's requests up to 512 B get power-of-two blocks, larger
+ *     ones their own class, aligned ones stay aligned; the first thread's and
+ *     a thread's with the knob off get their own classes;
+ *   - a page of 64-byte blocks filled: the heap leaves small mode (33 B
+ *     then gets a 48-byte block), not before half a page was handed out;
+ *     every block written before and after keeps its bytes, and the
+ *     consistency checker (which knows which page each direct-table entry
+ *     may name in each mode) is clean in both modes;
+ *   - the knob changed at run time moves heaps claimed after it, not the
+ *     heaps that exist. */
+#include "sefer_test.h"
+
+#define PAGE_BLOCKS_64 1024 /* 64 KiB page / 64 B */
+
+static size_t usable_of(size_t n)
+{
+    void *p = sefer_malloc(n);
+    ck_assert_ptr_nonnull(p);
+    size_t u = sefer_usable_size(p);
+    sefer_free(p);
+    return u;
+}
+
+/* Runs body on a new thread and waits for it. */
+static void on_thread(void *(*body)(void *), void *arg)
+{
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, body, arg), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+static void *small_classes(void *arg)
+{
+    (void)arg;
+    ck_assert_uint_eq(usable_of(1), 16);
+    ck_assert_uint_eq(usable_of(17), 32);
+    ck_assert_uint_eq(usable_of(33), 64);
+    ck_assert_uint_eq(usable_of(48), 64);
+    ck_assert_uint_eq(usable_of(100), 128);
+    ck_assert_uint_eq(usable_of(129), 256);
+    ck_assert_uint_eq(usable_of(300), 512);
+    ck_assert_uint_eq(usable_of(512), 512);
+    /* above 512 B and medium: their own classes */
+    ck_assert_uint_eq(usable_of(513), 640);
+    ck_assert_uint_eq(usable_of(5000), 5120);
+    ck_assert_uint_eq(usable_of(9000), 10240);
+    void *a = sefer_aligned_alloc(32, 96); /* its class, 96 B, a multiple of 32: 128 B here */
+    ck_assert_ptr_nonnull(a);
+    ck_assert_uint_eq((uintptr_t)a % 32, 0);
+    ck_assert_uint_eq(sefer_usable_size(a), 128);
+    sefer_free(a);
+    ck_assert_int_eq(sefer_check(), 0);
+    return NULL;
+}
+
+static void *own_classes(void *arg)
+{
+    (void)arg;
+    ck_assert_uint_eq(usable_of(33), 48);
+    ck_assert_uint_eq(usable_of(300), 320);
+    return NULL;
+}
+
+START_TEST(test_new_thread_starts_small)
+{
+    ST_KNOB_SET("threads.heap_after", "0"); /* its own heap from the first allocation */
+    on_thread(small_classes, NULL);
+    /* the process's first thread keeps every class */
+    ck_assert_uint_eq(usable_of(33), 48);
+    ck_assert_uint_eq(usable_of(300), 320);
+    ST_KNOB_SET("threads.start_small", "false");
+    on_thread(own_classes, NULL);
+}
+END_TEST
+
+static void stamp(unsigned char *p, size_t n, unsigned salt)
+{
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 7 + salt);
+}
+
+static bool stamped(const unsigned char *p, size_t n, unsigned salt)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (unsigned char)(i * 7 + salt)) return false;
+    return true;
+}
+
+#define MIXED 64
+
+static void *grows(void *arg)
+{
+    (void)arg;
+    /* blocks of many sizes while small */
+    unsigned char *mixed[MIXED];
+    for (unsigned i = 0; i < MIXED; i++) {
+        size_t n = 16 + (size_t)i * 61 % 2000;
+        mixed[i] = sefer_malloc(n);
+        ck_assert_ptr_nonnull(mixed[i]);
+        stamp(mixed[i], n, i);
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+    /* 64-byte blocks until 33 B gets its own class */
+    static unsigned char *b[4 * PAGE_BLOCKS_64];
+    size_t n = 0, left_at = 0;
+    while (n < 4 * PAGE_BLOCKS_64) {
+        b[n] = sefer_malloc(64);
+        ck_assert_ptr_nonnull(b[n]);
+        stamp(b[n], 64, (unsigned)n);
+        n++;
+        if (usable_of(33) == 48) {
+            left_at = n;
+            break;
+        }
+    }
+    ck_assert_msg(left_at != 0, "still small after %zu blocks of 64 B", n);
+    ck_assert_msg(left_at >= PAGE_BLOCKS_64 / 2, "left small mode after only %zu blocks of 64 B", left_at);
+    ck_assert_int_eq(sefer_check(), 0);
+    /* every size its own class now, the blocks of before intact */
+    ck_assert_uint_eq(usable_of(100), 112);
+    ck_assert_uint_eq(usable_of(300), 320);
+    ck_assert_uint_eq(usable_of(600), 640);
+    for (unsigned i = 0; i < MIXED; i++) {
+        ck_assert(stamped(mixed[i], 16 + (size_t)i * 61 % 2000, i));
+        sefer_free(mixed[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(stamped(b[i], 64, (unsigned)i));
+        sefer_free(b[i]);
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+    return NULL;
+}
+
+START_TEST(test_filled_page_leaves_small_mode)
+{
+    ST_KNOB_SET("threads.heap_after", "0");
+    on_thread(grows, NULL);
+}
+END_TEST
+
+/* A thread that stays alive across a knob change. */
+struct holder {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int step;
+    size_t before, after;
+};
+
+static void wait_step(struct holder *h, int step)
+{
+    pthread_mutex_lock(&h->mu);
+    while (h->step < step) pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void set_step(struct holder *h, int step)
+{
+    pthread_mutex_lock(&h->mu);
+    h->step = step;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void *holds_heap(void *arg)
+{
+    struct holder *h = arg;
+    void *keep = sefer_malloc(20); /* its heap claimed, with a page */
+    h->before = usable_of(33);
+    set_step(h, 1);
+    wait_step(h, 2);
+    h->after = usable_of(33);
+    sefer_free(keep);
+    return NULL;
+}
+
+START_TEST(test_knob_moves_later_heaps)
+{
+    ST_KNOB_SET("threads.heap_after", "0");
+    struct holder h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, holds_heap, &h), 0);
+    wait_step(&h, 1);
+    ST_KNOB_SET("threads.start_small", "false");
+    on_thread(own_classes, NULL); /* a heap claimed after the change */
+    set_step(&h, 2);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_uint_eq(h.before, 64);
+    ck_assert_uint_eq(h.after, 64); /* the existing heap keeps its mode */
+    ST_KNOB_SET("threads.start_small", "true");
+    on_thread(small_classes, NULL);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    Suite *s = suite_create("small_heaps");
+    TCase *tc = tcase_create("small_heaps");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_new_thread_starts_small);
+    tcase_add_test(tc, test_filled_page_leaves_small_mode);
+    tcase_add_test(tc, test_knob_moves_later_heaps);
+    suite_add_tcase(s, tc);
+    return st_main(s, argc, argv);
+}
