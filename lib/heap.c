@@ -427,11 +427,16 @@ static bool is_main_thread(void) {
 }
 
 /* Whether a heap the calling thread claims with no pages starts small
- * (docs/design.md, "Small heaps"): not the process's first thread's (a
- * single-threaded program keeps the classes it had), nor at guard levels
- * 2-3 or under valgrind's tracking, whose tables are others. */
+ * (docs/design.md, "Small heaps"): once the process has had
+ * threads.small_from heaps at once (slots made: the registry reuses
+ * ownerless heaps first), where a page of every class per thread adds up;
+ * never the process's first thread's (a single-threaded program keeps the
+ * classes it had), nor at guard levels 2-3 or under valgrind's tracking,
+ * whose tables are others. */
 static bool starts_small(void) {
-    return sf_knob(SF_KNOB_THREADS_START_SMALL) && sf_guard_level < 2 && !sf_tracked && !is_main_thread();
+    uint64_t from = sf_knob(SF_KNOB_THREADS_SMALL_FROM);
+    return from != 0 && atomic_load_explicit(&slots_made, memory_order_relaxed) >= from && sf_guard_level < 2 &&
+           !sf_tracked && !is_main_thread();
 }
 
 static void heap_claimed(sf_heap_t *heap) {

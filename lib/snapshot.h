@@ -74,7 +74,7 @@ typedef struct {
     uint32_t slot;
     uint8_t state;   /* enum sf_heap_state; the fallback heap reads LIVE */
     bool ever_used;  /* the slot has been claimed at least once */
-    bool small;      /* its small requests still take power-of-two classes (threads.start_small) */
+    bool small;      /* its small requests still take power-of-two classes (threads.small_from) */
     int tid;         /* owning thread's id, 0 if none */
     uint64_t allocs, remote_frees, remote_collected;
     bool has_ring;

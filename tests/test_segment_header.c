@@ -100,7 +100,7 @@ START_TEST(test_descriptors_written_when_taken)
     /* a fresh mapping for the thread's segment: nothing cached to reuse */
     ST_KNOB_SET("large_cache.slots", "0");
     ST_KNOB_SET("threads.heap_after", "0"); /* (its blocks on its own heap from the first) */
-    ST_KNOB_SET("threads.start_small", "false"); /* (a page of each of its classes) */
+    ST_KNOB_SET("threads.small_from", "0"); /* (a page of each of its classes) */
     sefer_trim();
     struct run r;
     memset(&r, 0, sizeof r);

@@ -1,7 +1,9 @@
-/* test_small_heaps.c - a thread's new heap starts small (threads.start_small,
- * docs/design.md "Small heaps"): its small requests take the power-of-two
- * classes until a page of one of them fills, then every size its own class.
- * Through the public API: the class a block came from is its usable size.
+/* test_small_heaps.c - a thread's new heap starts small once the process
+ * has had threads.small_from heaps at once (docs/design.md "Small heaps"):
+ * its small requests take the power-of-two classes until a page of one of
+ * them fills, then every size its own class.  Through the public API: the
+ * class a block came from is its usable size.  Most cases set the knob to 1
+ * (every thread's heap but the first thread's starts small).
  *
  *   - a new thread's requests up to 512 B get power-of-two blocks, larger
  *     ones their own class, aligned ones stay aligned; the first thread's and
@@ -12,7 +14,10 @@
  *     consistency checker (which knows which page each direct-table entry
  *     may name in each mode) is clean in both modes;
  *   - the knob changed at run time moves heaps claimed after it, not the
- *     heaps that exist. */
+ *     heaps that exist;
+ *   - at its default, 16: threads claiming heaps one after another while
+ *     the earlier ones live, the first 15 heaps (the first thread's among
+ *     them) keep every class and the 16th and later start small. */
 #include "sefer_test.h"
 
 #define PAGE_BLOCKS_64 1024 /* 64 KiB page / 64 B */
@@ -69,11 +74,12 @@ static void *own_classes(void *arg)
 START_TEST(test_new_thread_starts_small)
 {
     ST_KNOB_SET("threads.heap_after", "0"); /* its own heap from the first allocation */
+    ST_KNOB_SET("threads.small_from", "1");
     on_thread(small_classes, NULL);
     /* the process's first thread keeps every class */
     ck_assert_uint_eq(usable_of(33), 48);
     ck_assert_uint_eq(usable_of(300), 320);
-    ST_KNOB_SET("threads.start_small", "false");
+    ST_KNOB_SET("threads.small_from", "0");
     on_thread(own_classes, NULL);
 }
 END_TEST
@@ -139,6 +145,7 @@ static void *grows(void *arg)
 START_TEST(test_filled_page_leaves_small_mode)
 {
     ST_KNOB_SET("threads.heap_after", "0");
+    ST_KNOB_SET("threads.small_from", "1");
     on_thread(grows, NULL);
 }
 END_TEST
@@ -181,18 +188,64 @@ static void *holds_heap(void *arg)
 START_TEST(test_knob_moves_later_heaps)
 {
     ST_KNOB_SET("threads.heap_after", "0");
+    ST_KNOB_SET("threads.small_from", "1");
     struct holder h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, holds_heap, &h), 0);
     wait_step(&h, 1);
-    ST_KNOB_SET("threads.start_small", "false");
+    ST_KNOB_SET("threads.small_from", "0");
     on_thread(own_classes, NULL); /* a heap claimed after the change */
     set_step(&h, 2);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
     ck_assert_uint_eq(h.before, 64);
     ck_assert_uint_eq(h.after, 64); /* the existing heap keeps its mode */
-    ST_KNOB_SET("threads.start_small", "true");
+    ST_KNOB_SET("threads.small_from", "1");
     on_thread(small_classes, NULL);
+}
+END_TEST
+
+/* Threads that claim their heaps one after another and live until the
+ * last has claimed its own: each says whether its heap is small. */
+#define CROWD 20
+
+struct crowd {
+    struct holder h; /* step: threads that have claimed; CROWD + 1: all may go */
+    bool small[CROWD];
+};
+
+struct member {
+    struct crowd *c;
+    int index;
+};
+
+static void *crowd_member(void *arg)
+{
+    struct member *m = arg;
+    void *keep = sefer_malloc(20); /* its heap, with a page: not handed on */
+    m->c->small[m->index] = usable_of(33) == 64;
+    set_step(&m->c->h, m->index + 1);
+    wait_step(&m->c->h, CROWD + 1);
+    sefer_free(keep);
+    return NULL;
+}
+
+START_TEST(test_small_from_the_sixteenth_heap)
+{
+    ST_KNOB_SET("threads.heap_after", "0");
+    ck_assert_str_eq(st_knob_get("threads.small_from"), "16");
+    sefer_free(sefer_malloc(1)); /* the first thread's heap: slot 0 */
+    struct crowd c = {.h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}};
+    struct member m[CROWD];
+    pthread_t t[CROWD];
+    for (int i = 0; i < CROWD; i++) {
+        m[i] = (struct member){&c, i};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, crowd_member, &m[i]), 0);
+        wait_step(&c.h, i + 1); /* one claim at a time: heap i + 1 */
+    }
+    set_step(&c.h, CROWD + 1);
+    for (int i = 0; i < CROWD; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+    for (int i = 0; i < CROWD; i++)
+        ck_assert_msg(c.small[i] == (i + 2 >= 16), "heap %d of the process: small %d", i + 2, c.small[i]);
 }
 END_TEST
 
@@ -204,6 +257,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_new_thread_starts_small);
     tcase_add_test(tc, test_filled_page_leaves_small_mode);
     tcase_add_test(tc, test_knob_moves_later_heaps);
+    tcase_add_test(tc, test_small_from_the_sixteenth_heap);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }
