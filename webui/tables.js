@@ -106,7 +106,9 @@ function heapRow(h, ring, expanded) {
   const tid = h.thread ? h.thread.tid : '-';
   const name = h.thread ? (h.thread.name === null ? '?' : h.thread.name) : '-';
   const overflow = ring ? count(ring.overflowed) + (ring.overflow_waiting ? ' (waiting)' : '') : '-';
-  tr.append(el('td', h.fallback ? 'fallback' : h.slot), el('td', h.state), el('td', tid), el('td', name),
+  // "small": its requests up to 512 B take power-of-two classes (threads.small_from)
+  tr.append(el('td', h.fallback ? 'fallback' : h.slot), el('td', h.state + (h.small ? ', small' : '')),
+      el('td', tid), el('td', name),
       el('td', bytes(h.bytes_in_blocks), 'num'), el('td', count(h.blocks), 'num'), el('td', count(h.pages), 'num'),
       el('td', count(h.segments), 'num'), el('td', count(h.allocs), 'num'), el('td', count(h.frees), 'num'),
       el('td', count(h.remote_frees), 'num'), ringCell(ring), el('td', ring ? count(ring.pushed) : '-', 'num'),
