@@ -417,7 +417,6 @@ size_t sf_heaps_collect_abandoned(bool purge_now) {
     return n;
 }
 
-/* The rest of making an ownerless heap, now LIVE, the calling thread's. */
 static __thread int8_t main_asked __attribute__((tls_model("initial-exec"))); /* 0: not asked yet, 1, -1 */
 
 /* Whether the calling thread is the process's first. */
@@ -435,10 +434,11 @@ static bool is_main_thread(void) {
  * whose tables are others. */
 static bool starts_small(void) {
     uint64_t from = sf_knob(SF_KNOB_THREADS_SMALL_FROM);
-    return from != 0 && atomic_load_explicit(&slots_made, memory_order_relaxed) >= from && sf_guard_level < 2 &&
-           !sf_tracked && !is_main_thread();
+    return from != 0 && atomic_load_explicit(&slots_made, memory_order_relaxed) >= from && !sf_pages_checked() &&
+           !is_main_thread();
 }
 
+/* The rest of making an ownerless heap, now LIVE, the calling thread's. */
 static void heap_claimed(sf_heap_t *heap) {
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
     if (heap->pages_in_use == 0) sf_page_set_small(heap, starts_small());

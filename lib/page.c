@@ -118,7 +118,8 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
              * serves every size above the power of two below it, and the
              * other classes up to there have no entries */
             if (sf_small_heap_class(class_idx) != class_idx) return;
-            if (sf_class_size[class_idx] <= SF_SMALL_HEAP_MAX) lo = class_idx == 1 ? 0 : sf_class_size[class_idx] / 32 + 1;
+            if (sf_class_size[class_idx] <= SF_SMALL_HEAP_MAX) /* (above half its size) */
+                lo = class_idx == 1 ? 0 : sf_class_size[class_idx] / 2 / 16 + 1;
         }
     }
     sf_page_t *page = heap->queues[class_idx].first;
@@ -314,9 +315,13 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
     SF_SET(page->flags, (uint8_t)(page->flags | SF_PAGE_FULL));
     sf_page_set_fast_owner(page, heap); /* NULL: full */
     sf_queue_push_front(&heap->full, page);
-    /* a small heap whose page of a class filled is small no more: every
-     * size its own class from now on */
-    if (SF_UNLIKELY(heap->small)) sf_page_set_small(heap, false);
+    /* a small heap whose page of one of its power-of-two classes filled
+     * (64 KiB of that class in use) is small no more: every size its own
+     * class from now on.  Not for the classes above, whose pages fill with
+     * a few blocks (8 of 8 KiB), nor a page of sampled blocks. */
+    if (SF_UNLIKELY(heap->small) && q == &heap->queues[page->class_idx] &&
+        sf_class_size[page->class_idx] <= SF_SMALL_HEAP_MAX)
+        sf_page_set_small(heap, false);
     return false;
 }
 

@@ -8,8 +8,9 @@
  *   - a new thread's requests up to 512 B get power-of-two blocks, larger
  *     ones their own class, aligned ones stay aligned; the first thread's and
  *     a thread's with the knob off get their own classes;
- *   - a page of 64-byte blocks filled: the heap leaves small mode (33 B
- *     then gets a 48-byte block), not before half a page was handed out;
+ *   - pages of 8000-byte blocks filled: the heap stays small; a page of
+ *     64-byte blocks filled: it leaves small mode (33 B then gets a 48-byte
+ *     block), not before half a page was handed out;
  *     every block written before and after keeps its bytes, and the
  *     consistency checker (which knows which page each direct-table entry
  *     may name in each mode) is clean in both modes;
@@ -110,6 +111,15 @@ static void *grows(void *arg)
         stamp(mixed[i], n, i);
     }
     ck_assert_int_eq(sefer_check(), 0);
+    /* pages of a class above 512 B fill with 8 blocks of 8000 B: no
+     * matter, the power-of-two classes' pages are what count */
+    unsigned char *large[3 * 8];
+    for (unsigned i = 0; i < 3 * 8; i++) {
+        large[i] = sefer_malloc(8000);
+        ck_assert_ptr_nonnull(large[i]);
+        stamp(large[i], 8000, i);
+    }
+    ck_assert_uint_eq(usable_of(33), 64);
     /* 64-byte blocks until 33 B gets its own class */
     static unsigned char *b[4 * PAGE_BLOCKS_64];
     size_t n = 0, left_at = 0;
@@ -137,6 +147,10 @@ static void *grows(void *arg)
     for (size_t i = 0; i < n; i++) {
         ck_assert(stamped(b[i], 64, (unsigned)i));
         sefer_free(b[i]);
+    }
+    for (unsigned i = 0; i < 3 * 8; i++) {
+        ck_assert(stamped(large[i], 8000, i));
+        sefer_free(large[i]);
     }
     ck_assert_int_eq(sefer_check(), 0);
     return NULL;

@@ -62,6 +62,50 @@ static void my_moves(const struct my_figures *a, const struct my_figures *b, cha
     }
 }
 
+/* A thread whose heap starts small (threads.small_from = 1): it claims
+ * its heap, says its id, and waits until told to go. */
+struct small_thread {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int tid, go;
+};
+
+static void *small_thread_main(void *arg)
+{
+    struct small_thread *s = arg;
+    void *p = malloc(33);
+    pthread_mutex_lock(&s->mu);
+    s->tid = it_tid();
+    pthread_cond_broadcast(&s->cv);
+    while (!s->go) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    free(p);
+    return NULL;
+}
+
+/* /heaps says "small": true for a heap that is (its 33-byte block is 64). */
+static void check_small_heap_shown(int port)
+{
+    ck_assert_int_eq(sefer_config_set("threads.heap_after", "0"), 0);
+    ck_assert_int_eq(sefer_config_set("threads.small_from", "1"), 0);
+    struct small_thread s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, small_thread_main, &s), 0);
+    pthread_mutex_lock(&s.mu);
+    while (s.tid == 0) pthread_cond_wait(&s.cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    cJSON *h = it_json(port, "/heaps");
+    const cJSON *its = it_heap_of(h, s.tid);
+    ck_assert_msg(its != NULL, "no heap of thread %d in /heaps", s.tid);
+    ck_assert(cJSON_IsTrue(it_item(its, "small")));
+    cJSON_Delete(h);
+    pthread_mutex_lock(&s.mu);
+    s.go = 1;
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
 START_TEST(test_heaps_follow_allocations)
 {
     prctl(PR_SET_NAME, "it-main");
@@ -111,12 +155,13 @@ START_TEST(test_heaps_follow_allocations)
     const cJSON *t = it_item(me, "thread");
     ck_assert_str_eq(it_str(t, "name"), "it-main");
     /* "small": whether this heap serves 33 B from the 64-byte class
-     * (threads.start_small) */
+     * (threads.small_from) */
     void *probe = sefer_malloc(33);
     bool small = sefer_usable_size(probe) == 64;
     sefer_free(probe);
     ck_assert_msg(cJSON_IsTrue(it_item(me, "small")) == small, "/heaps says small: %s, the heap's blocks say %s",
                   cJSON_IsTrue(it_item(me, "small")) ? "true" : "false", small ? "true" : "false");
+    check_small_heap_shown(port);
     /* one page holds every heap made so far and the fallback heap, last */
     uint64_t total = it_u64(h, "total");
     ck_assert_uint_ge(total, 3); /* this thread's, the server's and the fallback */
