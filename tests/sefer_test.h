@@ -203,6 +203,34 @@ static inline uint64_t st_rand(uint64_t *state)
     return *state = x;
 }
 
+/* ---- steps between threads ---------------------------------------------- */
+
+/* A count that threads wait on: one sets it, the others wait until it has
+ * reached their step (a thread told to go, a thread saying it got there).
+ * What a thread wrote before st_steps_set is seen by those its step wakes. */
+struct st_steps {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int step;
+};
+#define ST_STEPS_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
+
+static inline void st_steps_wait(struct st_steps *s, int step)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->step < step)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static inline void st_steps_set(struct st_steps *s, int step)
+{
+    pthread_mutex_lock(&s->mu);
+    s->step = step;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- memory outside the allocator ----------------------------------- */
 
 static inline void *st_map(size_t n)

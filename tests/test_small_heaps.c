@@ -85,18 +85,6 @@ START_TEST(test_new_thread_starts_small)
 }
 END_TEST
 
-static void stamp(unsigned char *p, size_t n, unsigned salt)
-{
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(i * 7 + salt);
-}
-
-static bool stamped(const unsigned char *p, size_t n, unsigned salt)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != (unsigned char)(i * 7 + salt)) return false;
-    return true;
-}
-
 #define MIXED 64
 
 static void *grows(void *arg)
@@ -108,7 +96,7 @@ static void *grows(void *arg)
         size_t n = 16 + (size_t)i * 61 % 2000;
         mixed[i] = sefer_malloc(n);
         ck_assert_ptr_nonnull(mixed[i]);
-        stamp(mixed[i], n, i);
+        st_pat_fill(mixed[i], n, i);
     }
     ck_assert_int_eq(sefer_check(), 0);
     /* pages of a class above 512 B fill with 8 blocks of 8000 B: no
@@ -117,7 +105,7 @@ static void *grows(void *arg)
     for (unsigned i = 0; i < 3 * 8; i++) {
         large[i] = sefer_malloc(8000);
         ck_assert_ptr_nonnull(large[i]);
-        stamp(large[i], 8000, i);
+        st_pat_fill(large[i], 8000, i);
     }
     ck_assert_uint_eq(usable_of(33), 64);
     /* 64-byte blocks until 33 B gets its own class */
@@ -126,7 +114,7 @@ static void *grows(void *arg)
     while (n < 4 * PAGE_BLOCKS_64) {
         b[n] = sefer_malloc(64);
         ck_assert_ptr_nonnull(b[n]);
-        stamp(b[n], 64, (unsigned)n);
+        st_pat_fill(b[n], 64, (unsigned)n);
         n++;
         if (usable_of(33) == 48) {
             left_at = n;
@@ -141,15 +129,15 @@ static void *grows(void *arg)
     ck_assert_uint_eq(usable_of(300), 320);
     ck_assert_uint_eq(usable_of(600), 640);
     for (unsigned i = 0; i < MIXED; i++) {
-        ck_assert(stamped(mixed[i], 16 + (size_t)i * 61 % 2000, i));
+        ck_assert(st_pat_ok(mixed[i], 16 + (size_t)i * 61 % 2000, i));
         sefer_free(mixed[i]);
     }
     for (size_t i = 0; i < n; i++) {
-        ck_assert(stamped(b[i], 64, (unsigned)i));
+        ck_assert(st_pat_ok(b[i], 64, (unsigned)i));
         sefer_free(b[i]);
     }
     for (unsigned i = 0; i < 3 * 8; i++) {
-        ck_assert(stamped(large[i], 8000, i));
+        ck_assert(st_pat_ok(large[i], 8000, i));
         sefer_free(large[i]);
     }
     ck_assert_int_eq(sefer_check(), 0);
@@ -166,34 +154,17 @@ END_TEST
 
 /* A thread that stays alive across a knob change. */
 struct holder {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int step;
+    struct st_steps steps;
     size_t before, after;
 };
-
-static void wait_step(struct holder *h, int step)
-{
-    pthread_mutex_lock(&h->mu);
-    while (h->step < step) pthread_cond_wait(&h->cv, &h->mu);
-    pthread_mutex_unlock(&h->mu);
-}
-
-static void set_step(struct holder *h, int step)
-{
-    pthread_mutex_lock(&h->mu);
-    h->step = step;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-}
 
 static void *holds_heap(void *arg)
 {
     struct holder *h = arg;
     void *keep = sefer_malloc(20); /* its heap claimed, with a page */
     h->before = usable_of(33);
-    set_step(h, 1);
-    wait_step(h, 2);
+    st_steps_set(&h->steps, 1);
+    st_steps_wait(&h->steps, 2);
     h->after = usable_of(33);
     sefer_free(keep);
     return NULL;
@@ -203,13 +174,13 @@ START_TEST(test_knob_moves_later_heaps)
 {
     ST_KNOB_SET("threads.heap_after", "0");
     ST_KNOB_SET("threads.small_from", "1");
-    struct holder h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct holder h = {.steps = ST_STEPS_INIT};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, holds_heap, &h), 0);
-    wait_step(&h, 1);
+    st_steps_wait(&h.steps, 1);
     ST_KNOB_SET("threads.small_from", "0");
     on_thread(own_classes, NULL); /* a heap claimed after the change */
-    set_step(&h, 2);
+    st_steps_set(&h.steps, 2);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
     ck_assert_uint_eq(h.before, 64);
     ck_assert_uint_eq(h.after, 64); /* the existing heap keeps its mode */
@@ -223,7 +194,7 @@ END_TEST
 #define CROWD 20
 
 struct crowd {
-    struct holder h; /* step: threads that have claimed; CROWD + 1: all may go */
+    struct st_steps steps; /* threads that have claimed; CROWD + 1: all may go */
     bool small[CROWD];
 };
 
@@ -237,8 +208,8 @@ static void *crowd_member(void *arg)
     struct member *m = arg;
     void *keep = sefer_malloc(20); /* its heap, with a page: not handed on */
     m->c->small[m->index] = usable_of(33) == 64;
-    set_step(&m->c->h, m->index + 1);
-    wait_step(&m->c->h, CROWD + 1);
+    st_steps_set(&m->c->steps, m->index + 1);
+    st_steps_wait(&m->c->steps, CROWD + 1);
     sefer_free(keep);
     return NULL;
 }
@@ -248,15 +219,15 @@ START_TEST(test_small_from_the_sixteenth_heap)
     ST_KNOB_SET("threads.heap_after", "0");
     ck_assert_str_eq(st_knob_get("threads.small_from"), "16");
     sefer_free(sefer_malloc(1)); /* the first thread's heap: slot 0 */
-    struct crowd c = {.h = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER}};
+    struct crowd c = {.steps = ST_STEPS_INIT};
     struct member m[CROWD];
     pthread_t t[CROWD];
     for (int i = 0; i < CROWD; i++) {
         m[i] = (struct member){&c, i};
         ck_assert_int_eq(pthread_create(&t[i], NULL, crowd_member, &m[i]), 0);
-        wait_step(&c.h, i + 1); /* one claim at a time: heap i + 1 */
+        st_steps_wait(&c.steps, i + 1); /* one claim at a time: heap i + 1 */
     }
-    set_step(&c.h, CROWD + 1);
+    st_steps_set(&c.steps, CROWD + 1);
     for (int i = 0; i < CROWD; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
     for (int i = 0; i < CROWD; i++)
         ck_assert_msg(c.small[i] == (i + 2 >= 16), "heap %d of the process: small %d", i + 2, c.small[i]);

@@ -63,22 +63,19 @@ static void my_moves(const struct my_figures *a, const struct my_figures *b, cha
 }
 
 /* A thread whose heap starts small (threads.small_from = 1): it claims
- * its heap, says its id, and waits until told to go. */
+ * its heap, says its id (step 1), and waits until told to go (step 2). */
 struct small_thread {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int tid, go;
+    struct st_steps steps;
+    int tid;
 };
 
 static void *small_thread_main(void *arg)
 {
     struct small_thread *s = arg;
     void *p = malloc(33);
-    pthread_mutex_lock(&s->mu);
     s->tid = it_tid();
-    pthread_cond_broadcast(&s->cv);
-    while (!s->go) pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    st_steps_set(&s->steps, 1);
+    st_steps_wait(&s->steps, 2);
     free(p);
     return NULL;
 }
@@ -88,21 +85,16 @@ static void check_small_heap_shown(int port)
 {
     ck_assert_int_eq(sefer_config_set("threads.heap_after", "0"), 0);
     ck_assert_int_eq(sefer_config_set("threads.small_from", "1"), 0);
-    struct small_thread s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct small_thread s = {.steps = ST_STEPS_INIT};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, small_thread_main, &s), 0);
-    pthread_mutex_lock(&s.mu);
-    while (s.tid == 0) pthread_cond_wait(&s.cv, &s.mu);
-    pthread_mutex_unlock(&s.mu);
+    st_steps_wait(&s.steps, 1);
     cJSON *h = it_json(port, "/heaps");
     const cJSON *its = it_heap_of(h, s.tid);
     ck_assert_msg(its != NULL, "no heap of thread %d in /heaps", s.tid);
     ck_assert(cJSON_IsTrue(it_item(its, "small")));
     cJSON_Delete(h);
-    pthread_mutex_lock(&s.mu);
-    s.go = 1;
-    pthread_cond_broadcast(&s.cv);
-    pthread_mutex_unlock(&s.mu);
+    st_steps_set(&s.steps, 2);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
 }
 
