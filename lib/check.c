@@ -607,9 +607,10 @@ static size_t walk_queue(const sf_heap_t *heap, const sf_page_queue_t *q, unsign
 static void check_direct(const sf_heap_t *heap) {
     if (sf_empty_page.free != NULL || sf_empty_page.local_free != NULL)
         report("the empty page has blocks", &sf_empty_page);
+    bool small = SF_GET(heap->small); /* (entries name the class serving their size) */
     for (unsigned i = 0; i < SF_DIRECT_COUNT; i++) {
         unsigned c = i == 0 ? 1 : sf_class_of((size_t)i * 16);
-        if (SF_GET(heap->small)) c = sf_small_heap_class(c);
+        if (small) c = sf_small_heap_class(c);
         const sf_page_t *d = heap->direct[i];
         if (d != &sf_empty_page && d != heap->queues[c].first)
             report("direct[] names a page that does not head its class queue", &heap->direct[i]);

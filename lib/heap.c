@@ -441,7 +441,10 @@ static bool starts_small(void) {
 /* The rest of making an ownerless heap, now LIVE, the calling thread's. */
 static void heap_claimed(sf_heap_t *heap) {
     atomic_store_explicit(&heap->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
-    if (heap->pages_in_use == 0) sf_page_set_small(heap, starts_small());
+    if (heap->pages_in_use == 0) {
+        bool small = starts_small();
+        if (small != heap->small) sf_page_set_small(heap, small); /* (direct[] rewritten only then) */
+    }
     heap->refills = 0; /* a new thread: no carving ahead until it shows it allocates often (page.c) */
     /* its waiting pages are a live thread's again (exited_pages_bound);
      * under its segment lock: a purge by another thread may be taking
@@ -596,7 +599,7 @@ static __thread uint64_t rare_since_ms __attribute__((tls_model("initial-exec"))
  * shared one). */
 static bool allocates_rarely(void) {
     uint64_t after = sf_knob(SF_KNOB_THREADS_HEAP_AFTER);
-    if (after == 0 || sf_guard_level >= 2 || sf_tracked) return false;
+    if (after == 0 || sf_pages_checked()) return false;
     if (is_main_thread() || ownerless_holds_blocks()) return false;
     uint64_t now = sf_now_ms();
     if (now - rare_since_ms >= 1000) {
