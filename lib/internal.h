@@ -388,6 +388,13 @@ SF_HIDDEN void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t 
 /* Whether b sits on the page's owner-side free lists (owner context). */
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
+/* The owner frees one of its blocks into a full page of its own (free.c):
+ * counted for the class, which then takes its pages picky (page.c,
+ * "Picky page switches"). */
+SF_INLINE void sf_page_note_unfull(sf_heap_t *heap, const sf_page_t *page) {
+    uint8_t *n = &heap->unfulls[page->class_idx];
+    if (*n != UINT8_MAX) (*n)++;
+}
 SF_HIDDEN void sf_page_on_empty(sf_heap_t *heap, sf_page_t *page);
 SF_HIDDEN void sf_queue_remove(sf_page_queue_t *q, sf_page_t *page);
 SF_HIDDEN void sf_queue_push_front(sf_page_queue_t *q, sf_page_t *page);

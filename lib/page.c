@@ -325,27 +325,79 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
     return false;
 }
 
+/* Picky page switches.  A class whose current page runs dry takes the next
+ * page of its queue with any block free, and a page that fills goes to the
+ * full list, from which the owner's next free into it (a slow path) brings
+ * it back to the queue's end.  Where a thread frees its own blocks at
+ * random over many nearly full pages (a cache that replaces entries at
+ * random: bench/churn), every page it switches to has a block or two free,
+ * so nearly every malloc and every free of the class took a slow path:
+ * churn of 1 KiB blocks ran at 0.23x tcmalloc's speed (docs/design.md,
+ * "Picky page switches").  So a class whose full pages the owner has been
+ * freeing into (heap->unfulls, halved at each switch) passes over pages
+ * with fewer than an eighth of their blocks free, to the back of the
+ * queue, where more frees reach them; once PICKY_LOOK such pages were
+ * passed over it takes a fresh page.  The slack this adds, about an eighth
+ * of each page, keeps the switches several blocks apart.  Only the owner's
+ * frees count: pages that other threads' frees bring back (a producer's,
+ * bench/xmalloc) would grow by the blocks still in flight.  A class with
+ * fewer such pages takes the best of them, never a fresh page. */
+#define PICKY_LOOK 3
+
+/* The blocks a page of the queue can still hand out (its free lists and
+ * what is not carved yet), and the fewest a picky switch takes. */
+static uint32_t page_available(const sf_page_t *page) { return page->reserved - sf_page_used(page); }
+static uint32_t picky_least(const sf_page_t *page) { return page->reserved >= 16 ? page->reserved / 8u : 1u; }
+
+/* The page becomes its class's current one: at the front of the queue,
+ * named by direct[]. */
+static sf_page_t *make_current(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *page, unsigned class_idx) {
+    if (page != q->first) {
+        class_remove(heap, q, page);
+        class_push_front(heap, q, page);
+    }
+    /* always: full pages ahead of it may have left the queue, and
+     * direct[] must never name a page outside its class queue */
+    sf_page_update_direct(heap, class_idx);
+    return page;
+}
+
 /* A page of the class that can serve, from the class queue (or, sampled,
  * from the queue of pages for sampled blocks, which direct[] never names). */
 static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled) {
     sf_page_queue_t *q = sampled ? &heap->sampled[class_idx] : &heap->queues[class_idx];
+    bool picky = !sampled && heap->unfulls[class_idx] != 0;
+    heap->unfulls[class_idx] >>= 1;
+    sf_page_t *passed[PICKY_LOOK];
+    unsigned npassed = 0;
     sf_page_t *page = q->first;
     while (page != NULL) {
         sf_page_t *next = page->next;
         if (page_refill(heap, page) || page_retire_full(heap, q, page)) {
-            if (page != q->first) {
-                class_remove(heap, q, page);
-                class_push_front(heap, q, page);
+            if (!picky || page_available(page) >= picky_least(page)) break;
+            if (npassed == PICKY_LOOK) {
+                page = NULL; /* (a fresh page, below) */
+                break;
             }
-            /* always: full pages ahead of it may have left the queue, and
-             * direct[] must never name a page outside its class queue */
-            sf_page_update_direct(heap, class_idx);
-            return page;
+            passed[npassed++] = page;
         }
         page = next;
     }
+    /* the pages passed over wait at the back (the best of them serves
+     * if the queue has no other and no fresh page can be had) */
+    sf_page_t *best = NULL;
+    for (unsigned i = 0; i < npassed; i++) {
+        if (best == NULL || page_available(passed[i]) > page_available(best)) best = passed[i];
+        if (passed[i] != q->last) {
+            class_remove(heap, q, passed[i]);
+            class_push_back(heap, q, passed[i]);
+        }
+    }
+    if (page != NULL) return make_current(heap, q, page, class_idx);
+    if (best != NULL && npassed < PICKY_LOOK) return make_current(heap, q, best, class_idx);
     page = sf_segment_page_alloc(heap, class_idx);
     if (page == NULL) {
+        if (best != NULL) return make_current(heap, q, best, class_idx);
         sf_page_update_direct(heap, class_idx);
         return NULL;
     }
