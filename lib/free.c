@@ -419,7 +419,7 @@ static void free_checked_uncounted(void *p) {
          * and wrote it again, 10 instructions) */
         if (SF_UNLIKELY(SF_PEEK(page->fast_heap) == NULL) && sf_page_flags_fast(page) && !sf_phase_on())
             sf_page_set_fast_owner(page, me);
-        if (SF_GET(page->flags) & SF_PAGE_FULL) sf_page_note_unfull(me, page);
+        sf_page_note_unfull(me, page);
         sf_heap_owner_free(me, page, b); /* flags set: full or guarded page */
     } else if (owner == &sf_heap_fallback) {
         free_to_fallback(page, b);

@@ -446,6 +446,7 @@ static void heap_claimed(sf_heap_t *heap) {
         if (small != heap->small) sf_page_set_small(heap, small); /* (direct[] rewritten only then) */
     }
     heap->refills = 0; /* a new thread: no carving ahead until it shows it allocates often (page.c) */
+    memset(heap->unfulls, 0, sizeof heap->unfulls); /* (page.c, "Picky page switches") */
     /* its waiting pages are a live thread's again (exited_pages_bound);
      * under its segment lock: a purge by another thread may be taking
      * them out of the count this instant (purge_queue_remove) */

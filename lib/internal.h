@@ -389,9 +389,13 @@ SF_HIDDEN void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t 
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 /* The owner frees one of its blocks into a full page of its own (free.c):
- * counted for the class, which then takes its pages picky (page.c,
- * "Picky page switches"). */
+ * counted for a small class of 16 blocks a page or more, which then takes
+ * its pages picky (page.c, "Picky page switches"); not a page of sampled
+ * blocks, which is off its class queue. */
 SF_INLINE void sf_page_note_unfull(sf_heap_t *heap, const sf_page_t *page) {
+    if ((page->flags & (SF_PAGE_FULL | SF_PAGE_SAMPLED)) != SF_PAGE_FULL || page->class_idx > SF_SMALL_CLASS_MAX ||
+        page->reserved < 16)
+        return;
     uint8_t *n = &heap->unfulls[page->class_idx];
     if (*n != UINT8_MAX) (*n)++;
 }

@@ -3,7 +3,9 @@
  * A page hands out blocks from `free`; the owner's frees go to `local_free`
  * (so malloc and free never touch the same list head); when `free` runs dry
  * the slow path swaps `local_free` in, carves more blocks from the untouched
- * part of the page, or moves on to the next page of the class queue.  A page
+ * part of the page, or moves on to another page of the class queue (the
+ * next, or, once the owner frees into full pages, one with some blocks to
+ * hand out: "Picky page switches" below).  A page
  * with nothing left goes to the heap's full list, where the fast path never
  * looks; a free into it (flags != 0) brings it back.  A page whose blocks
  * have all come back is returned to its segment, except the class's current
@@ -333,21 +335,31 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
  * random: bench/churn), every page it switches to has a block or two free,
  * so nearly every malloc and every free of the class took a slow path:
  * churn of 1 KiB blocks ran at 0.23x tcmalloc's speed (docs/design.md,
- * "Picky page switches").  So a class whose full pages the owner has been
- * freeing into (heap->unfulls, halved at each switch) passes over pages
- * with fewer than an eighth of their blocks free, to the back of the
- * queue, where more frees reach them; once PICKY_LOOK such pages were
- * passed over it takes a fresh page.  The slack this adds, about an eighth
- * of each page, keeps the switches several blocks apart.  Only the owner's
- * frees count: pages that other threads' frees bring back (a producer's,
- * bench/xmalloc) would grow by the blocks still in flight.  A class with
- * fewer such pages takes the best of them, never a fresh page. */
+ * "Picky page switches").  So a small class whose full pages the owner has
+ * been freeing into (heap->unfulls, halved each time the class looks for a
+ * page) passes over pages with fewer than an eighth of their blocks to hand
+ * out, to the back of the queue, where more frees reach them; once
+ * PICKY_LOOK such pages were passed over it takes a fresh page.  The slack
+ * this adds, about an eighth of each page, keeps the switches several
+ * blocks apart.  Only the owner's frees count: pages that other threads'
+ * frees bring back (a producer's, bench/xmalloc) would grow by the blocks
+ * still in flight.  A class with fewer such pages takes the best of them,
+ * never a fresh page; classes of fewer than 16 blocks a page (above 4 KiB)
+ * and medium classes (a fresh page is 1 MiB) are never picky. */
 #define PICKY_LOOK 3
 
 /* The blocks a page of the queue can still hand out (its free lists and
  * what is not carved yet), and the fewest a picky switch takes. */
 static uint32_t page_available(const sf_page_t *page) { return page->reserved - sf_page_used(page); }
-static uint32_t picky_least(const sf_page_t *page) { return page->reserved >= 16 ? page->reserved / 8u : 1u; }
+static uint32_t picky_least(const sf_page_t *page) { return page->reserved / 8u; }
+
+/* A page passed over is still the class's, in its queue, when the scan
+ * comes back to it: the fresh page's allocation may collect the heap's
+ * pages (segment.c) and release one that emptied meanwhile. */
+static bool still_queued(const sf_heap_t *heap, const sf_page_t *page, unsigned class_idx) {
+    return SF_GET(page->in_use) && page->class_idx == class_idx && !(SF_GET(page->flags) & SF_PAGE_FULL) &&
+           sf_segment_of(page)->heap == heap;
+}
 
 /* The page becomes its class's current one: at the front of the queue,
  * named by direct[]. */
@@ -366,8 +378,11 @@ static sf_page_t *make_current(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *p
  * from the queue of pages for sampled blocks, which direct[] never names). */
 static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled) {
     sf_page_queue_t *q = sampled ? &heap->sampled[class_idx] : &heap->queues[class_idx];
-    bool picky = !sampled && heap->unfulls[class_idx] != 0;
-    heap->unfulls[class_idx] >>= 1;
+    bool picky = false;
+    if (heap->unfulls[class_idx] != 0) { /* (only small classes count: free.c) */
+        picky = !sampled;
+        heap->unfulls[class_idx] >>= 1;
+    }
     sf_page_t *passed[PICKY_LOOK];
     unsigned npassed = 0;
     sf_page_t *page = q->first;
@@ -375,11 +390,13 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
         sf_page_t *next = page->next;
         if (page_refill(heap, page) || page_retire_full(heap, q, page)) {
             if (!picky || page_available(page) >= picky_least(page)) break;
+            /* (other threads' frees waiting on the page count too) */
+            if (sf_page_collect_remote(heap, page) != 0 && page_available(page) >= picky_least(page)) break;
+            passed[npassed++] = page;
             if (npassed == PICKY_LOOK) {
                 page = NULL; /* (a fresh page, below) */
                 break;
             }
-            passed[npassed++] = page;
         }
         page = next;
     }
@@ -397,7 +414,7 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
     if (best != NULL && npassed < PICKY_LOOK) return make_current(heap, q, best, class_idx);
     page = sf_segment_page_alloc(heap, class_idx);
     if (page == NULL) {
-        if (best != NULL) return make_current(heap, q, best, class_idx);
+        if (best != NULL && still_queued(heap, best, class_idx)) return make_current(heap, q, best, class_idx);
         sf_page_update_direct(heap, class_idx);
         return NULL;
     }
@@ -505,8 +522,8 @@ bool sf_page_holds_free_block(const sf_page_t *page, const void *b) {
     return list_holds(page, page->free, b) || list_holds(page, page->local_free, b);
 }
 
-/* A full page has a free block again: back to the end of its class queue
- * (the pages ahead of it are fuller of free blocks, or as full). */
+/* A full page has a free block again: back to the end of its class queue,
+ * behind pages that have had longer to gather frees. */
 void sf_page_unfull(sf_heap_t *heap, sf_page_t *page) {
     sf_page_clear_notify(page);
     SF_SET(page->flags, (uint8_t)(page->flags & ~SF_PAGE_FULL));
