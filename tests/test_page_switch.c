@@ -14,6 +14,9 @@
  *     count);
  *   - the owner's frees on only 2 full pages: the next malloc takes one of
  *     them (fewer than three pages passed over: no fresh page);
+ *   - the same owner's frees with memory.limit at what is committed (and
+ *     memory.limit_action = fail): no fresh page can be had, and the next
+ *     malloc takes one of the blocks freed, not ENOMEM;
  *   - random replacement of 1000 blocks, 200 000 steps: every block keeps
  *     its bytes, the consistency check is clean, and the committed memory
  *     stays within 20 pages (the blocks fill 16) and the heap's header;
@@ -90,20 +93,35 @@ struct outcome {
     bool fresh, reused;
 };
 
-static struct outcome switch_after(unsigned pages, unsigned freed_pages, bool own)
+#define MAX_PAGES 16
+
+/* capped: before the malloc, memory.limit at what is committed now (with
+ * memory.limit_action = fail): no fresh page can be had */
+static struct outcome switch_after(unsigned pages, unsigned freed_pages, bool own, bool capped)
 {
-    void *blocks[16 * PER_PAGE];
-    bool freed[16 * PER_PAGE] = {false};
-    ck_assert_uint_le(pages, 16);
+    static void *blocks[MAX_PAGES * PER_PAGE];
+    static bool freed[MAX_PAGES * PER_PAGE];
+    ck_assert_uint_le(pages, MAX_PAGES);
+    memset(freed, 0, sizeof freed);
     fill_pages(blocks, pages);
     struct frees f = {blocks, freed_pages};
     if (own)
         free_one_per_page(&f);
     else
         on_thread(free_one_per_page, &f);
+    char cap[32];
+    if (capped) { /* (a fresh page would commit 64 KiB more than the limit lets it) */
+        snprintf(cap, sizeof cap, "%llu", (unsigned long long)st_stats().bytes_committed + 16 * 1024);
+        ST_KNOB_SET("memory.limit_action", "fail");
+        ST_KNOB_SET("memory.limit", cap);
+    }
     for (unsigned g = 0; g < freed_pages; g++)
         freed[g * PER_PAGE + 7] = true;
     void *q = sefer_malloc(BLOCK);
+    if (capped) {
+        ST_KNOB_SET("memory.limit", "0");
+        ST_KNOB_SET("memory.limit_action", "purge");
+    }
     ck_assert_ptr_nonnull(q);
     ck_assert_int_eq(sefer_check(), 0); /* (the queue just reordered) */
     struct outcome o = {.fresh = !on_any_page(q, blocks, pages), .reused = false};
@@ -115,18 +133,20 @@ static struct outcome switch_after(unsigned pages, unsigned freed_pages, bool ow
     return o;
 }
 
+
 /* One case of switch_after, on a new thread: what the next malloc must
  * take. */
 struct switch_case {
     unsigned pages, freed_pages;
     bool own, expect_fresh;
     const char *what;
+    bool capped;
 };
 
 static void *run_switch_case(void *arg)
 {
     const struct switch_case *c = arg;
-    struct outcome o = switch_after(c->pages, c->freed_pages, c->own);
+    struct outcome o = switch_after(c->pages, c->freed_pages, c->own, c->capped);
     ck_assert_msg(o.fresh == c->expect_fresh && o.reused == !c->expect_fresh,
                   "after %s: fresh %d, reused %d", c->what, o.fresh, o.reused);
     return NULL;
@@ -149,6 +169,16 @@ END_TEST
 START_TEST(test_few_pages_take_the_best)
 {
     struct switch_case c = {3, 2, true, false, "the owner's frees into 2 of 3 full pages"};
+    on_thread(run_switch_case, &c);
+}
+END_TEST
+
+START_TEST(test_no_fresh_page_takes_the_best)
+{
+    /* memory.limit at what is committed, memory.limit_action = fail: the
+     * picky switch finds no fresh page and one of the blocks freed serves,
+     * not ENOMEM */
+    struct switch_case c = {16, 15, true, false, "the owner's frees into 15 full pages, no fresh page", true};
     on_thread(run_switch_case, &c);
 }
 END_TEST
@@ -232,6 +262,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_own_frees_make_the_class_picky);
     tcase_add_test(tc, test_other_threads_frees_do_not);
     tcase_add_test(tc, test_few_pages_take_the_best);
+    tcase_add_test(tc, test_no_fresh_page_takes_the_best);
     tcase_add_test(tc, test_churn_stays_bounded);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
