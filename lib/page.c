@@ -348,14 +348,15 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
  * and medium classes (a fresh page is 1 MiB) are never picky. */
 #define PICKY_LOOK 3
 
-/* The blocks a page of the queue can still hand out (its free lists and
- * what is not carved yet), and the fewest a picky switch takes. */
+/* The blocks a page of the queue can still hand out (its free lists, the
+ * frees of other threads taken in, and what is not carved yet), and the
+ * fewest a picky switch takes. */
 static uint32_t page_available(const sf_page_t *page) { return page->reserved - sf_page_used(page); }
 static uint32_t picky_least(const sf_page_t *page) { return page->reserved / 8u; }
 
-/* A page passed over is still the class's, in its queue, when the scan
- * comes back to it: the fresh page's allocation may collect the heap's
- * pages (segment.c) and release one that emptied meanwhile. */
+/* A page passed over is still the class's, in its queue, after a fresh
+ * page could not be had: the attempt may collect the heap's pages
+ * (segment.c) and release one that emptied meanwhile. */
 static bool still_queued(const sf_heap_t *heap, const sf_page_t *page, unsigned class_idx) {
     return SF_GET(page->in_use) && page->class_idx == class_idx && !(SF_GET(page->flags) & SF_PAGE_FULL) &&
            sf_segment_of(page)->heap == heap;

@@ -458,7 +458,8 @@ typedef struct sf_heap_s {
     uint32_t seg_depth;
     uint8_t shed_class; /* where medium_shed.c's next round of the classes starts */
     uint8_t unfulls[SF_CLASS_COUNT]; /* frees of its own blocks into its full pages, per class,
-                                        halved at each page switch (page.c, find_page_in) */
+                                        halved each time the class looks for a page, cleared
+                                        at claim (page.c, "Picky page switches") */
     /* a small heap (docs/design.md, "Small heaps"): its requests up to
      * SF_SMALL_HEAP_MAX take the power-of-two classes until a page of a
      * class fills (page.c, sf_page_set_small); written by the owner only */
