@@ -349,10 +349,10 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
 #define PICKY_LOOK 3
 
 /* The blocks a page of the queue can still hand out (its free lists, the
- * frees of other threads taken in, and what is not carved yet), and the
- * fewest a picky switch takes. */
+ * frees of other threads taken in, and what is not carved yet), and
+ * whether they are enough for a picky switch to take it: an eighth. */
 static uint32_t page_available(const sf_page_t *page) { return page->reserved - sf_page_used(page); }
-static uint32_t picky_least(const sf_page_t *page) { return page->reserved / 8u; }
+static bool picky_takes(const sf_page_t *page) { return page_available(page) >= page->reserved / 8u; }
 
 /* A page passed over is still the class's, in its queue, after a fresh
  * page could not be had: the attempt may collect the heap's pages
@@ -380,7 +380,7 @@ static sf_page_t *make_current(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *p
 static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled) {
     sf_page_queue_t *q = sampled ? &heap->sampled[class_idx] : &heap->queues[class_idx];
     bool picky = false;
-    if (heap->unfulls[class_idx] != 0) { /* (only small classes count: free.c) */
+    if (heap->unfulls[class_idx] != 0) { /* (counted for small classes only: sf_page_note_unfull) */
         picky = !sampled;
         heap->unfulls[class_idx] >>= 1;
     }
@@ -390,9 +390,9 @@ static sf_page_t *find_page_in(sf_heap_t *heap, unsigned class_idx, bool sampled
     while (page != NULL) {
         sf_page_t *next = page->next;
         if (page_refill(heap, page) || page_retire_full(heap, q, page)) {
-            if (!picky || page_available(page) >= picky_least(page)) break;
+            if (!picky || picky_takes(page)) break;
             /* (other threads' frees waiting on the page count too) */
-            if (sf_page_collect_remote(heap, page) != 0 && page_available(page) >= picky_least(page)) break;
+            if (sf_page_collect_remote(heap, page) != 0 && picky_takes(page)) break;
             passed[npassed++] = page;
             if (npassed == PICKY_LOOK) {
                 page = NULL; /* (a fresh page, below) */
