@@ -231,6 +231,14 @@ static inline void st_steps_set(struct st_steps *s, int step)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Runs body(arg) on a new thread (a heap of its own) and waits for it. */
+static inline void st_on_thread(void *(*body)(void *), void *arg)
+{
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, body, arg), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
 /* ---- memory outside the allocator ----------------------------------- */
 
 static inline void *st_map(size_t n)

@@ -27,14 +27,6 @@
 #define PER_PAGE 64 /* 64 KiB page / 1 KiB */
 #define PAGE_OF(p) ((uintptr_t)(p) & ~(uintptr_t)0xffff)
 
-/* Runs body on a new thread and waits for it. */
-static void on_thread(void *(*body)(void *), void *arg)
-{
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, body, arg), 0);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
-}
-
 /* Fills `pages` whole pages of the class: blocks[0 .. pages*64), each on
  * one of `pages` distinct pages, 64 to a page, every block patterned. */
 static void fill_pages(void **blocks, unsigned pages)
@@ -65,12 +57,15 @@ static bool on_any_page(const void *p, void **blocks, unsigned pages)
 static void free_all_checked(void **blocks, unsigned n, const bool *freed)
 {
     for (unsigned i = 0; i < n; i++) {
-        if (freed != NULL && freed[i])
+        if (freed[i])
             continue;
         ck_assert_uint_eq(st_pat_check_range(blocks[i], 0, BLOCK, i), SIZE_MAX);
         sefer_free(blocks[i]);
     }
 }
+
+/* The block freed on page g (the 8th the page handed out). */
+#define FREED_ON(g) ((g) * PER_PAGE + 7)
 
 struct frees {
     void **blocks;
@@ -81,22 +76,22 @@ static void *free_one_per_page(void *arg)
 {
     const struct frees *f = arg;
     for (unsigned g = 0; g < f->count; g++)
-        sefer_free(f->blocks[g * PER_PAGE + 7]);
+        sefer_free(f->blocks[FREED_ON(g)]);
     return NULL;
 }
 
-/* pages: how many to fill; freed_pages: on how many of them one block is
- * freed, by this thread (own) or another; returns whether the next malloc
- * came from a page it had not used (a fresh page) and whether it was one
- * of the freed blocks. */
 struct outcome {
     bool fresh, reused;
 };
 
 #define MAX_PAGES 16
 
-/* capped: before the malloc, memory.limit at what is committed now (with
- * memory.limit_action = fail): no fresh page can be had */
+/* pages: how many to fill; freed_pages: on how many of them one block is
+ * freed, by this thread (own) or another; capped: before the next malloc,
+ * memory.limit at what is committed now (with memory.limit_action = fail),
+ * so that no fresh page can be had.  Returns whether that malloc came from
+ * a page the fill had not used (a fresh page) and whether it was one of
+ * the freed blocks. */
 static struct outcome switch_after(unsigned pages, unsigned freed_pages, bool own, bool capped)
 {
     static void *blocks[MAX_PAGES * PER_PAGE];
@@ -108,15 +103,15 @@ static struct outcome switch_after(unsigned pages, unsigned freed_pages, bool ow
     if (own)
         free_one_per_page(&f);
     else
-        on_thread(free_one_per_page, &f);
-    char cap[32];
+        st_on_thread(free_one_per_page, &f);
     if (capped) { /* (a fresh page would commit 64 KiB more than the limit lets it) */
+        char cap[32];
         snprintf(cap, sizeof cap, "%llu", (unsigned long long)st_stats().bytes_committed + 16 * 1024);
         ST_KNOB_SET("memory.limit_action", "fail");
         ST_KNOB_SET("memory.limit", cap);
     }
     for (unsigned g = 0; g < freed_pages; g++)
-        freed[g * PER_PAGE + 7] = true;
+        freed[FREED_ON(g)] = true;
     void *q = sefer_malloc(BLOCK);
     if (capped) {
         ST_KNOB_SET("memory.limit", "0");
@@ -126,13 +121,12 @@ static struct outcome switch_after(unsigned pages, unsigned freed_pages, bool ow
     ck_assert_int_eq(sefer_check(), 0); /* (the queue just reordered) */
     struct outcome o = {.fresh = !on_any_page(q, blocks, pages), .reused = false};
     for (unsigned g = 0; g < freed_pages; g++)
-        o.reused |= q == blocks[g * PER_PAGE + 7];
+        o.reused |= q == blocks[FREED_ON(g)];
     sefer_free(q);
     free_all_checked(blocks, pages * PER_PAGE, freed);
     ck_assert_int_eq(sefer_check(), 0);
     return o;
 }
-
 
 /* One case of switch_after, on a new thread: what the next malloc must
  * take. */
@@ -155,21 +149,21 @@ static void *run_switch_case(void *arg)
 START_TEST(test_own_frees_make_the_class_picky)
 {
     struct switch_case c = {16, 15, true, true, "the owner's frees into 15 full pages"};
-    on_thread(run_switch_case, &c);
+    st_on_thread(run_switch_case, &c);
 }
 END_TEST
 
 START_TEST(test_other_threads_frees_do_not)
 {
     struct switch_case c = {16, 15, false, false, "another thread's frees into 15 full pages"};
-    on_thread(run_switch_case, &c);
+    st_on_thread(run_switch_case, &c);
 }
 END_TEST
 
 START_TEST(test_few_pages_take_the_best)
 {
     struct switch_case c = {3, 2, true, false, "the owner's frees into 2 of 3 full pages"};
-    on_thread(run_switch_case, &c);
+    st_on_thread(run_switch_case, &c);
 }
 END_TEST
 
@@ -179,7 +173,7 @@ START_TEST(test_no_fresh_page_takes_the_best)
      * picky switch finds no fresh page and one of the blocks freed serves,
      * not ENOMEM */
     struct switch_case c = {16, 15, true, false, "the owner's frees into 15 full pages, no fresh page", true};
-    on_thread(run_switch_case, &c);
+    st_on_thread(run_switch_case, &c);
 }
 END_TEST
 

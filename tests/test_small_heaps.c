@@ -32,14 +32,6 @@ static size_t usable_of(size_t n)
     return u;
 }
 
-/* Runs body on a new thread and waits for it. */
-static void on_thread(void *(*body)(void *), void *arg)
-{
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, body, arg), 0);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
-}
-
 static void *small_classes(void *arg)
 {
     (void)arg;
@@ -76,12 +68,12 @@ START_TEST(test_new_thread_starts_small)
 {
     ST_KNOB_SET("threads.heap_after", "0"); /* its own heap from the first allocation */
     ST_KNOB_SET("threads.small_from", "1");
-    on_thread(small_classes, NULL);
+    st_on_thread(small_classes, NULL);
     /* the process's first thread keeps every class */
     ck_assert_uint_eq(usable_of(33), 48);
     ck_assert_uint_eq(usable_of(300), 320);
     ST_KNOB_SET("threads.small_from", "0");
-    on_thread(own_classes, NULL);
+    st_on_thread(own_classes, NULL);
 }
 END_TEST
 
@@ -148,7 +140,7 @@ START_TEST(test_filled_page_leaves_small_mode)
 {
     ST_KNOB_SET("threads.heap_after", "0");
     ST_KNOB_SET("threads.small_from", "1");
-    on_thread(grows, NULL);
+    st_on_thread(grows, NULL);
 }
 END_TEST
 
@@ -179,13 +171,13 @@ START_TEST(test_knob_moves_later_heaps)
     ck_assert_int_eq(pthread_create(&t, NULL, holds_heap, &h), 0);
     st_steps_wait(&h.steps, 1);
     ST_KNOB_SET("threads.small_from", "0");
-    on_thread(own_classes, NULL); /* a heap claimed after the change */
+    st_on_thread(own_classes, NULL); /* a heap claimed after the change */
     st_steps_set(&h.steps, 2);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
     ck_assert_uint_eq(h.before, 64);
     ck_assert_uint_eq(h.after, 64); /* the existing heap keeps its mode */
     ST_KNOB_SET("threads.small_from", "1");
-    on_thread(small_classes, NULL);
+    st_on_thread(small_classes, NULL);
 }
 END_TEST
 
