@@ -79,6 +79,16 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
          * below would overwrite the list, and its blocks be lost) */
         sf_block_t *f = page->free;
         if (SF_UNLIKELY(f != NULL)) return sf_hand_out_ticked(heap, page, f, n);
+        if (sf_is_cl(heap, page)) {
+            /* the class list ran dry: its page again (page.c, "Class lists") */
+            page = sf_cl_dry(heap, page);
+            if (page->free != NULL) return sf_hand_out_ticked(heap, page, page->free, n);
+        } else if (sf_cl_take_over(heap, page)) {
+            /* the page ran dry and the class list has blocks: the list
+             * (read again: a phase may have begun, and emptied direct[]) */
+            page = heap->direct[(n + 15) >> 4];
+            if (page->free != NULL) return sf_hand_out_ticked(heap, page, page->free, n);
+        }
         sf_block_t *b = page->local_free;
         if (b != NULL) {
             /* (the count first: a sample leaves the lists as they are) */
@@ -183,6 +193,7 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
         sf_page_t *page = heap->direct[(n + 15) >> 4];
+        if (SF_UNLIKELY(sf_is_cl(heap, page))) page = sf_cl_dry(heap, page); /* (its callers' list ran dry too) */
         if (page->free == NULL && sf_page_collect_remote(heap, page) != 0) {
             if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);
             sf_block_t *b = page->local_free;

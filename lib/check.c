@@ -18,7 +18,9 @@
  *     in_use, page geometry, both free lists of every page (links decoded
  *     with sf_link_decode, every block a carved block start carrying the
  *     free mark, none twice, so a cycle ends the walk), used + free <=
- *     carved, the class queues and the full list, direct[], the segment
+ *     carved, the class queues and the full list, direct[], the class
+ *     lists (page.c: each block the heap's, of the list's class, with
+ *     the free mark, none twice, as many as the room says), the segment
  *     free lists, pages_in_use, the purge queue (and its byte counts),
  *     the remote-free ring and overflow list, and the level-3 quarantine.
  *
@@ -612,8 +614,8 @@ static void check_direct(const sf_heap_t *heap) {
         unsigned c = i == 0 ? 1 : sf_class_of((size_t)i * 16);
         if (small) c = sf_small_heap_class(c);
         const sf_page_t *d = heap->direct[i];
-        if (d != &sf_empty_page && d != heap->queues[c].first)
-            report("direct[] names a page that does not head its class queue", &heap->direct[i]);
+        if (d != &sf_empty_page && d != heap->queues[c].first && d != sf_cl_of(heap, c))
+            report("direct[] names neither the head of its class queue nor its class list", &heap->direct[i]);
     }
     for (unsigned i = 0; i < SF_MDIRECT_COUNT; i++) {
         const sf_page_t *d = heap->mdirect[i], *g = heap->gmdirect[i];
@@ -628,6 +630,49 @@ static void check_direct(const sf_heap_t *heap) {
         const sf_page_t *d = heap->gdirect_hi[i];
         if (d != &sf_empty_page && (i * 256 <= SF_GDIRECT_MAX || d != heap->queues[sf_class_of((size_t)i * 256)].first))
             report("gdirect_hi[] names a page that does not head its class queue", &heap->gdirect_hi[i]);
+    }
+}
+
+/* The class lists (page.c, "Class lists"): each block one of the heap's,
+ * of the list's class, carrying its page's free mark; as many as the room
+ * says; none at guard levels 2-3 or under valgrind's tracking. */
+static void check_class_lists(const sf_heap_t *heap) {
+    for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
+        const sf_page_t *cl = sf_cl_of(heap, c);
+        if (cl->local_free != NULL || (cl->in_use && (cl->class_idx != c || cl->committed > sf_cl_cap(c))) ||
+            (!cl->in_use && cl->free != NULL)) {
+            report("class free list's head is damaged", cl);
+            continue;
+        }
+        uint32_t n = 0, cap = cl->committed;
+        const sf_block_t *b, *seen[SF_CL_BLOCKS];
+        for (b = cl->free; b != NULL; b = b->next, n++) {
+            bool twice = false;
+            for (uint32_t i = 0; i < n && i < cap && !twice; i++) twice = seen[i] == b;
+            if (twice) {
+                report("block met twice on its class's free list (cycle or double free)", b);
+                break;
+            }
+            if (n == cap) {
+                report("class free list longer than its bound", cl);
+                break;
+            }
+            seen[n] = b;
+            if (sf_pages_checked()) {
+                report("class free list holds a block where no page has a fast owner", b);
+                break;
+            }
+            if (!owned_block(heap, b)) {
+                report("class free list leaves its heap's blocks", b);
+                break;
+            }
+            const sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+            if (page->class_idx != c || (uintptr_t)b - (uintptr_t)page->block_start >= sf_page_carved_bytes(page))
+                report("class free list holds a block of another class, or one not carved", b);
+            else if (b->cookie != sf_page_cookie(page))
+                report("block on a class free list without the free mark", b);
+        }
+        if (b == NULL && n != sf_cl_blocks(cl)) report("class free list's room disagrees with its blocks", cl);
     }
 }
 
@@ -736,6 +781,7 @@ static void check_heap(int64_t hi) {
     if (queued != t->pages || heap->pages_in_use != t->pages)
         report("heap's queues or pages_in_use disagree with its pages in use", heap);
     check_direct(heap);
+    check_class_lists(heap);
     check_free_segs(heap, t);
     check_purge_queue(heap, t);
     check_remote(heap, t);

@@ -5,15 +5,18 @@
  * call on its fast path.  Neither path takes a lock, makes an atomic
  * read-modify-write or enters the kernel:
  *
- *   malloc: TLS heap -> direct[(n+15)/16] -> page -> pop page->free
+ *   malloc: TLS heap -> direct[(n+15)/16] -> page (or the class's list,
+ *           shaped as one) -> pop its free list
  *   free:   segmap byte == 1 (a small segment) -> page (shifts of the
  *           pointer) -> the page's fast owner is this thread's heap ->
  *           block-start and double-free checks (guard level 1) -> push
- *           on top of page->free, count down page->used
+ *           on top of the class's list (page->cl), count its room down
+ *           (page.c, "Class lists")
  *
  * The table covers every small size (up to 8 KiB) and the free asks no
- * question whose answer is random on random sizes (a class's current page
- * never empties here: SF_USED_BIAS, types.h).  Anything else (medium sizes,
+ * question whose answer is random on random sizes (a full list, its room
+ * below zero, is rare and not at random; a class's current page never
+ * empties on a free: SF_USED_BIAS, types.h).  Anything else (medium sizes,
  * a dry free list, other owners, spans, suspected misuse) takes the generic
  * path in alloc.c / free.c. */
 #ifndef SEFER_FASTPATH_H
@@ -274,9 +277,11 @@ SF_INLINE sf_page_t *sf_small_page_owned_by(const void *p, const sf_heap_t *owne
 
 SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_owned_by(p, sf_tls_heap); }
 
-/* The ends of the owner's free: b goes to one of its page's lists (link
- * already stored by the caller); a page left empty goes back to its
- * segment.  A class's current page never reaches zero here (SF_USED_BIAS,
+/* The ends of the owner's free onto a page (a medium block, a realloc's
+ * old block, a small block its class list had no room for: a small
+ * block's free goes to the list first, sf_free_owned_small below): b goes
+ * to one of its page's lists (link already stored by the caller); a page
+ * left empty goes back to its segment.  A class's current page never reaches zero here (SF_USED_BIAS,
  * types.h), so the test is taken only by pages behind it, whose emptying
  * is rare and not at random: no misprediction on random sizes.
  *
@@ -306,6 +311,25 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
     sf_free_onto(heap, page, b, list);
 }
 
+/* The owner's free of a block of an unguarded small page at levels 0-1:
+ * onto its class list (page.c, "Class lists"), ahead of the page, while
+ * the list has room, so that the next malloc of the class takes the block
+ * freed last whatever page it is on.  A full list (its room counted below
+ * zero: a subtraction and a jump on the sign) sends the block to its page
+ * and the class's malloc to the list (a tail call: the push saves no
+ * registers). */
+SF_INLINE void sf_free_owned_small(sf_heap_t *heap, sf_page_t *page, void *p) {
+    sf_page_t *cl = page->cl;
+    if (SF_UNLIKELY((int32_t)SF_UNCOUNT(cl->used) < 0)) {
+        sf_cl_full(heap, page, p);
+        return;
+    }
+    sf_block_t *b = (sf_block_t *)p;
+    b->cookie = sf_page_cookie(page); /* (the page's free mark: double frees are found as before) */
+    b->next = cl->free;
+    cl->free = b;
+}
+
 /* How free() at levels 0-1 pushes the owner's block (a constant in each
  * caller): on top, or on local_free (realloc's move: the old block is not
  * the next one handed out). */
@@ -322,7 +346,8 @@ SF_INLINE void sf_free_bounded(void *p, enum sf_free_how how, uintptr_t chunk_en
             sf_page_t *page = sf_small_page_in(seg, (uintptr_t)p);
             uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
             if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
-                sf_free_owned(heap, page, p, how == SF_FREE_TOP);
+                if (how == SF_FREE_TOP) sf_free_owned_small(heap, page, p);
+                else sf_free_owned(heap, page, p, false);
                 return;
             }
         } else if (sf_segmap_medium_at(chunk)) {
@@ -353,7 +378,7 @@ SF_INLINE void sf_free(void *p) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
     if (SF_LIKELY(page != NULL)) {
-        sf_free_owned(heap, page, p, true);
+        sf_free_owned_small(heap, page, p);
         return;
     }
     sf_free_generic(p);

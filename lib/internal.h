@@ -387,6 +387,35 @@ SF_HIDDEN void sf_page_local_free_slow(sf_heap_t *heap, sf_page_t *page, sf_bloc
 SF_HIDDEN void *sf_page_swap_short(sf_heap_t *heap, sf_page_t *page, sf_block_t *list);
 /* Whether b sits on the page's owner-side free lists (owner context). */
 SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
+/* Class lists (page.c, "Class lists").  Small class c's list in heap, as
+ * the page descriptor direct[] names (the empty asm: to the compiler a
+ * pointer to any descriptor, not into a 32-byte array, which the reads
+ * through sf_page_t never leave: types.h's assertion). */
+SF_INLINE sf_page_t *sf_cl_of(const sf_heap_t *heap, unsigned c) {
+    void *head = (void *)(uintptr_t)heap->cl_heads[c]; /* (const as strchr drops it) */
+    __asm__("" : "+r"(head));
+    return (sf_page_t *)head;
+}
+/* Whether a direct[] entry of heap names one of its class lists. */
+SF_INLINE bool sf_is_cl(const sf_heap_t *heap, const sf_page_t *page) {
+    return (uintptr_t)page - (uintptr_t)heap->cl_heads < sizeof heap->cl_heads;
+}
+/* The most blocks class c's list holds (its capacity once set up). */
+SF_INLINE uint32_t sf_cl_cap(unsigned c) {
+    uint32_t by_bytes = SF_CL_LIST_BYTES / sf_class_size[c];
+    return by_bytes < SF_CL_BLOCKS ? by_bytes : SF_CL_BLOCKS;
+}
+/* The blocks on a list now (another thread's read: a moment's figure). */
+SF_INLINE uint32_t sf_cl_blocks(const sf_page_t *cl) {
+    if (!SF_GET(cl->in_use)) return 0; /* (never set up: sf_cl_full) */
+    uint32_t cap = SF_GET(cl->committed), room = SF_GET(cl->used);
+    return room < cap ? cap - room : 0; /* (room is -1 for a moment in sf_cl_full) */
+}
+SF_HIDDEN void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p);
+SF_HIDDEN sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_t *cl);
+SF_HIDDEN bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page);
+SF_HIDDEN void sf_cl_flush_all(sf_heap_t *heap);
+SF_HIDDEN void sf_cl_count(const sf_heap_t *heap, uint64_t *blocks, uint64_t *bytes);
 SF_HIDDEN void sf_page_unfull(sf_heap_t *heap, sf_page_t *page);
 /* The owner frees one of its blocks into a full page of its own (free.c):
  * counted for a small class of 16 blocks a page or more, which then takes
@@ -732,6 +761,11 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
      * owner writes (a thread freeing another's block then read it) */
     bool plain = v == (uintptr_t)heap && v != 0 && SF_PEEK(sf_segment_of(page)->heap) == heap;
     SF_SET(page->fast_divmagic, plain ? sf_class_divmagic[page->class_idx] : 0);
+    /* a small page: the list the fast path's free pushes the owner's
+     * blocks on (the fallback heap's stay empty: no thread's own heap is
+     * the fallback, so none of its pages meets a fast free) */
+    if (plain && page->class_idx <= SF_SMALL_CLASS_MAX && sf_guard_level < 2)
+        page->cl = sf_cl_of(heap, page->class_idx);
     /* a phase that began meanwhile must not find a fast page (phase.c) */
     if (v != 0) {
         atomic_thread_fence(memory_order_seq_cst);

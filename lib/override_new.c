@@ -57,7 +57,7 @@ SF_INLINE void delete_impl(void *p, enum sf_family family, size_t size) {
     sf_heap_t *heap = sf_tls_heap;
     sf_page_t *page = sf_small_page_owned_by(p, heap);
     if (SF_LIKELY(page != NULL)) { /* sf_free's fast path */
-        sf_free_owned(heap, page, p, true);
+        sf_free_owned_small(heap, page, p);
         return;
     }
     if (SF_UNLIKELY(sf_guard_level >= 3)) sf_guarded_delete(p, family, size);

@@ -126,6 +126,8 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
     }
     sf_page_t *page = heap->queues[class_idx].first;
     if (page == NULL || unused) page = &sf_empty_page;
+    else if (table == heap->direct && class_idx <= SF_SMALL_CLASS_MAX && sf_cl_of(heap, class_idx)->free != NULL)
+        page = sf_cl_of(heap, class_idx); /* (its blocks first: "Class lists" below) */
     for (unsigned i = lo; i <= hi; i++) SF_SET(table[i], page);
     /* a phase that began meanwhile must find no fast page (phase.c) */
     if (page != &sf_empty_page) {
@@ -572,6 +574,7 @@ size_t sf_page_collect_heap(sf_heap_t *heap, bool force) {
 
 /* sf_page_collect_heap, with forced page release and forced decommit apart. */
 size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
+    sf_cl_flush_all(heap); /* (their blocks' pages may empty) */
     sf_outbox_send(heap, false); /* (a collector's: not inside a collection of another) */
     sf_heap_drain_remote(heap);
     /* after the drain: the blocks it returns go through the quarantine */
@@ -608,4 +611,123 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
     }
     sf_segment_collect_purges(heap, purge_now);
     return released;
+}
+
+/* ---- class lists ------------------------------------------------------------ */
+
+/* Class lists.  A thread that frees its own small blocks at random over
+ * many pages (a cache replacing entries at random, a parser's nodes of
+ * every size) had the next malloc of each class take its blocks from the
+ * class's current page, while the frees went to whichever pages the blocks
+ * were on: the current page ran dry at once, and the class switched pages
+ * (a slow path) every few calls (docs/design.md, "Class lists").  So each
+ * small class of a heap has a list in front of its pages: a LIFO of the
+ * blocks the owner freed last, on any of the class's pages, which the fast
+ * path's free pushes onto through the page's `cl`.  The list's head is
+ * shaped as the first bytes of a page descriptor (sf_heap_t, cl_heads), so
+ * direct[] names it as it names a page and malloc pops it with the same
+ * instructions: the fast paths are today's.
+ *
+ * Its `used` counts the room left down, so a free finds the list full on
+ * the sign of one subtraction.  Nothing walks a list on the way: a full
+ * list sends the frees to their pages (sf_cl_full) and points direct[] at
+ * itself, so malloc takes the blocks back in LIFO order; once it runs dry,
+ * malloc's slow path points direct[] back at the class's page (sf_cl_dry),
+ * and the next frees fill the list again.  A class's current page that
+ * runs dry while the list holds blocks hands over to the list
+ * (sf_cl_take_over).  Frees into a full page (flags set: no fast owner)
+ * take the checked path and go to their page, as before.
+ *
+ * A listed block is still counted out by its page (`used`), so its page
+ * cannot go back to its segment: a list holds at most SF_CL_BLOCKS, and at
+ * most SF_CL_LIST_BYTES of blocks (sf_cl_cap, its capacity, kept in the
+ * head's `committed` when the list is set up), and every collection of the
+ * heap (a thread's exit, sefer_trim, an abandoned heap's collection, the
+ * look before a new segment, memory.limit's purge) first returns every
+ * listed block to its page (sf_cl_flush_all).  A listed block carries its
+ * page's free mark, so a double free is found as before; statistics count
+ * it free (sf_cl_count); sefer_check walks the lists (check.c).  Guard
+ * levels 2-3 and valgrind's tracking never list a block: their pages have
+ * no fast owner. */
+
+/* The owner's free found class list full (its room counted below zero): b
+ * goes to its page, and direct[] to the list, whose blocks malloc takes
+ * before the page's.  A list used for the first time is set up here (a
+ * heap's lists start as zeroes: no room). */
+SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
+    sf_page_t *cl = page->cl;
+    sf_block_t *b = (sf_block_t *)p;
+    unsigned c = page->class_idx;
+    if (SF_UNLIKELY(!cl->in_use)) {
+        cl->class_idx = (uint8_t)c;
+        uint32_t cap = sf_cl_cap(c);
+        cl->local_free = NULL;
+        /* (statistics read these three from other threads: sf_cl_blocks) */
+        SF_SET(cl->committed, (uint8_t)cap);
+        SF_SET(cl->used, cap - 1u); /* (b is on it) */
+        SF_SET(cl->in_use, 1);
+        b->cookie = sf_page_cookie(page);
+        b->next = cl->free;
+        cl->free = b;
+        return;
+    }
+    SF_COUNT(cl->used); /* (back to none) */
+    /* (a class served by its own entries: a small heap's other classes
+     * have none, sf_page_update_direct) */
+    if (*sf_class_direct(heap, c) != cl && heap->queues[c].first != NULL &&
+        (!heap->small || sf_small_heap_class(c) == c))
+        sf_page_update_direct(heap, c);
+    b->next = page->free;
+    b->cookie = sf_page_cookie(page);
+    page->free = b;
+    if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
+}
+
+/* malloc found direct[]'s list dry: the class's page again (the next frees
+ * fill the list).  Returns what direct[] names now for the class. */
+sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_t *cl) {
+    unsigned c = cl->class_idx;
+    sf_page_update_direct(heap, c);
+    sf_page_t *page = *sf_class_direct(heap, c);
+    return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */
+}
+
+/* malloc found page, named by direct[], dry: if its class list has blocks,
+ * direct[] names the list now (true). */
+bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page) {
+    unsigned c = page->class_idx;
+    if (page == &sf_empty_page || c > SF_SMALL_CLASS_MAX || sf_cl_of(heap, c)->free == NULL) return false;
+    sf_page_update_direct(heap, c);
+    return *sf_class_direct(heap, c) == sf_cl_of(heap, c);
+}
+
+/* Every listed block back to its page (owner or collector context): the
+ * lists empty, direct[] names the classes' pages. */
+void sf_cl_flush_all(sf_heap_t *heap) {
+    for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
+        sf_page_t *cl = sf_cl_of(heap, c);
+        sf_block_t *b = cl->free;
+        if (b == NULL) continue;
+        /* detached first: the pushes below may make a page its class's
+         * current one, and direct[] must not name the list meanwhile */
+        cl->free = NULL;
+        SF_SET(cl->used, cl->committed);
+        while (b != NULL) {
+            sf_block_t *next = b->next;
+            sf_page_local_free_slow(heap, sf_page_of(sf_segment_of(b), b), b);
+            b = next;
+        }
+        if (*sf_class_direct(heap, c) == cl) sf_page_update_direct(heap, c);
+    }
+}
+
+/* The blocks on heap's class lists and their bytes (any thread: a
+ * moment's figures). */
+void sf_cl_count(const sf_heap_t *heap, uint64_t *blocks, uint64_t *bytes) {
+    *blocks = *bytes = 0;
+    for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
+        uint32_t n = sf_cl_blocks(sf_cl_of(heap, c));
+        *blocks += n;
+        *bytes += (uint64_t)n * sf_class_size[c];
+    }
 }

@@ -105,6 +105,12 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
  * there is a multiple of 256) */
 #define SF_GDIRECT_HI_COUNT (SF_SMALL_MAX / 256 + 1)
 #define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
+/* A class list (page.c, "Class lists"): its head's bytes, and the blocks
+ * it holds at most: SF_CL_BLOCKS, fewer above 1 KiB, so that one class
+ * holds at most SF_CL_LIST_BYTES. */
+#define SF_CL_BYTES 32
+#define SF_CL_BLOCKS 64u
+#define SF_CL_LIST_BYTES ((uint32_t)64 << 10)
 /* Medium classes (above SF_SMALL_MAX) have a table of their own, by class:
  * by size in 16-byte steps it would be 16 K entries. */
 #define SF_MEDIUM_CLASS_MIN (SF_SMALL_CLASS_MAX + 1)
@@ -196,6 +202,9 @@ typedef struct sf_page_s {
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
         uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
+        struct sf_page_s *cl; /* levels 0-1, a small page its owner frees into on the fast
+                                 path (fast_divmagic set): the owner's class list of its
+                                 class (page.c, "Class lists") */
     };
 } __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
 
@@ -260,6 +269,14 @@ SF_INLINE const uint64_t *sf_segment_end_mark(const void *seg) {
  * mixed with a constant took five instructions on every medium free) */
 SF_INLINE uint64_t sf_segment_end_mark_value(const void *seg) { return (uintptr_t)seg; }
 #define SF_PAGE_DESC_SHIFT 7
+/* A class list's head covers the fields of a page descriptor the paths
+ * that find it in direct[] touch (sf_heap_t, cl_heads) */
+_Static_assert(offsetof(sf_page_t, free) == 0 && offsetof(sf_page_t, local_free) + sizeof(void *) <= SF_CL_BYTES &&
+                   offsetof(sf_page_t, used) + sizeof(uint32_t) <= SF_CL_BYTES &&
+                   offsetof(sf_page_t, flags) < SF_CL_BYTES && offsetof(sf_page_t, class_idx) < SF_CL_BYTES &&
+                   offsetof(sf_page_t, in_use) < SF_CL_BYTES && offsetof(sf_page_t, committed) < SF_CL_BYTES &&
+                   SF_CL_BLOCKS <= UINT8_MAX,
+               "a class list's head holds what its readers read");
 _Static_assert(sizeof(sf_page_t) == (1u << SF_PAGE_DESC_SHIFT), "page descriptor size");
 _Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast paths' cache line");
 /* The header fills the first 128-byte slot, so in a small segment the
@@ -489,6 +506,16 @@ typedef struct sf_heap_s {
     /* level 3's quarantine ring (above; its pointer here, past every field
      * a fast path reads, so that none moved) */
     struct sf_block_s **qring;
+    /* Class lists (page.c, "Class lists"): per small class, the blocks the
+     * owner freed last, ahead of their pages.  Each is the head of a page
+     * descriptor, which direct[] names as it names a page: free is the
+     * list, used counts down the room left (SF_COUNT on a pop), class_idx
+     * the class, in_use says the list is set up and committed holds its
+     * capacity (blocks, at most SF_CL_BLOCKS); local_free stays NULL.  Only those first SF_CL_BYTES of
+     * sf_page_t exist, so they are read and written through sf_page_t
+     * alone (sf_cl_of), never as bytes of another type.  Owner only but
+     * for statistics' reads of the room (SF_GET). */
+    unsigned char cl_heads[SF_SMALL_CLASS_MAX + 1][SF_CL_BYTES] __attribute__((aligned(64)));
 } sf_heap_t;
 
 #endif /* SEFER_TYPES_H */

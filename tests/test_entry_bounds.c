@@ -29,6 +29,7 @@
 #include "sefer_test.h"
 
 #include "internal.h"
+#include "class_list_room.h"
 
 static const size_t sizes[] = {0,
                                1,
@@ -77,6 +78,7 @@ END_TEST
 START_TEST(test_every_partial_state)
 {
     free(malloc(1)); /* (initialised) */
+    st_class_list_no_room(LISTS_SIZE); /* (the page's own lists, below) */
     sf_entry_bounds_t mode = sf_entry_bounds;
     for (unsigned state = 0; state < 32; state++) {
         sf_entry_bounds_t b = mode;

@@ -31,6 +31,7 @@
 #include "sefer_test.h"
 
 #include "internal.h"
+#include "class_list_room.h"
 
 static void run_out(void) { sf_countdown_set(sf_tls_heap, 0); }
 
@@ -53,6 +54,7 @@ START_TEST(test_lists_kept) {
     bool exact = getenv("SEFER_PROFILE_SAMPLE_BYTES") == NULL && getenv("SEFER_GUARD_SAMPLE_BYTES") == NULL;
     int guarded = 0;
     free(malloc(1)); /* (a heap of its own) */
+    st_class_list_no_room(LISTS_SIZE); /* (the page's own lists) */
     sf_countdown_set(sf_tls_heap, SF_COUNTDOWN_MAX);
     void *v[8];
     for (int i = 0; i < 8; i++) v[i] = malloc(LISTS_SIZE);

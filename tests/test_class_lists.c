@@ -1,0 +1,294 @@
+/* test_class_lists.c - the class lists in front of the small pages
+ * (lib/page.c, "Class lists"; docs/design.md, "Class lists").  Linked with
+ * the static library, whose heap it reads.  Each case runs on a new thread
+ * (a heap of its own from its first allocation: threads.heap_after = 0),
+ * with blocks of SIZE bytes, a class nothing else here uses:
+ *
+ *   - the owner's frees go to the list until it is full; the free past
+ *     that goes to its page and points direct[] at the list, from which
+ *     malloc then takes the blocks freed last first; the list run dry,
+ *     malloc takes the page's blocks again, the block freed onto it on
+ *     top;
+ *   - a page run dry while the list has blocks hands over to the list:
+ *     the next malloc is the block freed last, not a fresh page's;
+ *   - a list never holds more than its capacity, and statistics count its
+ *     blocks free: bytes_in_blocks is back where it was once every block
+ *     is freed;
+ *   - sefer_trim gives every listed block back to its page, and the pages
+ *     go back to their segments;
+ *   - a thread's exit does the same: its heap keeps no page in use;
+ *   - another thread's frees never reach the owner's list;
+ *   - the consistency check is clean after each step.
+ * At guard level 2 (-l2) no block is ever listed and the same frees and
+ * mallocs keep every block's bytes. */
+#include "sefer_test.h"
+
+#include "internal.h"
+
+#define SIZE 720 /* (the 768-byte class, nothing else's here: 64 to a list) */
+#define MANY 600    /* blocks on several pages */
+#define ONE_PAGE 80 /* blocks that fit on one page of the class (85 of 768 B) */
+
+static bool listing(void) { return sf_guard_level < 2; }
+
+static unsigned size_class(void) { return sf_class_of(SIZE); }
+
+static sf_page_t *my_list(void) { return sf_cl_of(sf_tls_heap, size_class()); }
+
+static uint32_t listed(void) { return sf_cl_blocks(my_list()); }
+
+static const sf_page_t *direct_entry(void) { return SF_PEEK(sf_tls_heap->direct[(SIZE + 15) >> 4]); }
+
+static void *take(uint64_t seed)
+{
+    void *p = sefer_malloc(SIZE);
+    ck_assert_ptr_nonnull(p);
+    st_pat_fill(p, SIZE, seed);
+    return p;
+}
+
+/* Frees p after a look at its pattern; counts a damaged one in `damaged`
+ * (no ck_assert on the way: a passing one is a write to libcheck's pipe,
+ * which allocates from this thread's heap, between the figures the cases
+ * compare). */
+static unsigned damaged;
+
+static void give(void *p, uint64_t seed)
+{
+    damaged += st_pat_check_range(p, 0, SIZE, seed) != SIZE_MAX;
+    sefer_free(p);
+}
+
+/* v[from .. to) freed (seed: the index), every block intact, the heap
+ * consistent. */
+static void give_all(void **v, unsigned from, unsigned to)
+{
+    for (unsigned i = from; i < to; i++)
+        give(v[i], i);
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+
+static void take_all(void **v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        v[i] = take(i);
+}
+
+/* Frees v[0 .. n) in an order spread over their pages, so that the list
+ * holds blocks of pages that empty without them; returns the most blocks
+ * the list held on the way. */
+static uint32_t free_spread(void **v, unsigned n)
+{
+    uint32_t most = 0;
+    for (unsigned k = 0; k < n; k++) {
+        unsigned i = (k * 7u) % n;
+        give(v[i], i);
+        most = listed() > most ? listed() : most;
+    }
+    return most;
+}
+
+/* A case run on a thread of its own (a heap of its own, lists empty). */
+#define THREAD_CASE(body)         \
+    START_TEST(test_##body)       \
+    {                             \
+        st_on_thread(body, NULL); \
+    }                             \
+    END_TEST
+
+static void *full_list_serves_last_freed(void *unused)
+{
+    (void)unused;
+    static void *v[ONE_PAGE];
+    take_all(v, ONE_PAGE);
+    /* (all on the class's current page: a full page's frees take the
+     * checked path, which never lists them) */
+    const sf_page_t *page = sf_tls_heap->queues[size_class()].first;
+    ck_assert_uint_ge(page->reserved, ONE_PAGE);
+    uint32_t cap = sf_cl_cap(size_class());
+    ck_assert_uint_ge(cap, 8);
+    ck_assert_uint_lt(cap + 1, ONE_PAGE);
+    /* cap frees fill the list; malloc still takes the page's blocks */
+    for (unsigned i = 0; i < cap; i++) {
+        give(v[i], i);
+        ck_assert_uint_eq(listed(), listing() ? i + 1 : 0);
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+    if (!listing()) {
+        give_all(v, cap, ONE_PAGE);
+        return NULL;
+    }
+    ck_assert_ptr_ne(direct_entry(), my_list());
+    /* one more: the list is full, the block goes to its page, malloc to
+     * the list */
+    void *on_page = v[cap];
+    give(on_page, cap);
+    ck_assert_uint_eq(listed(), cap);
+    ck_assert_ptr_eq(direct_entry(), my_list());
+    ck_assert_int_eq(sefer_check(), 0);
+    /* the blocks freed last come back first */
+    for (unsigned i = cap; i-- > 0;) {
+        void *p = sefer_malloc(SIZE);
+        ck_assert_msg(p == v[i], "the list's %u-th block: %p, not %p", cap - i, p, v[i]);
+        st_pat_fill(p, SIZE, i);
+    }
+    ck_assert_uint_eq(listed(), 0);
+    /* dry: the page again, the block freed onto it on top */
+    void *again = sefer_malloc(SIZE);
+    ck_assert_ptr_eq(again, on_page);
+    ck_assert_ptr_ne(direct_entry(), my_list());
+    ck_assert_int_eq(sefer_check(), 0);
+    st_pat_fill(again, SIZE, cap);
+    give_all(v, 0, ONE_PAGE);
+    return NULL;
+}
+
+THREAD_CASE(full_list_serves_last_freed)
+
+static void *dry_page_hands_over(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    if (!listing())
+        return NULL; /* (level 2 carves and links its pages its own way) */
+    v[0] = take(0);
+    const sf_page_t *page = sf_tls_heap->queues[size_class()].first;
+    ck_assert_ptr_nonnull(page);
+    unsigned n = page->reserved; /* every block of the page handed out */
+    ck_assert_uint_lt(n, MANY);
+    for (unsigned i = 1; i < n; i++)
+        v[i] = take(i);
+    ck_assert_ptr_eq(sf_tls_heap->queues[size_class()].first, page);
+    ck_assert_ptr_null(page->free);
+    void *b = v[n / 2];
+    give(b, n / 2);
+    void *q = take(n / 2);
+    ck_assert_msg(q == b, "the dry page did not hand over to the list: %p, not %p", q, b);
+    v[n / 2] = q;
+    ck_assert_int_eq(sefer_check(), 0);
+    give_all(v, 0, n);
+    return NULL;
+}
+
+THREAD_CASE(dry_page_hands_over)
+
+static void *bounded_and_counted_free(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    struct sefer_stats before = st_stats();
+    take_all(v, MANY);
+    struct sefer_stats during = st_stats();
+    uint32_t most = free_spread(v, MANY);
+    struct sefer_stats after = st_stats();
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_uint_le(most, sf_cl_cap(size_class()));
+    if (listing())
+        ck_assert_uint_gt(most, 0);
+    ck_assert_uint_ge(during.bytes_in_blocks, before.bytes_in_blocks + (uint64_t)MANY * SIZE);
+    if (listing()) { /* (level 2's quarantine keeps a freed block out a while) */
+        ck_assert_uint_eq(after.bytes_in_blocks, before.bytes_in_blocks);
+        ck_assert_uint_eq(after.allocs - after.frees, before.allocs - before.frees);
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+    return NULL;
+}
+
+THREAD_CASE(bounded_and_counted_free)
+
+static void *trim_gives_back(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    take_all(v, MANY);
+    uint32_t most = free_spread(v, MANY);
+    if (listing())
+        ck_assert_uint_gt(most, 0);
+    sefer_trim();
+    uint64_t blocks, bytes;
+    sf_cl_count(sf_tls_heap, &blocks, &bytes);
+    const sf_page_t *page = sf_tls_heap->queues[size_class()].first;
+    ck_assert_uint_eq(blocks, 0);
+    if (listing()) /* (every page of the class went back) */
+        ck_assert_ptr_null(page);
+    ck_assert_int_eq(sefer_check(), 0);
+    return NULL;
+}
+
+THREAD_CASE(trim_gives_back)
+
+static void *free_and_exit(void *out)
+{
+    static void *v[MANY];
+    take_all(v, MANY);
+    uint32_t most = free_spread(v, MANY);
+    if (listing())
+        ck_assert_uint_gt(most, 0);
+    *(sf_heap_t **)out = sf_tls_heap;
+    return NULL;
+}
+
+START_TEST(test_exit_gives_back)
+{
+    sf_heap_t *heap = NULL;
+    st_on_thread(free_and_exit, &heap);
+    ck_assert_ptr_nonnull(heap);
+    ck_assert_int_eq(heap->kind, SF_HEAP_REAL);
+    /* (nobody else runs: the heap waits, ownerless, for the next thread) */
+    ck_assert_uint_eq(heap->pages_in_use, 0);
+    for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++)
+        ck_assert_uint_eq(sf_cl_blocks(sf_cl_of(heap, c)), 0);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
+struct handoff {
+    void **v;
+    unsigned n;
+};
+
+static void *free_others(void *arg)
+{
+    const struct handoff *h = arg;
+    uint32_t before = listed(); /* (this thread's own list of the class) */
+    for (unsigned i = 0; i < h->n; i++)
+        give(h->v[i], i);
+    ck_assert_uint_eq(listed(), before);
+    return NULL;
+}
+
+static void *others_frees_not_listed(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    take_all(v, MANY);
+    uint32_t before = listed();
+    struct handoff h = {v, MANY};
+    st_on_thread(free_others, &h);
+    ck_assert_uint_eq(listed(), before);
+    ck_assert_int_eq(sefer_check(), 0);
+    return NULL;
+}
+
+THREAD_CASE(others_frees_not_listed)
+
+int main(int argc, char **argv)
+{
+    /* a new thread's heap from its first allocation */
+    if (sefer_config_set("threads.heap_after", "0") != 0) {
+        fprintf(stderr, "test_class_lists: threads.heap_after: %s\n", strerror(errno));
+        return 1;
+    }
+    Suite *s = suite_create("class_lists");
+    TCase *tc = tcase_create("class_lists");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_full_list_serves_last_freed);
+    tcase_add_test(tc, test_dry_page_hands_over);
+    tcase_add_test(tc, test_bounded_and_counted_free);
+    tcase_add_test(tc, test_trim_gives_back);
+    tcase_add_test(tc, test_exit_gives_back);
+    tcase_add_test(tc, test_others_frees_not_listed);
+    suite_add_tcase(s, tc);
+    return st_main(s, argc, argv);
+}
