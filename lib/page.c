@@ -650,37 +650,52 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
  * levels 2-3 and valgrind's tracking never list a block: their pages have
  * no fast owner. */
 
-/* The owner's free found class list full (its room counted below zero): b
- * goes to its page, and direct[] to the list, whose blocks malloc takes
- * before the page's.  A list used for the first time is set up here (a
- * heap's lists start as zeroes: no room). */
-SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
+/* sf_cl_full's rare cases: a list used for the first time is set up (a
+ * heap's lists start as zeroes: no room) and takes b; a full list that
+ * direct[] does not name yet comes to be named (but for a small heap's
+ * classes served by another's entries: sf_page_update_direct), and b goes
+ * to its page. */
+static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_t *cl = page->cl;
-    sf_block_t *b = (sf_block_t *)p;
     unsigned c = page->class_idx;
-    if (SF_UNLIKELY(!cl->in_use)) {
-        cl->class_idx = (uint8_t)c;
+    b->cookie = sf_page_cookie(page);
+    if (!cl->in_use) {
         uint32_t cap = sf_cl_cap(c);
+        cl->class_idx = (uint8_t)c;
         cl->local_free = NULL;
         /* (statistics read these three from other threads: sf_cl_blocks) */
         SF_SET(cl->committed, (uint8_t)cap);
         SF_SET(cl->used, cap - 1u); /* (b is on it) */
         SF_SET(cl->in_use, 1);
-        b->cookie = sf_page_cookie(page);
         b->next = cl->free;
         cl->free = b;
         return;
     }
     SF_COUNT(cl->used); /* (back to none) */
-    /* (a class served by its own entries: a small heap's other classes
-     * have none, sf_page_update_direct) */
-    if (*sf_class_direct(heap, c) != cl && heap->queues[c].first != NULL &&
-        (!heap->small || sf_small_heap_class(c) == c))
+    if (heap->queues[c].first != NULL && (!heap->small || sf_small_heap_class(c) == c))
         sf_page_update_direct(heap, c);
+    b->next = page->free;
+    page->free = b;
+    if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
+}
+
+/* The owner's free found the class list full (its room counted below
+ * zero): b goes to its page, and malloc takes the list's blocks before
+ * the page's.  The common case, the list already named by direct[] (a
+ * thread freeing many blocks in a row), is a leaf: it saves no register. */
+SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
+    sf_page_t *cl = page->cl;
+    sf_block_t *b = (sf_block_t *)p;
+    /* (direct[] names a list only once it has held blocks: set up) */
+    if (SF_UNLIKELY(heap->direct[sf_class_size[page->class_idx] >> 4] != cl)) {
+        cl_full_rare(heap, page, b);
+        return;
+    }
+    SF_COUNT(cl->used); /* (back to none) */
     b->next = page->free;
     b->cookie = sf_page_cookie(page);
     page->free = b;
-    if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
+    if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
 }
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
