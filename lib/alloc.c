@@ -73,7 +73,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
          * become its free list (no remote drain, no page search: those wait
          * for the page to be really empty).  Guarded pages and the markers'
          * empty page never appear in direct[], so links are plain here. */
-        sf_page_t *page = heap->direct[(n + 15) >> 4];
+        sf_page_or_list_t *page = heap->direct[(n + 15) >> 4];
         /* (not dry after all: a caller that read the entry bounds while
          * sf_entry_choose changed them, or a sample not due; the swaps
          * below would overwrite the list, and its blocks be lost) */
@@ -192,7 +192,7 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
         /* the fast path's page has nothing of its own left: what other
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
-        sf_page_t *page = heap->direct[(n + 15) >> 4];
+        sf_page_or_list_t *page = heap->direct[(n + 15) >> 4];
         if (SF_UNLIKELY(sf_is_cl(heap, page))) page = sf_cl_dry(heap, page); /* (its callers' list ran dry too) */
         if (page->free == NULL && sf_page_collect_remote(heap, page) != 0) {
             if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);

@@ -27,14 +27,14 @@
 /* Hands out b, the head of a list whose rest (next) becomes page->free:
  * the one place a block leaves an unguarded page.  _uncounted: where the
  * countdown word counted the allocation (sf_sample_tick_counting). */
-SF_INLINE void *sf_hand_out_uncounted(sf_page_t *page, sf_block_t *b, sf_block_t *next) {
+SF_INLINE void *sf_hand_out_uncounted(sf_page_or_list_t *page, sf_block_t *b, sf_block_t *next) {
     page->free = next;
     SF_COUNT(page->used);
     b->cookie = 0; /* no longer free: see the double-free check in sf_free */
     return b;
 }
 
-SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t *next) {
+SF_INLINE void *sf_hand_out(sf_heap_t *heap, sf_page_or_list_t *page, sf_block_t *b, sf_block_t *next) {
     SF_COUNT(heap->allocs);
     return sf_hand_out_uncounted(page, b, next);
 }
@@ -92,7 +92,7 @@ SF_INLINE bool sf_sample_tick_counting(sf_heap_t *heap, size_t n) {
 }
 
 /* sf_hand_out for a request of n bytes, after the countdown. */
-SF_INLINE void *sf_hand_out_ticked(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, size_t n) {
+SF_INLINE void *sf_hand_out_ticked(sf_heap_t *heap, sf_page_or_list_t *page, sf_block_t *b, size_t n) {
     if (sf_sample_tick_counting(heap, n)) return sf_sample_take_counted(n, heap);
     return sf_hand_out_uncounted(page, b, b->next);
 }
@@ -118,7 +118,7 @@ SF_INLINE void *sf_malloc_l2(size_t n); /* (level 2's, below) */
  * level 3), and what the modes' paths behind
  * sf_malloc_entry_slow call (sf_malloc there would come back). */
 SF_INLINE void *sf_malloc_counted_in(sf_heap_t *heap, size_t n) {
-    sf_page_t *page;
+    sf_page_or_list_t *page;
     if (SF_LIKELY(n <= SF_DIRECT_MAX)) page = SF_PEEK(heap->direct[(n + 15) >> 4]);
     else if (n <= SF_MEDIUM_MAX) page = SF_PEEK(heap->mdirect[sf_medium_class_index(n)]);
     else return sf_malloc_generic(n, heap);
@@ -146,7 +146,7 @@ SF_INLINE void *sf_malloc(size_t n) {
          * large sizes goes from its small path, 2 instructions) */
         if (n > SF_DIRECT_MAX) __builtin_unreachable();
         /* (another thread writes it when a phase begins: phase.c) */
-        sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
+        sf_page_or_list_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     } else {
@@ -319,7 +319,7 @@ SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lif
  * and the class's malloc to the list (a tail call: the push saves no
  * registers). */
 SF_INLINE void sf_free_owned_small(sf_heap_t *heap, sf_page_t *page, void *p) {
-    sf_page_t *cl = page->cl;
+    sf_page_or_list_t *cl = page->cl;
     if (SF_UNLIKELY((int32_t)SF_UNCOUNT(cl->used) < 0)) {
         sf_cl_full(heap, page, p);
         return;

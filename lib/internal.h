@@ -391,13 +391,13 @@ SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
  * the page descriptor direct[] names (the empty asm: to the compiler a
  * pointer to any descriptor, not into a 32-byte array, which the reads
  * through sf_page_t never leave: types.h's assertion). */
-SF_INLINE sf_page_t *sf_cl_of(const sf_heap_t *heap, unsigned c) {
+SF_INLINE sf_page_or_list_t *sf_cl_of(const sf_heap_t *heap, unsigned c) {
     void *head = (void *)(uintptr_t)heap->cl_heads[c]; /* (const as strchr drops it) */
     __asm__("" : "+r"(head));
-    return (sf_page_t *)head;
+    return (sf_page_or_list_t *)head;
 }
 /* Whether a direct[] entry of heap names one of its class lists. */
-SF_INLINE bool sf_is_cl(const sf_heap_t *heap, const sf_page_t *page) {
+SF_INLINE bool sf_is_cl(const sf_heap_t *heap, const sf_page_or_list_t *page) {
     return (uintptr_t)page - (uintptr_t)heap->cl_heads < sizeof heap->cl_heads;
 }
 /* The most blocks class c's list holds (its capacity once set up). */
@@ -406,13 +406,13 @@ SF_INLINE uint32_t sf_cl_cap(unsigned c) {
     return by_bytes < SF_CL_BLOCKS ? by_bytes : SF_CL_BLOCKS;
 }
 /* The blocks on a list now (another thread's read: a moment's figure). */
-SF_INLINE uint32_t sf_cl_blocks(const sf_page_t *cl) {
+SF_INLINE uint32_t sf_cl_blocks(const sf_page_or_list_t *cl) {
     if (!SF_GET(cl->in_use)) return 0; /* (never set up: sf_cl_full) */
     uint32_t cap = SF_GET(cl->committed), room = SF_GET(cl->used);
     return room < cap ? cap - room : 0; /* (room is -1 for a moment in sf_cl_full) */
 }
 SF_HIDDEN void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p);
-SF_HIDDEN sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_t *cl);
+SF_HIDDEN sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl);
 SF_HIDDEN bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page);
 SF_HIDDEN void sf_cl_flush_all(sf_heap_t *heap);
 SF_HIDDEN void sf_cl_count(const sf_heap_t *heap, uint64_t *blocks, uint64_t *bytes);

@@ -39,7 +39,7 @@ SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
     /* sf_malloc's fast path, within its bound (entry.c: the modes that
      * change malloc, the armed profile among them, take the slow path) */
     if (SF_LIKELY(n < SF_PEEK(sf_entry_bounds.small_end))) {
-        sf_page_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]); /* (phase.c writes it) */
+        sf_page_or_list_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]); /* (phase.c writes it) */
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }

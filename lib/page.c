@@ -656,7 +656,7 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
  * classes served by another's entries: sf_page_update_direct), and b goes
  * to its page. */
 static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
-    sf_page_t *cl = page->cl;
+    sf_page_or_list_t *cl = page->cl;
     unsigned c = page->class_idx;
     b->cookie = sf_page_cookie(page);
     if (!cl->in_use) {
@@ -684,7 +684,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  * the page's.  The common case, the list already named by direct[] (a
  * thread freeing many blocks in a row), is a leaf: it saves no register. */
 SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
-    sf_page_t *cl = page->cl;
+    sf_page_or_list_t *cl = page->cl;
     sf_block_t *b = (sf_block_t *)p;
     /* (direct[] names a list only once it has held blocks: set up) */
     if (SF_UNLIKELY(heap->direct[sf_class_size[page->class_idx] >> 4] != cl)) {
@@ -700,7 +700,7 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
  * fill the list).  Returns what direct[] names now for the class. */
-sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_t *cl) {
+sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
     sf_page_update_direct(heap, c);
     sf_page_t *page = *sf_class_direct(heap, c);
@@ -720,7 +720,7 @@ bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page) {
  * lists empty, direct[] names the classes' pages. */
 void sf_cl_flush_all(sf_heap_t *heap) {
     for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
-        sf_page_t *cl = sf_cl_of(heap, c);
+        sf_page_or_list_t *cl = sf_cl_of(heap, c);
         sf_block_t *b = cl->free;
         if (b == NULL) continue;
         /* detached first: the pushes below may make a page its class's

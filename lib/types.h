@@ -204,9 +204,17 @@ typedef struct sf_page_s {
         uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
         struct sf_page_s *cl; /* levels 0-1, a small page its owner frees into on the fast
                                  path (fast_divmagic set): the owner's class list of its
-                                 class (page.c, "Class lists") */
+                                 class (page.c, "Class lists"; read into an
+                                 sf_page_or_list_t *, below) */
     };
 } __attribute__((aligned(128))) sf_page_t; /* a power of two: page index is one shift */
+/* What direct[] names: a page descriptor, or a class list's head, which
+ * is only a descriptor's first SF_CL_BYTES (sf_heap_t, cl_heads) and
+ * aligned to them, not to 128.  Every read or write of a field through a
+ * pointer that may be a list's head goes through this type (the same
+ * struct, a typedef's lower alignment), so that no access assumes the
+ * descriptor's alignment (UBSan's alignment check holds the code to it). */
+typedef struct sf_page_s sf_page_or_list_t __attribute__((aligned(SF_CL_BYTES)));
 
 enum sf_seg_kind { SF_SEG_SMALL, SF_SEG_MEDIUM, SF_SEG_LARGE, SF_SEG_HUGE };
 
@@ -511,10 +519,11 @@ typedef struct sf_heap_s {
      * descriptor, which direct[] names as it names a page: free is the
      * list, used counts down the room left (SF_COUNT on a pop), class_idx
      * the class, in_use says the list is set up and committed holds its
-     * capacity (blocks, at most SF_CL_BLOCKS); local_free stays NULL.  Only those first SF_CL_BYTES of
-     * sf_page_t exist, so they are read and written through sf_page_t
-     * alone (sf_cl_of), never as bytes of another type.  Owner only but
-     * for statistics' reads of the room (SF_GET). */
+     * capacity (blocks, at most SF_CL_BLOCKS); local_free stays NULL.
+     * Only those first SF_CL_BYTES of a descriptor exist, so they are
+     * read and written through sf_page_or_list_t alone (sf_cl_of), never
+     * as bytes of another type.  Owner only but for statistics' reads of
+     * the room (SF_GET). */
     unsigned char cl_heads[SF_SMALL_CLASS_MAX + 1][SF_CL_BYTES] __attribute__((aligned(64)));
 } sf_heap_t;
 

@@ -12,7 +12,7 @@ static inline void st_class_list_no_room(size_t n)
     sf_heap_t *heap = sf_tls_heap;
     unsigned c = sf_class_of(n);
     sf_cl_flush_all(heap); /* (its blocks back to their pages) */
-    sf_page_t *cl = sf_cl_of(heap, c);
+    sf_page_or_list_t *cl = sf_cl_of(heap, c);
     cl->class_idx = (uint8_t)c;
     cl->committed = 0;
     cl->used = 0;

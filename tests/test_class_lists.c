@@ -33,7 +33,7 @@ static bool listing(void) { return sf_guard_level < 2; }
 
 static unsigned size_class(void) { return sf_class_of(SIZE); }
 
-static sf_page_t *my_list(void) { return sf_cl_of(sf_tls_heap, size_class()); }
+static sf_page_or_list_t *my_list(void) { return sf_cl_of(sf_tls_heap, size_class()); }
 
 static uint32_t listed(void) { return sf_cl_blocks(my_list()); }
 
