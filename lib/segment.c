@@ -788,9 +788,13 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     /* (with guard pages cached spans are not split: one up to twice the
      * size serves whole, its old pages kept, rather than a new mapping) */
     bool pages = false;
+    sf_heap_t *heap = growth_heap();
+    /* the blocks on its class lists back to their pages first, as before
+     * any growth of the heap (page.c, "Class lists"): a page they alone
+     * keep in use would keep its segment from the request */
+    if (heap != NULL) sf_cl_flush_all(heap);
     sf_segment_t *seg =
-        span_take(growth_heap(), &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &guard,
-                  &pages);
+        span_take(heap, &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &guard, &pages);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
