@@ -240,6 +240,7 @@ static void copy_heap(sf_heap_t *heap, uint32_t slot, sf_snap_heap_t *out) {
     out->remote_collected = SF_GET(heap->remote_collected);
     out->small = SF_GET(heap->small) != 0;
     out->overflow_waiting = atomic_load_explicit(&heap->overflow, memory_order_relaxed) != NULL;
+    for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) out->listed[c] = (uint8_t)sf_cl_blocks(sf_cl_of(heap, c));
     if (heap->ring.cells == NULL) return; /* the fallback heap has no ring */
     out->has_ring = true;
     out->ring_capacity = heap->ring.mask + 1;

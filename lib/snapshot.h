@@ -80,6 +80,9 @@ typedef struct {
     bool has_ring;
     uint64_t ring_capacity, ring_pushed, ring_drained, ring_overflowed;
     bool overflow_waiting; /* blocks wait on the overflow list */
+    /* blocks on each small class's list (lib/page.c, "Class lists"):
+     * free, though their pages count them in use (at most SF_CL_BLOCKS) */
+    uint8_t listed[SF_SMALL_CLASS_MAX + 1];
 } sf_snap_heap_t;
 
 /* The heaps in order: registry slots 0, 1, ... then the fallback heap.

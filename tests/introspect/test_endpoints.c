@@ -98,6 +98,52 @@ static void check_small_heap_shown(int port)
     ck_assert_int_eq(pthread_join(t, NULL), 0);
 }
 
+/* Blocks this thread freed onto its class list (lib/page.c, "Class
+ * lists"; levels 0-1) are free in /heaps: out of blocks_used, bytes and
+ * blocks, in blocks_listed.  LISTED: a class of its own (3 KiB blocks,
+ * 21 to a page), the blocks all on the class's current page, which is not
+ * full: a free into a full page goes to the page, not the list. */
+#define LISTED 3000
+#define LISTED_TAKEN 15
+#define LISTED_FREED 10
+
+static const cJSON *class_entry(const cJSON *heap, uint64_t block_size)
+{
+    for (const cJSON *e = it_item(heap, "classes")->child; e; e = e->next)
+        if (it_u64(e, "block_size") == block_size)
+            return e;
+    return NULL;
+}
+
+START_TEST(test_heaps_count_listed_blocks_free)
+{
+    prctl(PR_SET_NAME, "it-main");
+    int port = it_start();
+    sefer_trim(); /* (every list given back: this class's holds nothing) */
+    void *p[LISTED_TAKEN];
+    for (int i = 0; i < LISTED_TAKEN; i++)
+        p[i] = malloc(LISTED);
+    uint64_t size = malloc_usable_size(p[0]);
+    for (int i = 0; i < LISTED_FREED; i++)
+        free(p[i]);
+    bool lists = strcmp(st_knob_get("guard.level"), "2") < 0;
+    uint64_t listed = lists ? LISTED_FREED : 0;
+    cJSON *h = it_json(port, "/heaps");
+    const cJSON *me = it_heap_of(h, it_tid());
+    ck_assert_ptr_nonnull(me);
+    const cJSON *k = class_entry(me, size);
+    ck_assert_msg(k != NULL, "no class of %llu B in this thread's heap", (unsigned long long)size);
+    ck_assert_uint_eq(it_u64(k, "blocks_used"), LISTED_TAKEN - LISTED_FREED);
+    ck_assert_uint_eq(it_u64(k, "blocks_listed"), listed);
+    ck_assert_uint_eq(it_u64(k, "bytes_in_blocks"), (LISTED_TAKEN - LISTED_FREED) * size);
+    ck_assert_uint_ge(it_u64(me, "blocks_listed"), listed);
+    cJSON_Delete(h);
+    for (int i = LISTED_FREED; i < LISTED_TAKEN; i++)
+        free(p[i]);
+    sefer_introspect_stop();
+}
+END_TEST
+
 START_TEST(test_heaps_follow_allocations)
 {
     prctl(PR_SET_NAME, "it-main");
@@ -965,6 +1011,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("endpoints");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_heaps_follow_allocations);
+    tcase_add_test(tc, test_heaps_count_listed_blocks_free);
     tcase_add_test(tc, test_stats_fields_and_figures);
     tcase_add_test(tc, test_segments_schema_and_paging);
     tcase_add_test(tc, test_query_validation);
