@@ -25,6 +25,14 @@ void *sf_alloc_class(unsigned c) {
             heap->queues[c].first != NULL && !sf_phase_on())
             sf_page_update_direct(heap, c);
         p = sf_page_malloc_class(heap, c);
+        /* refused (memory.limit_action = fail, segments.max): the class's
+         * list may still hold blocks, which paths that do not go through
+         * direct[] (aligned requests, phases) pass by (page.c, "Class
+         * lists") */
+        if (SF_UNLIKELY(p == NULL) && c <= SF_SMALL_CLASS_MAX) {
+            sf_page_or_list_t *cl = sf_cl_of(heap, c);
+            if (cl->free != NULL) p = sf_hand_out(heap, cl, cl->free, cl->free->next);
+        }
     } else {
         sf_lock(&sf_fallback_lock);
         p = sf_page_malloc_class(heap, c);
@@ -73,7 +81,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
          * become its free list (no remote drain, no page search: those wait
          * for the page to be really empty).  Guarded pages and the markers'
          * empty page never appear in direct[], so links are plain here. */
-        sf_page_or_list_t *page = heap->direct[(n + 15) >> 4];
+        sf_page_or_list_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]); /* (phase.c writes it) */
         /* (not dry after all: a caller that read the entry bounds while
          * sf_entry_choose changed them, or a sample not due; the swaps
          * below would overwrite the list, and its blocks be lost) */
@@ -86,7 +94,7 @@ void *sf_malloc_generic(size_t n, sf_heap_t *heap) {
         } else if (sf_cl_take_over(heap, page)) {
             /* the page ran dry and the class list has blocks: the list
              * (read again: a phase may have begun, and emptied direct[]) */
-            page = heap->direct[(n + 15) >> 4];
+            page = SF_PEEK(heap->direct[(n + 15) >> 4]);
             if (page->free != NULL) return sf_hand_out_ticked(heap, page, page->free, n);
         }
         sf_block_t *b = page->local_free;
@@ -192,7 +200,7 @@ SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
         /* the fast path's page has nothing of its own left: what other
          * threads freed onto it, before anything slower (sf_malloc_generic
          * took its local frees already) */
-        sf_page_or_list_t *page = heap->direct[(n + 15) >> 4];
+        sf_page_or_list_t *page = SF_PEEK(heap->direct[(n + 15) >> 4]);
         if (SF_UNLIKELY(sf_is_cl(heap, page))) page = sf_cl_dry(heap, page); /* (its callers' list ran dry too) */
         if (page->free == NULL && sf_page_collect_remote(heap, page) != 0) {
             if (sf_sample_tick(heap, n)) return sf_sample_take(n, heap);

@@ -687,7 +687,8 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
     sf_page_or_list_t *cl = page->cl;
     sf_block_t *b = (sf_block_t *)p;
     /* (direct[] names a list only once it has held blocks: set up) */
-    if (SF_UNLIKELY(heap->direct[sf_class_size[page->class_idx] >> 4] != cl)) {
+    /* (phase.c empties direct[] from other threads: SF_PEEK) */
+    if (SF_UNLIKELY(SF_PEEK(heap->direct[sf_class_size[page->class_idx] >> 4]) != cl)) {
         cl_full_rare(heap, page, b);
         return;
     }
@@ -703,7 +704,7 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
 sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
     sf_page_update_direct(heap, c);
-    sf_page_t *page = *sf_class_direct(heap, c);
+    sf_page_t *page = SF_GET(*sf_class_direct(heap, c)); /* (phase.c writes it) */
     return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */
 }
 
@@ -713,7 +714,7 @@ bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page) {
     unsigned c = page->class_idx;
     if (page == &sf_empty_page || c > SF_SMALL_CLASS_MAX || sf_cl_of(heap, c)->free == NULL) return false;
     sf_page_update_direct(heap, c);
-    return *sf_class_direct(heap, c) == sf_cl_of(heap, c);
+    return SF_GET(*sf_class_direct(heap, c)) == sf_cl_of(heap, c);
 }
 
 /* Every listed block back to its page (owner or collector context): the
@@ -732,7 +733,7 @@ void sf_cl_flush_all(sf_heap_t *heap) {
             sf_page_local_free_slow(heap, sf_page_of(sf_segment_of(b), b), b);
             b = next;
         }
-        if (*sf_class_direct(heap, c) == cl) sf_page_update_direct(heap, c);
+        if (SF_GET(*sf_class_direct(heap, c)) == cl) sf_page_update_direct(heap, c);
     }
 }
 
