@@ -342,6 +342,27 @@ static void sweep_quarantine(const sf_heap_t *heap) {
     }
 }
 
+/* The page's blocks on its class list (page.c, "Class lists"), after its
+ * own free lists were walked (ck.seen): none on those too, no more than
+ * the page counts out; and a page the fast free pushes through names its
+ * owner's list.  (A list's own faults are check_class_lists'.) */
+static void check_page_listed(const sf_segment_t *seg, const sf_page_t *page, const sf_heap_t *heap) {
+    unsigned c = page->class_idx;
+    if (c > SF_SMALL_CLASS_MAX || sf_guard_level >= 2) return;
+    if (page->fast_divmagic != 0 && page->cl != sf_cl_of(seg->heap, c))
+        report("page's class list is not its owner's", page);
+    const sf_page_or_list_t *cl = sf_cl_of(heap, c);
+    uint32_t mine = 0, n = 0;
+    for (const sf_block_t *b = cl->free; b != NULL && n <= SF_CL_BLOCKS; b = b->next, n++) {
+        if (!owned_block(heap, b)) break;
+        if (sf_page_of(sf_segment_of(b), b) != page) continue;
+        mine++;
+        size_t idx = ((uintptr_t)b - (uintptr_t)page->block_start) / page->block_size;
+        if (ck.seen[idx / 64] >> (idx % 64) & 1) report("block on both its class's free list and its page's", b);
+    }
+    if (mine > sf_page_used(page)) report("page counts fewer blocks out than its class list holds of it", page);
+}
+
 static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_heap_t *heap) {
     unsigned c = page->class_idx;
     if (c < 1 || c >= SF_CLASS_COUNT || page->block_size != sf_class_size[c]) {
@@ -369,6 +390,7 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     nfree += walk_free_list(page, page->local_free);
     if ((size_t)sf_page_used(page) + nfree > page->capacity)
         report("page's blocks in use plus free exceed its blocks carved", page);
+    check_page_listed(seg, page, heap);
     if (ck.sweep_heap && (page->flags & SF_PAGE_GUARDED)) sweep_page(seg, page);
 }
 
@@ -639,7 +661,8 @@ static void check_direct(const sf_heap_t *heap) {
 static void check_class_lists(const sf_heap_t *heap) {
     for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
         const sf_page_or_list_t *cl = sf_cl_of(heap, c);
-        if (cl->local_free != NULL || (cl->in_use && (cl->class_idx != c || cl->committed > sf_cl_cap(c))) ||
+        if (cl->local_free != NULL ||
+            (cl->in_use && (cl->class_idx != c || cl->committed > sf_cl_cap(c) || cl->used > cl->committed)) ||
             (!cl->in_use && cl->free != NULL)) {
             report("class free list's head is damaged", cl);
             continue;
