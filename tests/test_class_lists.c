@@ -18,6 +18,9 @@
  *     go back to their segments;
  *   - a thread's exit does the same: its heap keeps no page in use;
  *   - another thread's frees never reach the owner's list;
+ *   - at memory.limit with memory.limit_action = fail, a malloc that does
+ *     not go through direct[] (in a phase) takes the list's block rather
+ *     than failing;
  *   - the consistency check is clean after each step.
  * At guard level 2 (-l2) no block is ever listed and the same frees and
  * mallocs keep every block's bytes. */
@@ -36,6 +39,15 @@ static unsigned size_class(void) { return sf_class_of(SIZE); }
 static sf_page_or_list_t *my_list(void) { return sf_cl_of(sf_tls_heap, size_class()); }
 
 static uint32_t listed(void) { return sf_cl_blocks(my_list()); }
+
+/* The list's length, walked (at most one past its capacity). */
+static uint32_t walked(void)
+{
+    uint32_t n = 0;
+    for (const sf_block_t *b = my_list()->free; b != NULL && n <= SF_CL_BLOCKS; b = b->next)
+        n++;
+    return n;
+}
 
 static const sf_page_t *direct_entry(void) { return SF_PEEK(sf_tls_heap->direct[(SIZE + 15) >> 4]); }
 
@@ -84,7 +96,7 @@ static uint32_t free_spread(void **v, unsigned n)
     for (unsigned k = 0; k < n; k++) {
         unsigned i = (k * 7u) % n;
         give(v[i], i);
-        most = listed() > most ? listed() : most;
+        most = walked() > most ? walked() : most;
     }
     return most;
 }
@@ -173,6 +185,41 @@ static void *dry_page_hands_over(void *unused)
 
 THREAD_CASE(dry_page_hands_over)
 
+/* A refusal (memory.limit_action = fail at the limit) on a path that does
+ * not go through direct[] (every malloc during a phase) takes the class's
+ * list's blocks before it fails: the list's block comes back, not NULL. */
+static void *refused_takes_the_list(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    if (!listing())
+        return NULL;
+    v[0] = take(0);
+    const sf_page_t *page = sf_tls_heap->queues[size_class()].first;
+    unsigned n = page->reserved; /* every block of the page handed out */
+    for (unsigned i = 1; i < n; i++)
+        v[i] = take(i);
+    void *b = v[n / 2];
+    give(b, n / 2);
+    ck_assert_uint_eq(listed(), 1);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%llu", (unsigned long long)st_stats().bytes_committed);
+    ST_KNOB_SET("memory.limit_action", "fail");
+    ST_KNOB_SET("memory.limit", cap);
+    ck_assert_int_eq(sefer_phase_begin("refused"), 0);
+    void *q = sefer_malloc(SIZE);
+    struct sefer_phase ph = {.size = sizeof ph};
+    ck_assert_int_eq(sefer_phase_end(&ph), 0);
+    ST_KNOB_SET("memory.limit", "0");
+    ST_KNOB_SET("memory.limit_action", "purge");
+    ck_assert_msg(q == b, "at the limit, in a phase: %p, not the listed block %p", q, b);
+    st_pat_fill(q, SIZE, n / 2);
+    give_all(v, 0, n);
+    return NULL;
+}
+
+THREAD_CASE(refused_takes_the_list)
+
 static void *bounded_and_counted_free(void *unused)
 {
     (void)unused;
@@ -184,6 +231,7 @@ static void *bounded_and_counted_free(void *unused)
     struct sefer_stats after = st_stats();
     ck_assert_uint_eq(damaged, 0);
     ck_assert_uint_le(most, sf_cl_cap(size_class()));
+    ck_assert_uint_eq(walked(), listed());
     if (listing())
         ck_assert_uint_gt(most, 0);
     ck_assert_uint_ge(during.bytes_in_blocks, before.bytes_in_blocks + (uint64_t)MANY * SIZE);
@@ -251,11 +299,30 @@ struct handoff {
 static void *free_others(void *arg)
 {
     const struct handoff *h = arg;
-    uint32_t before = listed(); /* (this thread's own list of the class) */
+    free(malloc(1)); /* (a heap of its own: its list of the class is a real one) */
+    uint32_t before = listed();
     for (unsigned i = 0; i < h->n; i++)
         give(h->v[i], i);
     ck_assert_uint_eq(listed(), before);
     return NULL;
+}
+
+/* Blocks of the class counted out by this heap's pages of it (the heap's
+ * remote frees taken in first: the ring, then every page's own list). */
+static uint64_t class_blocks_out(void)
+{
+    sf_heap_t *heap = sf_tls_heap;
+    sf_heap_drain_remote(heap);
+    uint64_t out = 0;
+    for (sf_page_t *page = heap->full.first; page != NULL; page = page->next)
+        sf_page_collect_remote(heap, page);
+    for (sf_page_t *page = heap->queues[size_class()].first; page != NULL; page = page->next) {
+        sf_page_collect_remote(heap, page);
+        out += sf_page_used(page);
+    }
+    for (sf_page_t *page = heap->full.first; page != NULL; page = page->next)
+        out += page->class_idx == size_class() ? sf_page_used(page) : 0;
+    return out;
 }
 
 static void *others_frees_not_listed(void *unused)
@@ -266,7 +333,12 @@ static void *others_frees_not_listed(void *unused)
     uint32_t before = listed();
     struct handoff h = {v, MANY};
     st_on_thread(free_others, &h);
+    /* taken in, they are back on their pages, none on this list */
+    uint64_t out = class_blocks_out();
     ck_assert_uint_eq(listed(), before);
+    if (listing()) /* (level 2's quarantine keeps a freed block out a while) */
+        ck_assert_uint_eq(out, 0);
+    ck_assert_uint_eq(damaged, 0);
     ck_assert_int_eq(sefer_check(), 0);
     return NULL;
 }
@@ -285,6 +357,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_full_list_serves_last_freed);
     tcase_add_test(tc, test_dry_page_hands_over);
+    tcase_add_test(tc, test_refused_takes_the_list);
     tcase_add_test(tc, test_bounded_and_counted_free);
     tcase_add_test(tc, test_trim_gives_back);
     tcase_add_test(tc, test_exit_gives_back);
