@@ -390,7 +390,7 @@ SF_HIDDEN bool sf_page_holds_free_block(const sf_page_t *page, const void *b);
 /* Class lists (page.c, "Class lists").  Small class c's list in heap, as
  * the page descriptor direct[] names (the empty asm: to the compiler a
  * pointer to any descriptor, not into a 32-byte array, which the reads
- * through sf_page_t never leave: types.h's assertion). */
+ * through sf_page_or_list_t never leave: types.h's assertion). */
 SF_INLINE sf_page_or_list_t *sf_cl_of(const sf_heap_t *heap, unsigned c) {
     void *head = (void *)(uintptr_t)heap->cl_heads[c]; /* (const as strchr drops it) */
     __asm__("" : "+r"(head));
@@ -407,7 +407,7 @@ SF_INLINE uint32_t sf_cl_cap(unsigned c) {
 }
 /* The blocks on a list now (another thread's read: a moment's figure). */
 SF_INLINE uint32_t sf_cl_blocks(const sf_page_or_list_t *cl) {
-    if (!SF_GET(cl->in_use)) return 0; /* (never set up: sf_cl_full) */
+    if (!SF_GET(cl->in_use)) return 0; /* (never set up: page.c's cl_full_rare) */
     uint32_t cap = SF_GET(cl->committed), room = SF_GET(cl->used);
     return room <= cap ? cap - room : cap; /* (room is -1 for a moment in sf_cl_full: full) */
 }

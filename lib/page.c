@@ -658,7 +658,6 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
 static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_or_list_t *cl = page->cl;
     unsigned c = page->class_idx;
-    b->cookie = sf_page_cookie(page);
     if (!cl->in_use) {
         uint32_t cap = sf_cl_cap(c);
         cl->class_idx = (uint8_t)c;
@@ -667,6 +666,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
         SF_SET(cl->committed, (uint8_t)cap);
         SF_SET(cl->used, cap - 1u); /* (b is on it) */
         SF_SET(cl->in_use, 1);
+        b->cookie = sf_page_cookie(page);
         b->next = cl->free;
         cl->free = b;
         return;
@@ -674,9 +674,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
     SF_COUNT(cl->used); /* (back to none) */
     if (heap->queues[c].first != NULL && (!heap->small || sf_small_heap_class(c) == c))
         sf_page_update_direct(heap, c);
-    b->next = page->free;
-    page->free = b;
-    if (SF_UNCOUNT(page->used) == 0) sf_page_on_empty(heap, page);
+    sf_free_owned(heap, page, b, true);
 }
 
 /* The owner's free found the class list full (its room counted below
@@ -693,10 +691,7 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
         return;
     }
     SF_COUNT(cl->used); /* (back to none) */
-    b->next = page->free;
-    b->cookie = sf_page_cookie(page);
-    page->free = b;
-    if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
+    sf_free_owned(heap, page, b, true); /* (the push onto its page, as before the lists) */
 }
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
