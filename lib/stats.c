@@ -45,11 +45,18 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->size = sizeof *out;
     out->version = SEFER_STATS_VERSION;
     uint32_t slots = sf_heap_slots();
+    /* blocks on the heaps' class lists are free, though their pages count
+     * them out (page.c, "Class lists"): taken off the pages' figures below */
+    uint64_t listed_blocks = 0, listed_bytes = 0;
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
         int st = atomic_load_explicit(&heap->state, memory_order_relaxed);
         add_heap(out, heap);
+        uint64_t blocks, bytes;
+        sf_cl_count(heap, &blocks, &bytes);
+        listed_blocks += blocks;
+        listed_bytes += bytes;
         out->heaps_live += st == SF_HEAP_LIVE;
         out->heaps_abandoned += st == SF_HEAP_ABANDONED || st == SF_HEAP_COLLECTING;
     }
@@ -61,16 +68,8 @@ void sf_stats_collect(struct sefer_stats *out) {
      * either live or was freed (and taken back by its owner) */
     uint64_t live = 0;
     live_blocks(&live, &out->bytes_in_blocks, &out->bytes_remote_pending);
-    /* blocks on the heaps' class lists are free, though their pages count
-     * them out (page.c, "Class lists") */
-    for (uint32_t i = 0; i < slots; i++) {
-        sf_heap_t *heap = sf_heap_at(i);
-        if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
-        uint64_t blocks, bytes;
-        sf_cl_count(heap, &blocks, &bytes);
-        live = live > blocks ? live - blocks : 0;
-        out->bytes_in_blocks = out->bytes_in_blocks > bytes ? out->bytes_in_blocks - bytes : 0;
-    }
+    live = live > listed_blocks ? live - listed_blocks : 0;
+    out->bytes_in_blocks = out->bytes_in_blocks > listed_bytes ? out->bytes_in_blocks - listed_bytes : 0;
     out->frees = out->allocs > live ? out->allocs - live : 0;
     out->bytes_committed = LOAD(sf_gstats.committed);
     out->bytes_reserved = LOAD(sf_gstats.reserved);
