@@ -281,7 +281,8 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
  * old block, a small block its class list had no room for: a small
  * block's free goes to the list first, sf_free_owned_small below): b goes
  * to one of its page's lists (link already stored by the caller); a page
- * left empty goes back to its segment.  A class's current page never
+ * left empty goes back to its segment.  Returns the blocks still out (with
+ * the bias), 0 when the page emptied (it may be gone).  A class's current page never
  * reaches zero here (SF_USED_BIAS, types.h), so the test is taken only by
  * pages behind it, whose emptying is rare and not at random: no
  * misprediction on random sizes.
@@ -293,11 +294,13 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
  * pushes on local_free instead, which the fast path reaches only through a
  * swap on a slow path, so that a freed block is not the next one handed
  * out. */
-SF_INLINE void sf_free_onto(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t **list) {
+SF_INLINE uint32_t sf_free_onto(sf_heap_t *heap, sf_page_t *page, sf_block_t *b, sf_block_t **list) {
     b->cookie = sf_page_cookie(page);
     *list = b;
-    if (SF_LIKELY(SF_UNCOUNT(page->used) != 0)) return;
+    uint32_t left = SF_UNCOUNT(page->used);
+    if (SF_LIKELY(left != 0)) return left;
     sf_page_on_empty(heap, page);
+    return 0;
 }
 
 SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
@@ -306,10 +309,10 @@ SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
 
 /* An owner's free of a block of an unguarded page at levels 0-1: on top
  * (lifo) or on local_free. */
-SF_INLINE void sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lifo) {
+SF_INLINE uint32_t sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lifo) {
     sf_block_t *b = (sf_block_t *)p, **list = lifo ? &page->free : &page->local_free;
     b->next = *list;
-    sf_free_onto(heap, page, b, list);
+    return sf_free_onto(heap, page, b, list);
 }
 
 /* The owner's free of a block of an unguarded small page at levels 0-1:

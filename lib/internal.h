@@ -764,8 +764,10 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     /* a small page: the list the fast path's free pushes the owner's
      * blocks on (the fallback heap's stay empty: no thread's own heap is
      * the fallback, so none of its pages meets a fast free) */
-    if (plain && page->class_idx <= SF_SMALL_CLASS_MAX && sf_guard_level < 2)
+    if (plain && page->class_idx <= SF_SMALL_CLASS_MAX && sf_guard_level < 2) {
         page->cl = sf_cl_of(heap, page->class_idx);
+        page->cl_seen = 0; /* (none listed when last counted: page.c, "Pages only a list keeps") */
+    }
     /* a phase that began meanwhile must not find a fast page (phase.c) */
     if (v != 0) {
         atomic_thread_fence(memory_order_seq_cst);

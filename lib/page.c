@@ -677,10 +677,110 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
     sf_free_owned(heap, page, b, true);
 }
 
+/* Pages only a list keeps.  A listed block is counted out by its page, so
+ * a page whose every block out is listed stays in use: a thread that frees
+ * many blocks in an order spread over their pages and then sleeps kept one
+ * page in use for each page one of its listed blocks was on, up to
+ * SF_CL_BLOCKS pages a class, where no purge of another thread reaches
+ * (docs/design.md, "Class lists (built)").  The owner gives such pages
+ * back on its frees past a full list, which are what freeing many blocks
+ * and allocating none is made of:
+ *
+ *   - each page keeps how many of its blocks the list held when last
+ *     counted (cl_seen); a free onto the page past a full list that leaves
+ *     no more blocks out than that counts again (cl_give_back_page), and if
+ *     they are all listed takes them off the list and back onto the page,
+ *     which empties and goes back to its segment;
+ *   - the counts go stale as malloc pops and free pushes (fast paths that
+ *     keep no count), so once SF_CL_RUN frees in a row past full have
+ *     found the list as it was (nothing popped or pushed since: the list
+ *     head unchanged), every page on the list is counted afresh and those
+ *     it alone keeps give their blocks back (cl_sweep), once a run.  A
+ *     thread that allocates and frees a class in turn meets that seldom:
+ *     only a run of frees pays for a walk;
+ *   - blocks taken back lower the list's capacity (committed) rather than
+ *     leave it room, so the list stays full and the next frees, too, go to
+ *     their pages: the counts stay right while the run lasts.  The
+ *     capacity comes back when the list runs dry or is flushed.
+ *
+ * A walk is at most the list's SF_CL_BLOCKS blocks, just freed. */
+#define SF_CL_RUN 32u
+
+/* The page of a listed block (every one is on a small page). */
+static sf_page_t *listed_page(const sf_block_t *b) {
+    uintptr_t u = (uintptr_t)b;
+    return sf_small_page_in(sf_small_seg(u >> SF_SEG_SHIFT), u);
+}
+
+/* Blocks taken off cl (`taken`, linked, n of them) back onto their pages;
+ * the list's capacity shrinks by n so that it stays full.  Off the list
+ * first, then pushed: a page's last push empties it, and its release may
+ * look at the list. */
+static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t *taken, uint32_t n) {
+    SF_SET(cl->committed, (uint8_t)(cl->committed - n));
+    heap->cl_mark[cl->class_idx] = cl->free; /* (the run goes on, with no walk again) */
+    while (taken != NULL) {
+        sf_block_t *next = taken->next;
+        sf_page_local_free_slow(heap, listed_page(taken), taken);
+        taken = next;
+    }
+}
+
+/* A page whose blocks out (`out`, the page not its class's current one)
+ * may all be listed: counted; taken back if they are. */
+static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
+    uintptr_t home = (uintptr_t)page->page_start >> SF_SMALL_PAGE_SHIFT;
+    uint32_t listed = 0;
+    for (const sf_block_t *b = cl->free; b != NULL; b = b->next)
+        listed += (uintptr_t)b >> SF_SMALL_PAGE_SHIFT == home;
+    page->cl_seen = (uint16_t)listed;
+    if (listed != out) return;
+    sf_block_t *taken = NULL;
+    for (sf_block_t **link = &cl->free; *link != NULL;) {
+        sf_block_t *b = *link;
+        if ((uintptr_t)b >> SF_SMALL_PAGE_SHIFT != home) {
+            link = &b->next;
+            continue;
+        }
+        *link = b->next;
+        b->next = taken;
+        taken = b;
+    }
+    cl_give_back(heap, cl, taken, listed);
+}
+
+/* Every page on the list counted afresh; the blocks of those the list
+ * alone keeps taken back. */
+static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
+    for (sf_block_t *b = cl->free; b != NULL; b = b->next)
+        listed_page(b)->cl_seen = 0;
+    for (sf_block_t *b = cl->free; b != NULL; b = b->next)
+        listed_page(b)->cl_seen++;
+    /* (a page's used carries the bias while it is its class's current one:
+     * never equal to a list's count) */
+    sf_block_t *taken = NULL;
+    uint32_t n = 0;
+    for (sf_block_t **link = &cl->free; *link != NULL;) {
+        sf_block_t *b = *link;
+        const sf_page_t *page = listed_page(b);
+        if (page->used != page->cl_seen) {
+            link = &b->next;
+            continue;
+        }
+        *link = b->next;
+        b->next = taken;
+        taken = b;
+        n++;
+    }
+    if (n != 0) cl_give_back(heap, cl, taken, n);
+}
+
 /* The owner's free found the class list full (its room counted below
  * zero): b goes to its page, and malloc takes the list's blocks before
  * the page's.  The common case, the list already named by direct[] (a
- * thread freeing many blocks in a row), is a leaf: it saves no register. */
+ * thread freeing many blocks in a row), is a leaf but for a page whose
+ * blocks out may all be listed (cl_give_back_page, a tail call): it saves
+ * no register. */
 SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
     sf_page_or_list_t *cl = page->cl;
     sf_block_t *b = (sf_block_t *)p;
@@ -691,13 +791,33 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
         return;
     }
     SF_COUNT(cl->used); /* (back to none) */
-    sf_free_owned(heap, page, b, true); /* (the push onto its page, as before the lists) */
+    unsigned c = page->class_idx;
+    uint32_t out = sf_free_owned(heap, page, b, true); /* (the push onto its page, as before the lists) */
+    if (out == 0) return; /* (the page emptied: maybe gone) */
+    /* pages only the list keeps (above) */
+    if (SF_UNLIKELY(out <= page->cl_seen)) {
+        cl_give_back_page(heap, page, cl, out);
+    } else if (cl->free != heap->cl_mark[c]) {
+        heap->cl_mark[c] = cl->free;
+        heap->cl_run[c] = 0;
+    } else if (heap->cl_run[c] < SF_CL_RUN && SF_UNLIKELY(++heap->cl_run[c] == SF_CL_RUN)) {
+        cl_sweep(heap, cl); /* (once a run: the list changes after only by what it takes back) */
+    }
+}
+
+/* An empty list's full capacity and room back (pages that took their
+ * blocks back lowered it: "Pages only a list keeps" above). */
+static void cl_restore(sf_page_or_list_t *cl) {
+    uint32_t cap = sf_cl_cap(cl->class_idx);
+    SF_SET(cl->committed, (uint8_t)cap);
+    SF_SET(cl->used, cap);
 }
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
  * fill the list).  Returns what direct[] names now for the class. */
 sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
+    cl_restore(cl);
     sf_page_update_direct(heap, c);
     sf_page_t *page = SF_GET(*sf_class_direct(heap, c)); /* (phase.c writes it) */
     return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */
@@ -722,10 +842,10 @@ void sf_cl_flush_all(sf_heap_t *heap) {
         /* detached first: the pushes below may make a page its class's
          * current one, and direct[] must not name the list meanwhile */
         cl->free = NULL;
-        SF_SET(cl->used, cl->committed);
+        cl_restore(cl);
         while (b != NULL) {
             sf_block_t *next = b->next;
-            sf_page_local_free_slow(heap, sf_page_of(sf_segment_of(b), b), b);
+            sf_page_local_free_slow(heap, listed_page(b), b);
             b = next;
         }
         if (SF_GET(*sf_class_direct(heap, c)) == cl) sf_page_update_direct(heap, c);

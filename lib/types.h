@@ -197,7 +197,16 @@ typedef struct sf_page_s {
     struct sf_page_s *next, *prev;
     uint8_t *page_start;
     size_t page_bytes;
-    size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+    union {
+        size_t span_bytes; /* spans: usable bytes of the block (a page-size multiple) */
+        /* levels 0-1, a small page whose owner frees onto its class list
+         * (cl below): how many of its blocks the list held when the owner
+         * last counted them (0 when the page became fast).  A free onto the
+         * page past a full list that leaves no more blocks out than that
+         * counts again, and a page whose only blocks out are listed takes
+         * them back and empties (page.c, "Pages only a list keeps") */
+        uint16_t cl_seen;
+    };
     uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
@@ -519,12 +528,20 @@ typedef struct sf_heap_s {
      * descriptor, which direct[] names as it names a page: free is the
      * list, used counts down the room left (SF_COUNT on a pop), class_idx
      * the class, in_use says the list is set up and committed holds its
-     * capacity (blocks, at most SF_CL_BLOCKS); local_free stays NULL.
+     * capacity (blocks, at most SF_CL_BLOCKS, less after a page took its
+     * blocks back: page.c, "Pages only a list keeps"); local_free stays
+     * NULL.
      * Only those first SF_CL_BYTES of a descriptor exist, so they are
      * read and written through sf_page_or_list_t alone (sf_cl_of), never
      * as bytes of another type.  Owner only but for statistics' reads of
      * the room (SF_GET). */
     unsigned char cl_heads[SF_SMALL_CLASS_MAX + 1][SF_CL_BYTES] __attribute__((aligned(64)));
+    /* Per small class, owner only (page.c, "Pages only a list keeps"): the
+     * list's head at its last free past full, and how many such frees in a
+     * row found the list as it was (a thread freeing many blocks and
+     * allocating none of the class). */
+    struct sf_block_s *cl_mark[SF_SMALL_CLASS_MAX + 1];
+    uint8_t cl_run[SF_SMALL_CLASS_MAX + 1];
 } sf_heap_t;
 
 #endif /* SEFER_TYPES_H */

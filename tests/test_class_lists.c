@@ -17,6 +17,10 @@
  *   - sefer_trim gives every listed block back to its page, and the pages
  *     go back to their segments;
  *   - a thread's exit does the same: its heap keeps no page in use;
+ *   - a thread that frees every block in a spread order keeps no page in
+ *     use but the class's current one: a page whose only blocks out are
+ *     listed takes them back (page.c, "Pages only a list keeps"), and the
+ *     list's capacity, lowered by them, comes back once it runs dry;
  *   - another thread's frees never reach the owner's list;
  *   - at memory.limit with memory.limit_action = fail, a malloc that does
  *     not go through direct[] (in a phase) takes the list's block rather
@@ -281,6 +285,50 @@ static void *trim_gives_back(void *unused)
 
 THREAD_CASE(trim_gives_back)
 
+/* The class's pages in this heap: on its queue and on the full list. */
+static unsigned class_pages(void)
+{
+    unsigned n = 0;
+    for (const sf_page_t *page = sf_tls_heap->queues[size_class()].first; page != NULL; page = page->next)
+        n++;
+    for (const sf_page_t *page = sf_tls_heap->full.first; page != NULL; page = page->next)
+        n += page->class_idx == size_class();
+    return n;
+}
+
+static void *list_keeps_no_page(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    take_all(v, MANY);
+    unsigned before = class_pages();
+    ck_assert_uint_ge(before, MANY / ONE_PAGE);
+    uint32_t most = free_spread(v, MANY);
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_int_eq(sefer_check(), 0);
+    if (!listing()) /* (level 2's quarantine keeps a freed block out a while) */
+        return NULL;
+    /* every block freed: the current page alone, whatever the list holds */
+    ck_assert_uint_eq(class_pages(), 1);
+    ck_assert_uint_gt(most, 0);
+    const sf_page_t *current = sf_tls_heap->queues[size_class()].first;
+    for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
+        ck_assert_ptr_eq(sf_page_of(sf_segment_of(b), b), current);
+    /* the list, its capacity lowered by the pages that took their blocks
+     * back, served and run dry: its whole capacity again */
+    uint32_t n = listed();
+    ck_assert_uint_le(my_list()->committed, sf_cl_cap(size_class()));
+    for (uint32_t i = 0; i <= n; i++)
+        v[i] = take(i);
+    ck_assert_uint_eq(my_list()->committed, sf_cl_cap(size_class()));
+    ck_assert_uint_eq(listed(), 0);
+    ck_assert_int_eq(sefer_check(), 0);
+    give_all(v, 0, n + 1);
+    return NULL;
+}
+
+THREAD_CASE(list_keeps_no_page)
+
 static void *free_and_exit(void *out)
 {
     static void *v[MANY];
@@ -375,6 +423,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_refused_takes_the_list);
     tcase_add_test(tc, test_bounded_and_counted_free);
     tcase_add_test(tc, test_trim_gives_back);
+    tcase_add_test(tc, test_list_keeps_no_page);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
