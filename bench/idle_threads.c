@@ -16,12 +16,18 @@
  * itself (the program goes on: an allocator that gives back only when
  * asked has been asked), then reads RSS.  What the idle threads then add
  * is what their allocator keeps of memory they no longer use (workers
- * asleep after a request).  The control's main thread waits too.
+ * asleep after a request).  The control's main thread waits too.  With -s
+ * the burst frees its blocks in a shuffled order (the same for every
+ * thread) rather than the order they came in: a request's objects freed
+ * as a program lets go of them, over all the pages the burst took, the
+ * case where blocks a thread cache keeps can each keep a page of their
+ * own in use.
  *
- *   idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-c]
+ *   idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-s] [-c]
  * Prints: idle_threads threads=T sizes=K burst_kib=KIB control=0|1 before_kib=B
  *         idle_kib=I exited_kib=E allocator=... (whichalloc.h) */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +39,7 @@
 #define SIZES_MAX 30
 
 static pthread_barrier_t parked, go;
-static int control, nsizes = 1, burst_kib;
+static int control, nsizes = 1, burst_kib, spread;
 static size_t sizes[SIZES_MAX];
 
 static long rss_kib(void) {
@@ -53,6 +59,13 @@ static void burst(int kib) {
     if (v == MAP_FAILED) return;
     for (int i = 0; i < kib; i++)
         if ((v[i] = malloc(1024)) != NULL) memset(v[i], 7, 1024);
+    uint64_t x = 0x9e3779b97f4a7c15ull; /* (xorshift64: the same shuffle in every thread) */
+    for (int i = kib - 1; spread && i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1));
+        char *t = v[i];
+        v[i] = v[j], v[j] = t;
+    }
     for (int i = 0; i < kib; i++) free(v[i]);
     munmap(v, bytes);
 }
@@ -73,13 +86,14 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     int n = 1000, c;
-    while ((c = getopt(argc, argv, "t:k:b:c")) != -1) {
+    while ((c = getopt(argc, argv, "t:k:b:sc")) != -1) {
         if (c == 't') n = atoi(optarg);
         else if (c == 'k') nsizes = atoi(optarg);
         else if (c == 'b') burst_kib = atoi(optarg);
+        else if (c == 's') spread = 1;
         else if (c == 'c') control = 1;
         else {
-            fprintf(stderr, "usage: idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-c]\n");
+            fprintf(stderr, "usage: idle_threads [-t THREADS] [-k SIZES] [-b KIB] [-s] [-c]\n");
             return 2;
         }
     }
@@ -109,8 +123,8 @@ int main(int argc, char **argv) {
     pthread_barrier_wait(&go);
     for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
     long exited = rss_kib();
-    printf("idle_threads threads=%d sizes=%d burst_kib=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld", n,
-           nsizes, burst_kib, control, before, idle, exited);
+    printf("idle_threads threads=%d sizes=%d burst_kib=%d spread=%d control=%d before_kib=%ld idle_kib=%ld exited_kib=%ld",
+           n, nsizes, burst_kib, spread, control, before, idle, exited);
     wa_print(stdout);
     putchar('\n');
     free(warm);
