@@ -409,7 +409,10 @@ SF_INLINE uint32_t sf_cl_cap(unsigned c) {
 SF_INLINE uint32_t sf_cl_blocks(const sf_page_or_list_t *cl) {
     if (!SF_GET(cl->in_use)) return 0; /* (never set up: page.c's cl_full_rare) */
     uint32_t cap = SF_GET(cl->committed), room = SF_GET(cl->used);
-    return room <= cap ? cap - room : cap; /* (room is -1 for a moment in sf_cl_full: full) */
+    /* (room is -1 for a moment in sf_cl_full: full; above the capacity
+     * for a moment while an emptied list's capacity comes back, page.c's
+     * cl_restore, which writes the room first: empty) */
+    return room == UINT32_MAX ? cap : room <= cap ? cap - room : 0;
 }
 SF_HIDDEN void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p);
 SF_HIDDEN sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl);

@@ -650,21 +650,25 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
  * levels 2-3 and valgrind's tracking never list a block: their pages have
  * no fast owner. */
 
-/* sf_cl_full's rare cases: a list used for the first time is set up (a
- * heap's lists start as zeroes: no room) and takes b; a full list that
- * direct[] does not name yet comes to be named (but for a small heap's
+/* sf_cl_full's rare cases: a list used for the first time, or found
+ * empty, is set up (a heap's lists start as zeroes: no room) and takes b;
+ * a full list that direct[] does not name yet comes to be named (but for a small heap's
  * classes served by another's entries: sf_page_update_direct), and b goes
  * to its page. */
 static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_or_list_t *cl = page->cl;
     unsigned c = page->class_idx;
-    if (!cl->in_use) {
+    /* (an empty list found full had its capacity taken by pages that took
+     * their blocks back, "Pages only a list keeps" below, and direct[]
+     * went back to a page before it ran dry: its capacity back too) */
+    if (!cl->in_use || cl->free == NULL) {
         uint32_t cap = sf_cl_cap(c);
         cl->class_idx = (uint8_t)c;
         cl->local_free = NULL;
-        /* (statistics read these three from other threads: sf_cl_blocks) */
-        SF_SET(cl->committed, (uint8_t)cap);
+        /* (statistics read these three from other threads, room first:
+         * sf_cl_blocks) */
         SF_SET(cl->used, cap - 1u); /* (b is on it) */
+        SF_SET(cl->committed, (uint8_t)cap);
         SF_SET(cl->in_use, 1);
         b->cookie = sf_page_cookie(page);
         b->next = cl->free;
@@ -712,67 +716,79 @@ static sf_page_t *listed_page(const sf_block_t *b) {
     return sf_small_page_in(sf_small_seg(u >> SF_SEG_SHIFT), u);
 }
 
-/* Blocks taken off cl (`taken`, linked, n of them) back onto their pages;
- * the list's capacity shrinks by n so that it stays full.  Off the list
- * first, then pushed: a page's last push empties it, and its release may
- * look at the list. */
-static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t *taken, uint32_t n) {
-    SF_SET(cl->committed, (uint8_t)(cl->committed - n));
-    heap->cl_mark[cl->class_idx] = cl->free; /* (the run goes on, with no walk again) */
-    while (taken != NULL) {
-        sf_block_t *next = taken->next;
-        sf_page_local_free_slow(heap, listed_page(taken), taken);
-        taken = next;
+/* The list's blocks, top first, into v (at most SF_CL_BLOCKS); *rest is
+ * what follows the last one read.  The walk stops at a block that is not
+ * one of heap's small blocks (a damaged link, which sefer_check reports):
+ * nothing is written through it, and what follows is kept as it was. */
+static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_block_t **v, sf_block_t **rest) {
+    uint32_t n = 0;
+    sf_block_t *b = cl->free;
+    for (; b != NULL && n < SF_CL_BLOCKS; b = b->next) {
+        uintptr_t chunk = (uintptr_t)b >> SF_SEG_SHIFT;
+        if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap)
+            break;
+        v[n++] = b;
     }
+    *rest = b;
+    return n;
+}
+
+/* v[0 .. n) read from cl (cl_read, rest after them): those with take[i]
+ * set come off the list, the others stay in their order, and the taken
+ * go back onto their pages; the list's capacity shrinks by as many, so
+ * that it stays full.  Off the list first, then pushed: a page's last
+ * push empties it, and its release may look at the list. */
+static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v, const bool *take, uint32_t n,
+                         sf_block_t *rest) {
+    sf_block_t **link = &cl->free;
+    uint32_t taken = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (take[i]) {
+            taken++;
+            continue;
+        }
+        *link = v[i];
+        link = &v[i]->next;
+    }
+    *link = rest;
+    SF_SET(cl->committed, (uint8_t)(cl->committed - taken));
+    heap->cl_mark[cl->class_idx] = cl->free; /* (the run goes on, with no walk again) */
+    for (uint32_t i = 0; i < n; i++)
+        if (take[i]) sf_page_local_free_slow(heap, listed_page(v[i]), v[i]);
 }
 
 /* A page whose blocks out (`out`, the page not its class's current one)
  * may all be listed: counted; taken back if they are. */
 static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
-    uintptr_t home = (uintptr_t)page->page_start >> SF_SMALL_PAGE_SHIFT;
-    uint32_t listed = 0;
-    for (const sf_block_t *b = cl->free; b != NULL; b = b->next)
-        listed += (uintptr_t)b >> SF_SMALL_PAGE_SHIFT == home;
-    page->cl_seen = (uint16_t)listed;
-    if (listed != out) return;
-    sf_block_t *taken = NULL;
-    for (sf_block_t **link = &cl->free; *link != NULL;) {
-        sf_block_t *b = *link;
-        if ((uintptr_t)b >> SF_SMALL_PAGE_SHIFT != home) {
-            link = &b->next;
-            continue;
-        }
-        *link = b->next;
-        b->next = taken;
-        taken = b;
+    sf_block_t *v[SF_CL_BLOCKS], *rest;
+    bool take[SF_CL_BLOCKS];
+    uint32_t n = cl_read(heap, cl, v, &rest), listed = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        take[i] = listed_page(v[i]) == page;
+        listed += take[i];
     }
-    cl_give_back(heap, cl, taken, listed);
+    page->cl_seen = (uint16_t)listed;
+    if (listed == out) cl_give_back(heap, cl, v, take, n, rest);
 }
 
 /* Every page on the list counted afresh; the blocks of those the list
  * alone keeps taken back. */
 static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
-    for (sf_block_t *b = cl->free; b != NULL; b = b->next)
-        listed_page(b)->cl_seen = 0;
-    for (sf_block_t *b = cl->free; b != NULL; b = b->next)
-        listed_page(b)->cl_seen++;
+    sf_block_t *v[SF_CL_BLOCKS], *rest;
+    bool take[SF_CL_BLOCKS], any = false;
+    uint32_t n = cl_read(heap, cl, v, &rest);
+    for (uint32_t i = 0; i < n; i++)
+        listed_page(v[i])->cl_seen = 0;
+    for (uint32_t i = 0; i < n; i++)
+        listed_page(v[i])->cl_seen++;
     /* (a page's used carries the bias while it is its class's current one:
      * never equal to a list's count) */
-    sf_block_t *taken = NULL;
-    uint32_t n = 0;
-    for (sf_block_t **link = &cl->free; *link != NULL;) {
-        sf_block_t *b = *link;
-        const sf_page_t *page = listed_page(b);
-        if (page->used != page->cl_seen) {
-            link = &b->next;
-            continue;
-        }
-        *link = b->next;
-        b->next = taken;
-        taken = b;
-        n++;
+    for (uint32_t i = 0; i < n; i++) {
+        const sf_page_t *page = listed_page(v[i]);
+        take[i] = page->used == page->cl_seen;
+        any |= take[i];
     }
-    if (n != 0) cl_give_back(heap, cl, taken, n);
+    if (any) cl_give_back(heap, cl, v, take, n, rest);
 }
 
 /* The owner's free found the class list full (its room counted below
@@ -809,8 +825,8 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
  * blocks back lowered it: "Pages only a list keeps" above). */
 static void cl_restore(sf_page_or_list_t *cl) {
     uint32_t cap = sf_cl_cap(cl->class_idx);
+    SF_SET(cl->used, cap); /* (room first: sf_cl_blocks) */
     SF_SET(cl->committed, (uint8_t)cap);
-    SF_SET(cl->used, cap);
 }
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
@@ -838,7 +854,10 @@ void sf_cl_flush_all(sf_heap_t *heap) {
     for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
         sf_page_or_list_t *cl = sf_cl_of(heap, c);
         sf_block_t *b = cl->free;
-        if (b == NULL) continue;
+        if (b == NULL) {
+            if (cl->in_use) cl_restore(cl); /* (its capacity, if pages took it) */
+            continue;
+        }
         /* detached first: the pushes below may make a page its class's
          * current one, and direct[] must not name the list meanwhile */
         cl->free = NULL;

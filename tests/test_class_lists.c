@@ -21,6 +21,10 @@
  *     use but the class's current one: a page whose only blocks out are
  *     listed takes them back (page.c, "Pages only a list keeps"), and the
  *     list's capacity, lowered by them, comes back once it runs dry;
+ *   - a list those pages emptied gets its capacity back at a trim, and at
+ *     the next free that finds it full once direct[] names a page (after
+ *     a phase);
+ *   - the walks of those pages stop at a damaged link, and keep it;
  *   - another thread's frees never reach the owner's list;
  *   - at memory.limit with memory.limit_action = fail, a malloc that does
  *     not go through direct[] (in a phase) takes the list's block rather
@@ -329,6 +333,87 @@ static void *list_keeps_no_page(void *unused)
 
 THREAD_CASE(list_keeps_no_page)
 
+/* Frees in the order of the blocks: the list's first blocks fill a page of
+ * their own, which takes them back, and the list is left empty with no
+ * capacity.  Once direct[] names a page instead (the end of a phase, a
+ * trim) without a malloc having found the list dry, the next frees find
+ * it set up again with its whole capacity. */
+static void drain_in_order(void **v)
+{
+    take_all(v, MANY);
+    give_all(v, 0, MANY);
+    ck_assert_uint_eq(listed(), 0);
+    if (listing())
+        ck_assert_uint_eq(my_list()->committed, 0);
+}
+
+static void frees_are_listed_again(void **v)
+{
+    take_all(v, ONE_PAGE);
+    give_all(v, 0, ONE_PAGE / 2);
+    if (listing()) {
+        ck_assert_uint_eq(my_list()->committed, sf_cl_cap(size_class()));
+        ck_assert_uint_ge(listed(), ONE_PAGE / 4); /* (a free into a full page goes to it) */
+    }
+    give_all(v, ONE_PAGE / 2, ONE_PAGE);
+}
+
+static void *capacity_comes_back(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    drain_in_order(v);
+    ck_assert_int_eq(sefer_phase_begin("direct[] to the page"), 0);
+    ck_assert_int_eq(sefer_phase_end(NULL), 0);
+    frees_are_listed_again(v);
+    drain_in_order(v);
+    sefer_trim(); /* (which gives an emptied list its capacity back at once) */
+    if (listing())
+        ck_assert_uint_eq(my_list()->committed, sf_cl_cap(size_class()));
+    frees_are_listed_again(v);
+    return NULL;
+}
+
+THREAD_CASE(capacity_comes_back)
+
+/* A listed block's link damaged (a write after free) to a pointer that is
+ * not the heap's: the walks of the pages only the list keeps stop there,
+ * write nothing through it and keep it; put right, everything goes back. */
+static void *damaged_link_walked_around(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    if (!listing())
+        return NULL;
+    take_all(v, MANY);
+    unsigned cap = sf_cl_cap(size_class()), i = 0;
+    while (listed() < cap) /* (a free into a full page goes to it) */
+        give(v[i], i), i++;
+    sf_block_t *at = my_list()->free;
+    for (unsigned k = 0; k < cap / 4; k++)
+        at = at->next;
+    sf_block_t *tail = at->next;
+    at->next = (sf_block_t *)(uintptr_t)0x1010; /* (no heap's; the rest out of the walks' reach) */
+    /* a run of frees past the full list: a walk of every listed page */
+    unsigned from = i;
+    for (unsigned k = 0; k < 2 * 32; k++, i++)
+        give(v[i], i);
+    /* still on the list, after whatever stayed (blocks before it may have
+     * gone back to their pages, all of them even) */
+    sf_block_t *wild = (sf_block_t *)(uintptr_t)0x1010, **link = &my_list()->free;
+    for (unsigned k = 0; k <= cap && *link != NULL && *link != wild; k++)
+        link = &(*link)->next;
+    ck_assert_ptr_eq(*link, wild);
+    *link = tail;
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_uint_gt(i, from);
+    ck_assert_int_eq(sefer_check(), 0);
+    give_all(v, i, MANY);
+    return NULL;
+}
+
+THREAD_CASE(damaged_link_walked_around)
+
 static void *free_and_exit(void *out)
 {
     static void *v[MANY];
@@ -424,6 +509,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_bounded_and_counted_free);
     tcase_add_test(tc, test_trim_gives_back);
     tcase_add_test(tc, test_list_keeps_no_page);
+    tcase_add_test(tc, test_capacity_comes_back);
+    tcase_add_test(tc, test_damaged_link_walked_around);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
