@@ -27,8 +27,7 @@ void *sf_alloc_class(unsigned c) {
         p = sf_page_malloc_class(heap, c);
         /* refused (memory.limit_action = fail, segments.max): the class's
          * list may still hold blocks, which paths that do not go through
-         * direct[] (aligned requests, phases) pass by (page.c, "Class
-         * lists") */
+         * direct[] (phases) pass by (page.c, "Class lists") */
         if (SF_UNLIKELY(p == NULL) && c <= SF_SMALL_CLASS_MAX) {
             sf_page_or_list_t *cl = sf_cl_of(heap, c);
             if (cl->free != NULL) p = sf_hand_out(heap, cl, cl->free, cl->free->next);
@@ -252,7 +251,12 @@ void *sf_malloc_aligned_slow(size_t align, size_t n) {
     if (aligned_is_malloc(align, n)) return sf_malloc(align);
     unsigned c = sf_class_for_aligned(n, align);
     if (c == 0) return sf_alloc_span(n, align);
-    void *p = sf_heap_pop(sf_tls_heap, c);
+    /* every block of c is aligned: the class list's first, as malloc's
+     * (else the frees of a program that allocates a class only aligned
+     * fill the list and all go past it from then on) */
+    sf_heap_t *heap = sf_tls_heap;
+    void *p = c <= SF_SMALL_CLASS_MAX ? sf_cl_pop(heap, c) : NULL;
+    if (p == NULL) p = sf_heap_pop(heap, c);
     return p != NULL ? p : sf_alloc_class(c);
 }
 

@@ -570,6 +570,20 @@ SF_INLINE void *sf_heap_pop(sf_heap_t *heap, unsigned class_idx) {
     return sf_hand_out(heap, page, b, b->next);
 }
 
+/* A block of small class c from the top of its class list, as malloc's
+ * pop would take it when direct[] names the list; NULL if the list is
+ * empty (a heap without lists: the fallback heap's and the unclaimed
+ * marker's stay empty).  For paths that choose the class themselves
+ * (aligned requests), so that their frees, which go on the list, come
+ * back to them (page.c, "Class lists"). */
+SF_INLINE void *sf_cl_pop(sf_heap_t *heap, unsigned c) {
+    sf_page_or_list_t *cl = sf_cl_of(heap, c);
+    sf_block_t *b = cl->free;
+    if (b == NULL) return NULL;
+    if (sf_sample_tick(heap, sf_class_size[c])) return sf_sample_take_class(c, heap);
+    return sf_hand_out(heap, cl, b, b->next);
+}
+
 SF_INLINE void *sf_calloc(size_t count, size_t size) {
     size_t n;
     if (SF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) {

@@ -26,6 +26,8 @@
  *     a phase);
  *   - the walks of those pages stop at a damaged link, and keep it;
  *   - another thread's frees never reach the owner's list;
+ *   - an aligned request whose class is the list's takes the list's top
+ *     block, as malloc would (its frees go on the list);
  *   - at memory.limit with memory.limit_action = fail, a malloc that does
  *     not go through direct[] (in a phase) takes the list's block rather
  *     than failing;
@@ -414,6 +416,44 @@ static void *damaged_link_walked_around(void *unused)
 
 THREAD_CASE(damaged_link_walked_around)
 
+/* aligned_alloc(128, SIZE) is served by the class (768 = 6 x 128): from
+ * the list's top while it has blocks, then from the page. */
+static void *aligned_takes_the_list(void *unused)
+{
+    (void)unused;
+    static void *v[ONE_PAGE];
+    take_all(v, ONE_PAGE);
+    give(v[3], 3);
+    give(v[7], 7);
+    void *a = sefer_aligned_alloc(128, SIZE), *b = sefer_aligned_alloc(128, SIZE);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq((uintptr_t)a % 128, 0);
+    ck_assert_uint_eq((uintptr_t)b % 128, 0);
+    if (listing()) {
+        ck_assert_ptr_eq(a, v[7]);
+        ck_assert_ptr_eq(b, v[3]);
+        ck_assert_uint_eq(listed(), 0);
+    }
+    st_pat_fill(a, SIZE, 7);
+    st_pat_fill(b, SIZE, 3);
+    v[7] = a;
+    v[3] = b;
+    /* the same request again and again, freed each time: the list does not
+     * fill (its block comes back) */
+    for (unsigned i = 0; i < 4 * SF_CL_BLOCKS; i++) {
+        void *p = sefer_aligned_alloc(128, SIZE);
+        ck_assert_ptr_nonnull(p);
+        sefer_free(p);
+    }
+    ck_assert_uint_le(listed(), 1);
+    ck_assert_int_eq(sefer_check(), 0);
+    give_all(v, 0, ONE_PAGE);
+    return NULL;
+}
+
+THREAD_CASE(aligned_takes_the_list)
+
 static void *free_and_exit(void *out)
 {
     static void *v[MANY];
@@ -511,6 +551,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_list_keeps_no_page);
     tcase_add_test(tc, test_capacity_comes_back);
     tcase_add_test(tc, test_damaged_link_walked_around);
+    tcase_add_test(tc, test_aligned_takes_the_list);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
