@@ -696,19 +696,42 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *     they are all listed takes them off the list and back onto the page,
  *     which empties and goes back to its segment;
  *   - the counts go stale as malloc pops and free pushes (fast paths that
- *     keep no count), so once SF_CL_RUN frees in a row past full have
- *     found the list as it was (nothing popped or pushed since: the list
- *     head unchanged), every page on the list is counted afresh and those
- *     it alone keeps give their blocks back (cl_sweep), once a run.  A
- *     thread that allocates and frees a class in turn meets that seldom:
- *     only a run of frees pays for a walk;
+ *     keep no count), so when a free past the full list empties a page
+ *     (the sign that frees are draining the class: a thread that
+ *     allocates and frees a class in turn, in bursts of one page or a
+ *     few, seldom empties one that way), every page on the list is
+ *     counted afresh and those it alone keeps give their blocks back
+ *     (cl_sweep), unless nothing was popped or pushed since the last count
+ *     (the list's head as it was then: cl_runs' mark).  Walking on every
+ *     free past full instead (or after a run of them) cost bursts of one
+ *     size larger than a page a retire and a refill of the list's page
+ *     each time, and the run's count 15 instructions a free;
  *   - blocks taken back lower the list's capacity (committed) rather than
  *     leave it room, so the list stays full and the next frees, too, go to
- *     their pages: the counts stay right while the run lasts.  The
- *     capacity comes back when the list runs dry or is flushed.
+ *     their pages: the counts stay right while the drain lasts.  The
+ *     capacity comes back when the list runs dry or is flushed, or at the
+ *     next free that finds it empty and full (cl_full_rare).
  *
  * A walk is at most the list's SF_CL_BLOCKS blocks, just freed. */
-#define SF_CL_RUN 32u
+
+/* The record beside class list cl (types.h, sf_heap_t.cl_runs). */
+static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
+    return (struct sf_cl_run *)((unsigned char *)cl + sizeof(((sf_heap_t *)0)->cl_heads));
+}
+
+/* The most blocks a page may have on list cl and still take them back:
+ * a quarter of the list's capacity.  A list whose blocks crowd on a page
+ * holds that page as its own memory rather than strands it: a thread
+ * freeing a burst in order lists its first blocks, all on one page, and a
+ * loop of such bursts gave that page back and carved it again every time
+ * (bench/fastpath mixed -m 64:64 -k 4096: 79 instructions an operation
+ * before pages went back, 102 with that page too, and 0.75-0.85x the
+ * time).  Blocks freed in a spread order lie a few to a page.  So a heap
+ * keeps at most three pages a class for its lists alone. */
+static uint32_t cl_few(const sf_page_or_list_t *cl) {
+    uint32_t quarter = sf_cl_cap(cl->class_idx) / 4;
+    return quarter != 0 ? quarter : 1;
+}
 
 /* The page of a listed block (every one is on a small page). */
 static sf_page_t *listed_page(const sf_block_t *b) {
@@ -752,7 +775,7 @@ static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v,
     }
     *link = rest;
     SF_SET(cl->committed, (uint8_t)(cl->committed - taken));
-    heap->cl_mark[cl->class_idx] = cl->free; /* (the run goes on, with no walk again) */
+    cl_run_of(cl)->mark = cl->free; /* (counted: no walk again until the list changes) */
     for (uint32_t i = 0; i < n; i++)
         if (take[i]) sf_page_local_free_slow(heap, listed_page(v[i]), v[i]);
 }
@@ -768,7 +791,7 @@ static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_p
         listed += take[i];
     }
     page->cl_seen = (uint16_t)listed;
-    if (listed == out) cl_give_back(heap, cl, v, take, n, rest);
+    if (listed == out && listed <= cl_few(cl)) cl_give_back(heap, cl, v, take, n, rest);
 }
 
 /* Every page on the list counted afresh; the blocks of those the list
@@ -783,12 +806,23 @@ static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
         listed_page(v[i])->cl_seen++;
     /* (a page's used carries the bias while it is its class's current one:
      * never equal to a list's count) */
+    uint32_t few = cl_few(cl);
     for (uint32_t i = 0; i < n; i++) {
         const sf_page_t *page = listed_page(v[i]);
-        take[i] = page->used == page->cl_seen;
+        take[i] = page->used == page->cl_seen && page->cl_seen <= few;
         any |= take[i];
     }
     if (any) cl_give_back(heap, cl, v, take, n, rest);
+    cl_run_of(cl)->mark = cl->free;
+}
+
+/* A free past the full list empties b's page: frees are draining the class.
+ * Unless nothing was popped or pushed since the last count (the list's
+ * head as it was then), every page on the list is counted afresh and
+ * those it alone keeps give their blocks back (cl_sweep). */
+static SF_NOINLINE void cl_page_emptied(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, sf_block_t *b) {
+    sf_free_owned(heap, page, b, true); /* (the page goes back to its segment: not read again) */
+    if (cl->free != cl_run_of(cl)->mark) cl_sweep(heap, cl);
 }
 
 /* The owner's free found the class list full (its room counted below
@@ -807,18 +841,14 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
         return;
     }
     SF_COUNT(cl->used); /* (back to none) */
-    unsigned c = page->class_idx;
-    uint32_t out = sf_free_owned(heap, page, b, true); /* (the push onto its page, as before the lists) */
-    if (out == 0) return; /* (the page emptied: maybe gone) */
-    /* pages only the list keeps (above) */
-    if (SF_UNLIKELY(out <= page->cl_seen)) {
-        cl_give_back_page(heap, page, cl, out);
-    } else if (cl->free != heap->cl_mark[c]) {
-        heap->cl_mark[c] = cl->free;
-        heap->cl_run[c] = 0;
-    } else if (heap->cl_run[c] < SF_CL_RUN && SF_UNLIKELY(++heap->cl_run[c] == SF_CL_RUN)) {
-        cl_sweep(heap, cl); /* (once a run: the list changes after only by what it takes back) */
+    /* pages only the list keeps (above): a page b empties is a drain's
+     * sign (out of line, so that this stays a leaf) */
+    if (SF_UNLIKELY(page->used == 1)) {
+        cl_page_emptied(heap, page, cl, b);
+        return;
     }
+    uint32_t out = sf_free_owned(heap, page, b, true); /* (the push onto its page, as before the lists) */
+    if (SF_UNLIKELY(out <= page->cl_seen)) cl_give_back_page(heap, page, cl, out);
 }
 
 /* An empty list's full capacity and room back (pages that took their

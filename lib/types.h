@@ -536,12 +536,16 @@ typedef struct sf_heap_s {
      * as bytes of another type.  Owner only but for statistics' reads of
      * the room (SF_GET). */
     unsigned char cl_heads[SF_SMALL_CLASS_MAX + 1][SF_CL_BYTES] __attribute__((aligned(64)));
-    /* Per small class, owner only (page.c, "Pages only a list keeps"): the
-     * list's head at its last free past full, and how many such frees in a
-     * row found the list as it was (a thread freeing many blocks and
-     * allocating none of the class). */
-    struct sf_block_s *cl_mark[SF_SMALL_CLASS_MAX + 1];
-    uint8_t cl_run[SF_SMALL_CLASS_MAX + 1];
+    /* Per small class, owner only (page.c, "Pages only a list keeps"),
+     * one constant offset past its list's head (cl_run_of: no class
+     * index): the list's head when its pages were last counted. */
+    struct sf_cl_run {
+        struct sf_block_s *mark;
+        unsigned char pad[SF_CL_BYTES - sizeof(void *)];
+    } cl_runs[SF_SMALL_CLASS_MAX + 1];
 } sf_heap_t;
+_Static_assert(sizeof(struct sf_cl_run) == SF_CL_BYTES &&
+                   offsetof(sf_heap_t, cl_runs) == offsetof(sf_heap_t, cl_heads) + sizeof(((sf_heap_t *)0)->cl_heads),
+               "a class list's run record lies at one offset from its head");
 
 #endif /* SEFER_TYPES_H */

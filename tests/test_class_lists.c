@@ -20,7 +20,8 @@
  *   - a thread that frees every block in a spread order keeps no page in
  *     use but the class's current one: a page whose only blocks out are
  *     listed takes them back (page.c, "Pages only a list keeps"), and the
- *     list's capacity, lowered by them, comes back once it runs dry;
+ *     list's capacity, lowered by them, comes back once it runs dry; a
+ *     page the list's blocks crowd on (freed in order) stays the list's;
  *   - a list those pages emptied gets its capacity back at a trim, and at
  *     the next free that finds it full once direct[] names a page (after
  *     a phase);
@@ -335,15 +336,34 @@ static void *list_keeps_no_page(void *unused)
 
 THREAD_CASE(list_keeps_no_page)
 
-/* Frees in the order of the blocks: the list's first blocks fill a page of
- * their own, which takes them back, and the list is left empty with no
+/* Every block freed in order: the list's blocks crowd on one page, which
+ * it keeps as its own (a loop of such bursts would give the page back and
+ * carve it again each time); every other page but the current one goes. */
+static void *crowded_page_kept(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    take_all(v, MANY);
+    give_all(v, 0, MANY);
+    if (!listing())
+        return NULL;
+    ck_assert_uint_eq(listed(), sf_cl_cap(size_class()));
+    ck_assert_uint_le(class_pages(), 2);
+    return NULL;
+}
+
+THREAD_CASE(crowded_page_kept)
+
+/* Every block freed in a spread order: the pages the list's blocks are on
+ * take them back, a few each, and the list is left empty with no
  * capacity.  Once direct[] names a page instead (the end of a phase, a
  * trim) without a malloc having found the list dry, the next frees find
  * it set up again with its whole capacity. */
-static void drain_in_order(void **v)
+static void drain_spread(void **v)
 {
     take_all(v, MANY);
-    give_all(v, 0, MANY);
+    (void)free_spread(v, MANY);
+    ck_assert_uint_eq(damaged, 0);
     ck_assert_uint_eq(listed(), 0);
     if (listing())
         ck_assert_uint_eq(my_list()->committed, 0);
@@ -364,11 +384,11 @@ static void *capacity_comes_back(void *unused)
 {
     (void)unused;
     static void *v[MANY];
-    drain_in_order(v);
+    drain_spread(v);
     ck_assert_int_eq(sefer_phase_begin("direct[] to the page"), 0);
     ck_assert_int_eq(sefer_phase_end(NULL), 0);
     frees_are_listed_again(v);
-    drain_in_order(v);
+    drain_spread(v);
     sefer_trim(); /* (which gives an emptied list its capacity back at once) */
     if (listing())
         ck_assert_uint_eq(my_list()->committed, sf_cl_cap(size_class()));
@@ -549,6 +569,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_bounded_and_counted_free);
     tcase_add_test(tc, test_trim_gives_back);
     tcase_add_test(tc, test_list_keeps_no_page);
+    tcase_add_test(tc, test_crowded_page_kept);
     tcase_add_test(tc, test_capacity_comes_back);
     tcase_add_test(tc, test_damaged_link_walked_around);
     tcase_add_test(tc, test_aligned_takes_the_list);
