@@ -739,17 +739,20 @@ static sf_page_t *listed_page(const sf_block_t *b) {
     return sf_small_page_in(sf_small_seg(u >> SF_SEG_SHIFT), u);
 }
 
-/* The list's blocks, top first, into v (at most SF_CL_BLOCKS); *rest is
- * what follows the last one read.  The walk stops at a block that is not
- * one of heap's small blocks (a damaged link, which sefer_check reports):
- * nothing is written through it, and what follows is kept as it was. */
-static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_block_t **v, sf_block_t **rest) {
+/* The list's blocks, top first, into v and their pages into pg (at most
+ * SF_CL_BLOCKS); *rest is what follows the last one read.  The walk stops
+ * at a block that is not one of heap's small blocks (a damaged link,
+ * which sefer_check reports): nothing is written through it, and what
+ * follows is kept as it was. */
+static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_block_t **v, sf_page_t **pg,
+                        sf_block_t **rest) {
     uint32_t n = 0;
     sf_block_t *b = cl->free;
     for (; b != NULL && n < SF_CL_BLOCKS; b = b->next) {
         uintptr_t chunk = (uintptr_t)b >> SF_SEG_SHIFT;
         if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap)
             break;
+        pg[n] = listed_page(b);
         v[n++] = b;
     }
     *rest = b;
@@ -761,8 +764,8 @@ static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_b
  * go back onto their pages; the list's capacity shrinks by as many, so
  * that it stays full.  Off the list first, then pushed: a page's last
  * push empties it, and its release may look at the list. */
-static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v, const bool *take, uint32_t n,
-                         sf_block_t *rest) {
+static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v, sf_page_t **pg, const bool *take,
+                         uint32_t n, sf_block_t *rest) {
     sf_block_t **link = &cl->free;
     uint32_t taken = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -777,42 +780,43 @@ static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v,
     SF_SET(cl->committed, (uint8_t)(cl->committed - taken));
     cl_run_of(cl)->mark = cl->free; /* (counted: no walk again until the list changes) */
     for (uint32_t i = 0; i < n; i++)
-        if (take[i]) sf_page_local_free_slow(heap, listed_page(v[i]), v[i]);
+        if (take[i]) sf_page_local_free_slow(heap, pg[i], v[i]);
 }
 
 /* A page whose blocks out (`out`, the page not its class's current one)
  * may all be listed: counted; taken back if they are. */
 static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
     sf_block_t *v[SF_CL_BLOCKS], *rest;
+    sf_page_t *pg[SF_CL_BLOCKS];
     bool take[SF_CL_BLOCKS];
-    uint32_t n = cl_read(heap, cl, v, &rest), listed = 0;
+    uint32_t n = cl_read(heap, cl, v, pg, &rest), listed = 0;
     for (uint32_t i = 0; i < n; i++) {
-        take[i] = listed_page(v[i]) == page;
+        take[i] = pg[i] == page;
         listed += take[i];
     }
     page->cl_seen = (uint16_t)listed;
-    if (listed == out && listed <= cl_few(cl)) cl_give_back(heap, cl, v, take, n, rest);
+    if (listed == out && listed <= cl_few(cl)) cl_give_back(heap, cl, v, pg, take, n, rest);
 }
 
 /* Every page on the list counted afresh; the blocks of those the list
  * alone keeps taken back. */
 static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
     sf_block_t *v[SF_CL_BLOCKS], *rest;
+    sf_page_t *pg[SF_CL_BLOCKS];
     bool take[SF_CL_BLOCKS], any = false;
-    uint32_t n = cl_read(heap, cl, v, &rest);
+    uint32_t n = cl_read(heap, cl, v, pg, &rest);
     for (uint32_t i = 0; i < n; i++)
-        listed_page(v[i])->cl_seen = 0;
+        pg[i]->cl_seen = 0;
     for (uint32_t i = 0; i < n; i++)
-        listed_page(v[i])->cl_seen++;
+        pg[i]->cl_seen++;
     /* (a page's used carries the bias while it is its class's current one:
      * never equal to a list's count) */
     uint32_t few = cl_few(cl);
     for (uint32_t i = 0; i < n; i++) {
-        const sf_page_t *page = listed_page(v[i]);
-        take[i] = page->used == page->cl_seen && page->cl_seen <= few;
+        take[i] = pg[i]->cl_seen <= few && pg[i]->used == pg[i]->cl_seen;
         any |= take[i];
     }
-    if (any) cl_give_back(heap, cl, v, take, n, rest);
+    if (any) cl_give_back(heap, cl, v, pg, take, n, rest);
     cl_run_of(cl)->mark = cl->free;
 }
 
