@@ -35,8 +35,8 @@
  * (/stats, /metrics), and the first one made because the registry was full
  * says so on stderr.
  *
- * Memory per heap: sizeof(sf_heap_t) (about 8.9 KiB: direct[] 4 KiB of
- * it, the class lists 1 KiB) in its chunk, and its ring's cells
+ * Memory per heap: sizeof(sf_heap_t) (about 9.9 KiB: direct[] 4 KiB of
+ * it, the class lists 1 KiB and their records 1 KiB) in its chunk, and its ring's cells
  * (rings.capacity x 16 bytes of address space, touched only as they are
  * used and given back when the heap becomes FREE). */
 #include "internal.h"

@@ -405,6 +405,13 @@ SF_INLINE uint32_t sf_cl_cap(unsigned c) {
     uint32_t by_bytes = SF_CL_LIST_BYTES / sf_class_size[c];
     return by_bytes < SF_CL_BLOCKS ? by_bytes : SF_CL_BLOCKS;
 }
+/* The most of its blocks a page may have on class c's list and still take
+ * them back: a quarter of the list's capacity (page.c, "Pages only a list
+ * keeps"). */
+SF_INLINE uint32_t sf_cl_few(unsigned c) {
+    uint32_t quarter = sf_cl_cap(c) / 4;
+    return quarter != 0 ? quarter : 1;
+}
 /* The blocks on a list now (another thread's read: a moment's figure). */
 SF_INLINE uint32_t sf_cl_blocks(const sf_page_or_list_t *cl) {
     if (!SF_GET(cl->in_use)) return 0; /* (never set up: page.c's cl_full_rare) */
@@ -769,7 +776,10 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
      * the fallback, so none of its pages meets a fast free) */
     if (plain && page->class_idx <= SF_SMALL_CLASS_MAX && sf_guard_level < 2) {
         page->cl = sf_cl_of(heap, page->class_idx);
-        page->cl_seen = 0; /* (none listed when last counted: page.c, "Pages only a list keeps") */
+        /* (not counted yet: the first free past the full list that leaves
+         * no more out than a page may give back counts them, page.c,
+         * "Pages only a list keeps") */
+        page->cl_seen = (uint16_t)sf_cl_few(page->class_idx);
     }
     /* a phase that began meanwhile must not find a fast page (phase.c) */
     if (v != 0) {

@@ -691,10 +691,13 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  * and allocating none is made of:
  *
  *   - each page keeps how many of its blocks the list held when last
- *     counted (cl_seen); a free onto the page past a full list that leaves
- *     no more blocks out than that counts again (cl_give_back_page), and if
+ *     counted (cl_seen; not counted yet, the most a page may give back,
+ *     sf_cl_few); a free onto the page past a full list that leaves no
+ *     more blocks out than that counts again (cl_give_back_page), and if
  *     they are all listed takes them off the list and back onto the page,
- *     which empties and goes back to its segment;
+ *     which empties and goes back to its segment.  A drain's frees past
+ *     the full list so count each page once as it nears empty, and give
+ *     back the pages the list alone keeps;
  *   - the counts go stale as malloc pops and free pushes (fast paths that
  *     keep no count), so when a free past the full list empties a page
  *     (the sign that frees are draining the class: a thread that
@@ -706,6 +709,16 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *     free past full instead (or after a run of them) cost bursts of one
  *     size larger than a page a retire and a refill of the list's page
  *     each time, and the run's count 15 instructions a free;
+ *   - a page keeps its listed blocks if they are more than a quarter of
+ *     the list's capacity (sf_cl_few): a list whose blocks crowd on a page
+ *     holds that page as its own memory rather than strands it.  A thread
+ *     freeing a burst in order lists its first blocks, all on one page,
+ *     and a loop of such bursts gave that page back and carved it again
+ *     every time (bench/instructions' burst64-4096: 79 instructions an
+ *     operation before pages went back, 102 with that page too, and
+ *     0.75-0.85x the time).  Blocks freed in a spread order lie a few to
+ *     a page.  So a heap keeps at most three pages a class for its lists
+ *     alone;
  *   - blocks taken back lower the list's capacity (committed) rather than
  *     leave it room, so the list stays full and the next frees, too, go to
  *     their pages: the counts stay right while the drain lasts.  The
@@ -717,20 +730,6 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
 /* The record beside class list cl (types.h, sf_heap_t.cl_runs). */
 static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
     return (struct sf_cl_run *)((unsigned char *)cl + sizeof(((sf_heap_t *)0)->cl_heads));
-}
-
-/* The most blocks a page may have on list cl and still take them back:
- * a quarter of the list's capacity.  A list whose blocks crowd on a page
- * holds that page as its own memory rather than strands it: a thread
- * freeing a burst in order lists its first blocks, all on one page, and a
- * loop of such bursts gave that page back and carved it again every time
- * (bench/fastpath mixed -m 64:64 -k 4096: 79 instructions an operation
- * before pages went back, 102 with that page too, and 0.75-0.85x the
- * time).  Blocks freed in a spread order lie a few to a page.  So a heap
- * keeps at most three pages a class for its lists alone. */
-static uint32_t cl_few(const sf_page_or_list_t *cl) {
-    uint32_t quarter = sf_cl_cap(cl->class_idx) / 4;
-    return quarter != 0 ? quarter : 1;
 }
 
 /* The page of a listed block (every one is on a small page). */
@@ -749,10 +748,16 @@ static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_b
     uint32_t n = 0;
     sf_block_t *b = cl->free;
     for (; b != NULL && n < SF_CL_BLOCKS; b = b->next) {
-        uintptr_t chunk = (uintptr_t)b >> SF_SEG_SHIFT;
-        if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap)
+        /* (a free block of a page of this list: in a small segment of the
+         * heap's, past the segment's header, on a page that pushes onto cl,
+         * at a block's start, with the page's free mark) */
+        uintptr_t u = (uintptr_t)b, chunk = u >> SF_SEG_SHIFT;
+        if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap ||
+            (u & (SF_SEG_SIZE - 1)) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT))
             break;
-        pg[n] = listed_page(b);
+        sf_page_t *page = listed_page(b);
+        if (page->cl != cl || !sf_page_is_block_start(page, b) || b->cookie != sf_page_cookie(page)) break;
+        pg[n] = page;
         v[n++] = b;
     }
     *rest = b;
@@ -795,7 +800,7 @@ static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_p
         listed += take[i];
     }
     page->cl_seen = (uint16_t)listed;
-    if (listed == out && listed <= cl_few(cl)) cl_give_back(heap, cl, v, pg, take, n, rest);
+    if (listed == out && listed <= sf_cl_few(cl->class_idx)) cl_give_back(heap, cl, v, pg, take, n, rest);
 }
 
 /* Every page on the list counted afresh; the blocks of those the list
@@ -811,7 +816,7 @@ static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
         pg[i]->cl_seen++;
     /* (a page's used carries the bias while it is its class's current one:
      * never equal to a list's count) */
-    uint32_t few = cl_few(cl);
+    uint32_t few = sf_cl_few(cl->class_idx);
     for (uint32_t i = 0; i < n; i++) {
         take[i] = pg[i]->cl_seen <= few && pg[i]->used == pg[i]->cl_seen;
         any |= take[i];
@@ -867,7 +872,7 @@ static void cl_restore(sf_page_or_list_t *cl) {
  * fill the list).  Returns what direct[] names now for the class. */
 sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
-    cl_restore(cl);
+    if (cl->free == NULL) cl_restore(cl);
     sf_page_update_direct(heap, c);
     sf_page_t *page = SF_GET(*sf_class_direct(heap, c)); /* (phase.c writes it) */
     return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */

@@ -336,6 +336,34 @@ static void *list_keeps_no_page(void *unused)
 
 THREAD_CASE(list_keeps_no_page)
 
+/* Every block freed in a shuffled order: every page has blocks on the
+ * list, so no free past it empties a page; each page, counted as it nears
+ * empty, gives its listed blocks back. */
+static void *shuffled_drain_keeps_no_page(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    static unsigned order[MANY];
+    take_all(v, MANY);
+    for (unsigned i = 0; i < MANY; i++)
+        order[i] = i;
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (unsigned i = MANY - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        unsigned j = (unsigned)(x % (i + 1)), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+    for (unsigned i = 0; i < MANY; i++)
+        give(v[order[i]], order[i]);
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_int_eq(sefer_check(), 0);
+    if (listing())
+        ck_assert_uint_eq(class_pages(), 1);
+    return NULL;
+}
+
+THREAD_CASE(shuffled_drain_keeps_no_page)
+
 /* Every block freed in order: the list's blocks crowd on one page, which
  * it keeps as its own (a loop of such bursts would give the page back and
  * carve it again each time); every other page but the current one goes. */
@@ -400,7 +428,8 @@ THREAD_CASE(capacity_comes_back)
 
 /* A listed block's link damaged (a write after free) to a pointer that is
  * not the heap's: the walks of the pages only the list keeps stop there,
- * write nothing through it and keep it; put right, everything goes back. */
+ * write nothing through it, keep it and what follows, and give back the
+ * pages they could count; put right, everything goes back. */
 static void *damaged_link_walked_around(void *unused)
 {
     (void)unused;
@@ -408,29 +437,26 @@ static void *damaged_link_walked_around(void *unused)
     if (!listing())
         return NULL;
     take_all(v, MANY);
-    unsigned cap = sf_cl_cap(size_class()), i = 0;
-    while (listed() < cap) /* (a free into a full page goes to it) */
-        give(v[i], i), i++;
+    unsigned cap = sf_cl_cap(size_class()), k = 0;
+    for (; listed() < cap; k++) /* (spread: a few blocks of each page) */
+        give(v[(k * 7u) % MANY], (k * 7u) % MANY);
     sf_block_t *at = my_list()->free;
-    for (unsigned k = 0; k < cap / 4; k++)
+    for (unsigned j = 0; j < cap / 2 - 1; j++)
         at = at->next;
-    sf_block_t *tail = at->next;
-    at->next = (sf_block_t *)(uintptr_t)0x1010; /* (no heap's; the rest out of the walks' reach) */
-    /* a run of frees past the full list: a walk of every listed page */
-    unsigned from = i;
-    for (unsigned k = 0; k < 2 * 32; k++, i++)
-        give(v[i], i);
-    /* still on the list, after whatever stayed (blocks before it may have
-     * gone back to their pages, all of them even) */
-    sf_block_t *wild = (sf_block_t *)(uintptr_t)0x1010, **link = &my_list()->free;
-    for (unsigned k = 0; k <= cap && *link != NULL && *link != wild; k++)
+    sf_block_t *tail = at->next, *wild = (sf_block_t *)(uintptr_t)0x1010; /* (no heap's) */
+    at->next = wild;                                                        /* (the rest out of the walks' reach) */
+    for (; k < MANY; k++)
+        give(v[(k * 7u) % MANY], (k * 7u) % MANY);
+    /* pages were counted and some given back with the damage in place */
+    ck_assert_uint_lt(my_list()->committed, cap);
+    /* still on the list, after whatever stayed, and the rest after it */
+    sf_block_t **link = &my_list()->free;
+    for (unsigned j = 0; j <= cap && *link != NULL && *link != wild; j++)
         link = &(*link)->next;
     ck_assert_ptr_eq(*link, wild);
     *link = tail;
     ck_assert_uint_eq(damaged, 0);
-    ck_assert_uint_gt(i, from);
     ck_assert_int_eq(sefer_check(), 0);
-    give_all(v, i, MANY);
     return NULL;
 }
 
@@ -570,6 +596,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_trim_gives_back);
     tcase_add_test(tc, test_list_keeps_no_page);
     tcase_add_test(tc, test_crowded_page_kept);
+    tcase_add_test(tc, test_shuffled_drain_keeps_no_page);
     tcase_add_test(tc, test_capacity_comes_back);
     tcase_add_test(tc, test_damaged_link_walked_around);
     tcase_add_test(tc, test_aligned_takes_the_list);
