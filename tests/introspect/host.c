@@ -20,8 +20,10 @@
  * --maps prints "mhd 1" if libmicrohttpd is mapped, else "mhd 0". */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,17 @@ static int open_fds(int *fds, int max) {
     return n;
 }
 
+/* dup2 fails with EBUSY while another thread is between taking a
+ * descriptor's number and installing it (Linux's dup2(2)): the
+ * introspection thread opens its own descriptors at any time, so a lost
+ * race is tried again (it failed CI once as "--fds dup2-low failed"). */
+static int dup2_retrying(int from, int to) {
+    int r;
+    while ((r = dup2(from, to)) < 0 && errno == EBUSY)
+        sched_yield();
+    return r;
+}
+
 static int abuse_fds(const char *mode) {
     int fds[4096], n = open_fds(fds, 4096), nul = open("/dev/null", O_RDONLY);
     if (strcmp(mode, "close-all") == 0) return close_range(3, ~0u, 0);
@@ -68,7 +81,7 @@ static int abuse_fds(const char *mode) {
     else if (strcmp(mode, "close-low") == 0)
         for (int fd = 3; fd < 64; fd++) close(fd);
     else if (strcmp(mode, "dup2-low") == 0)
-        return dup2(nul, 3) == 3 && dup2(nul, 4) == 4 ? 0 : -1;
+        return dup2_retrying(nul, 3) == 3 && dup2_retrying(nul, 4) == 4 ? 0 : -1;
     else
         return -1;
     return 0;
