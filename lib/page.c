@@ -650,8 +650,13 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
  * levels 2-3 and valgrind's tracking never list a block: their pages have
  * no fast owner. */
 
+/* The record beside class list cl (types.h, sf_heap_t.cl_runs). */
+static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
+    return (struct sf_cl_run *)((unsigned char *)cl + sizeof(((sf_heap_t *)0)->cl_heads));
+}
+
 /* sf_cl_full's rare cases: a list used for the first time, or found
- * empty, is set up (a heap's lists start as zeroes: no room) and takes b;
+ * empty after pages took its capacity, is set up (a heap's lists start as zeroes: no room) and takes b;
  * a full list that direct[] does not name yet comes to be named (but for a small heap's
  * classes served by another's entries: sf_page_update_direct), and b goes
  * to its page. */
@@ -661,7 +666,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
     /* (an empty list found full had its capacity taken by pages that took
      * their blocks back, "Pages only a list keeps" below, and direct[]
      * went back to a page before it ran dry: its capacity back too) */
-    if (!cl->in_use || cl->free == NULL) {
+    if (!cl->in_use || (cl->free == NULL && cl_run_of(cl)->lowered)) {
         uint32_t cap = sf_cl_cap(c);
         cl->class_idx = (uint8_t)c;
         cl->local_free = NULL;
@@ -670,6 +675,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
         SF_SET(cl->used, cap - 1u); /* (b is on it) */
         SF_SET(cl->committed, (uint8_t)cap);
         SF_SET(cl->in_use, 1);
+        cl_run_of(cl)->lowered = 0;
         b->cookie = sf_page_cookie(page);
         b->next = cl->free;
         cl->free = b;
@@ -727,11 +733,6 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *
  * A walk is at most the list's SF_CL_BLOCKS blocks, just freed. */
 
-/* The record beside class list cl (types.h, sf_heap_t.cl_runs). */
-static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
-    return (struct sf_cl_run *)((unsigned char *)cl + sizeof(((sf_heap_t *)0)->cl_heads));
-}
-
 /* The page of a listed block (every one is on a small page). */
 static sf_page_t *listed_page(const sf_block_t *b) {
     uintptr_t u = (uintptr_t)b;
@@ -784,6 +785,7 @@ static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v,
     *link = rest;
     SF_SET(cl->committed, (uint8_t)(cl->committed - taken));
     cl_run_of(cl)->mark = cl->free; /* (counted: no walk again until the list changes) */
+    cl_run_of(cl)->lowered = 1;
     for (uint32_t i = 0; i < n; i++)
         if (take[i]) sf_page_local_free_slow(heap, pg[i], v[i]);
 }
@@ -866,13 +868,19 @@ static void cl_restore(sf_page_or_list_t *cl) {
     uint32_t cap = sf_cl_cap(cl->class_idx);
     SF_SET(cl->used, cap); /* (room first: sf_cl_blocks) */
     SF_SET(cl->committed, (uint8_t)cap);
+    cl_run_of(cl)->lowered = 0;
+}
+
+/* The same for an empty list whose capacity pages took. */
+static void cl_restore_lowered(sf_page_or_list_t *cl) {
+    if (cl->free == NULL && cl_run_of(cl)->lowered) cl_restore(cl);
 }
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
  * fill the list).  Returns what direct[] names now for the class. */
 sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
-    if (cl->free == NULL) cl_restore(cl);
+    cl_restore_lowered(cl);
     sf_page_update_direct(heap, c);
     sf_page_t *page = SF_GET(*sf_class_direct(heap, c)); /* (phase.c writes it) */
     return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */
@@ -894,7 +902,7 @@ void sf_cl_flush_all(sf_heap_t *heap) {
         sf_page_or_list_t *cl = sf_cl_of(heap, c);
         sf_block_t *b = cl->free;
         if (b == NULL) {
-            if (cl->in_use) cl_restore(cl); /* (its capacity, if pages took it) */
+            cl_restore_lowered(cl);
             continue;
         }
         /* detached first: the pushes below may make a page its class's

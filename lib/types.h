@@ -538,10 +538,14 @@ typedef struct sf_heap_s {
     unsigned char cl_heads[SF_SMALL_CLASS_MAX + 1][SF_CL_BYTES] __attribute__((aligned(64)));
     /* Per small class, owner only (page.c, "Pages only a list keeps"),
      * one constant offset past its list's head (cl_run_of: no class
-     * index): the list's head when its pages were last counted. */
+     * index): the list's head when its pages were last counted, and
+     * whether pages that took their blocks back lowered its capacity (what
+     * comes back when it empties: a capacity set lower otherwise, as the
+     * tests' class_list_room.h sets 0, stays). */
     struct sf_cl_run {
         struct sf_block_s *mark;
-        unsigned char pad[SF_CL_BYTES - sizeof(void *)];
+        uint8_t lowered;
+        unsigned char pad[SF_CL_BYTES - sizeof(void *) - 1];
     } cl_runs[SF_SMALL_CLASS_MAX + 1];
 } sf_heap_t;
 _Static_assert(sizeof(struct sf_cl_run) == SF_CL_BYTES &&
