@@ -25,7 +25,8 @@
  *   - a list those pages emptied gets its capacity back at a trim, and at
  *     the next free that finds it full once direct[] names a page (after
  *     a phase);
- *   - the walks of those pages stop at a damaged link, and keep it;
+ *   - the walks of those pages stop at a damaged link (no heap's, into a
+ *     segment's header, to a live block), and keep it;
  *   - another thread's frees never reach the owner's list;
  *   - an aligned request whose class is the list's takes the list's top
  *     block, as malloc would (its frees go on the list);
@@ -427,40 +428,86 @@ static void *capacity_comes_back(void *unused)
 THREAD_CASE(capacity_comes_back)
 
 /* A listed block's link damaged (a write after free) to a pointer that is
- * not the heap's: the walks of the pages only the list keeps stop there,
- * write nothing through it, keep it and what follows, and give back the
- * pages they could count; put right, everything goes back. */
-static void *damaged_link_walked_around(void *unused)
+ * not a free block of the list's pages: the walks of the pages only the
+ * list keeps stop there, write nothing through it, keep it and what
+ * follows, and give back the pages they could count; put right,
+ * everything goes back.  The damage: a pointer that is no heap's, one
+ * into the segment's header, and a live block of the class (whose bytes
+ * must stay its owner's, and which must not be handed out again). */
+enum damage { NOT_THE_HEAPS, INTO_THE_HEADER, A_LIVE_BLOCK };
+
+static void walk_past(enum damage kind)
 {
-    (void)unused;
     static void *v[MANY];
     if (!listing())
-        return NULL;
+        return;
     take_all(v, MANY);
     unsigned cap = sf_cl_cap(size_class()), k = 0;
     for (; listed() < cap; k++) /* (spread: a few blocks of each page) */
         give(v[(k * 7u) % MANY], (k * 7u) % MANY);
+    /* kept throughout: the block after the one listed last, on the page
+     * whose blocks are on top of the list (in the walks' reach) */
+    unsigned kept = ((k - 1) * 7u) % MANY + 1;
+    void *live = v[kept];
     sf_block_t *at = my_list()->free;
     for (unsigned j = 0; j < cap / 2 - 1; j++)
         at = at->next;
-    sf_block_t *tail = at->next, *wild = (sf_block_t *)(uintptr_t)0x1010; /* (no heap's) */
-    at->next = wild;                                                        /* (the rest out of the walks' reach) */
+    sf_block_t *tail = at->next, *bad;
+    if (kind == NOT_THE_HEAPS)
+        bad = (sf_block_t *)(uintptr_t)0x1010;
+    else if (kind == INTO_THE_HEADER)
+        bad = (sf_block_t *)(((uintptr_t)at & ~((uintptr_t)SF_SEG_SIZE - 1)) + 0x40);
+    else
+        bad = live;
+    at->next = bad; /* (the rest out of the walks' reach) */
     for (; k < MANY; k++)
-        give(v[(k * 7u) % MANY], (k * 7u) % MANY);
+        if ((k * 7u) % MANY != kept)
+            give(v[(k * 7u) % MANY], (k * 7u) % MANY);
     /* pages were counted and some given back with the damage in place */
     ck_assert_uint_lt(my_list()->committed, cap);
     /* still on the list, after whatever stayed, and the rest after it */
     sf_block_t **link = &my_list()->free;
-    for (unsigned j = 0; j <= cap && *link != NULL && *link != wild; j++)
+    for (unsigned j = 0; j <= cap && *link != NULL && *link != bad; j++)
         link = &(*link)->next;
-    ck_assert_ptr_eq(*link, wild);
+    ck_assert_ptr_eq(*link, bad);
     *link = tail;
     ck_assert_uint_eq(damaged, 0);
     ck_assert_int_eq(sefer_check(), 0);
+    /* the live block is still its owner's alone */
+    for (unsigned i = 0; i < MANY; i++) {
+        v[i] = take(i);
+        ck_assert_ptr_ne(v[i], live);
+    }
+    ck_assert_uint_eq(st_pat_check_range(live, 0, SIZE, kept), SIZE_MAX);
+    give_all(v, 0, MANY);
+    give(live, kept);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+
+static void *damaged_link_not_the_heaps(void *unused)
+{
+    (void)unused;
+    walk_past(NOT_THE_HEAPS);
     return NULL;
 }
 
-THREAD_CASE(damaged_link_walked_around)
+static void *damaged_link_into_the_header(void *unused)
+{
+    (void)unused;
+    walk_past(INTO_THE_HEADER);
+    return NULL;
+}
+
+static void *damaged_link_a_live_block(void *unused)
+{
+    (void)unused;
+    walk_past(A_LIVE_BLOCK);
+    return NULL;
+}
+
+THREAD_CASE(damaged_link_not_the_heaps)
+THREAD_CASE(damaged_link_into_the_header)
+THREAD_CASE(damaged_link_a_live_block)
 
 /* aligned_alloc(128, SIZE) is served by the class (768 = 6 x 128): from
  * the list's top while it has blocks, then from the page. */
@@ -598,7 +645,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_crowded_page_kept);
     tcase_add_test(tc, test_shuffled_drain_keeps_no_page);
     tcase_add_test(tc, test_capacity_comes_back);
-    tcase_add_test(tc, test_damaged_link_walked_around);
+    tcase_add_test(tc, test_damaged_link_not_the_heaps);
+    tcase_add_test(tc, test_damaged_link_into_the_header);
+    tcase_add_test(tc, test_damaged_link_a_live_block);
     tcase_add_test(tc, test_aligned_takes_the_list);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
