@@ -281,11 +281,11 @@ SF_INLINE sf_page_t *sf_small_owned_page(const void *p) { return sf_small_page_o
  * old block, a small block its class list had no room for: a small
  * block's free goes to the list first, sf_free_owned_small below): b goes
  * to one of its page's lists (link already stored by the caller); a page
- * left empty goes back to its segment.  Returns the blocks still out (with
- * the bias), 0 when the page emptied (it may be gone).  A class's current page never
- * reaches zero here (SF_USED_BIAS, types.h), so the test is taken only by
- * pages behind it, whose emptying is rare and not at random: no
- * misprediction on random sizes.
+ * left empty goes back to its segment.  Returns the blocks still out
+ * (with the bias), 0 when the page emptied (it may be gone).  A class's
+ * current page never reaches zero here (SF_USED_BIAS, types.h), so the
+ * test is taken only by pages behind it, whose emptying is rare and not
+ * at random: no misprediction on random sizes.
  *
  * Levels 0-1 push on top of page->free, so the next malloc of the class
  * takes the block freed last: a class in a steady state keeps reusing the

@@ -839,9 +839,9 @@ static SF_NOINLINE void cl_page_emptied(sf_heap_t *heap, sf_page_t *page, sf_pag
 /* The owner's free found the class list full (its room counted below
  * zero): b goes to its page, and malloc takes the list's blocks before
  * the page's.  The common case, the list already named by direct[] (a
- * thread freeing many blocks in a row), is a leaf but for a page whose
- * blocks out may all be listed (cl_give_back_page, a tail call): it saves
- * no register. */
+ * thread freeing many blocks in a row), is a leaf: a page b empties and a
+ * page whose blocks out may all be listed are tail calls
+ * (cl_page_emptied, cl_give_back_page), and it saves no register. */
 SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
     sf_page_or_list_t *cl = page->cl;
     sf_block_t *b = (sf_block_t *)p;
