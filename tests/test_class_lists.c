@@ -365,6 +365,64 @@ static void *shuffled_drain_keeps_no_page(void *unused)
 
 THREAD_CASE(shuffled_drain_keeps_no_page)
 
+/* A page's count gone stale: counted with none of its blocks listed, its
+ * last blocks out then freed onto the list (after mallocs made room), so
+ * that no free onto the page is left to count it again.  The next free
+ * past the full list that empties a page counts every page on the list
+ * afresh (cl_sweep), and the stale page gives its blocks back. */
+static void *stale_count_swept(void *unused)
+{
+    (void)unused;
+    static void *v[MANY], *w[ONE_PAGE];
+    if (!listing())
+        return NULL;
+    take_all(v, MANY);
+    unsigned per_page = sf_page_of(sf_segment_of(v[0]), v[0])->reserved, few = sf_cl_few(size_class());
+    ck_assert_uint_ge(MANY / per_page, 4); /* (pages A, P and Q below are full, and not the current one) */
+    /* the list filled with blocks of page A */
+    unsigned a = 0;
+    while (listed() < sf_cl_cap(size_class()) && a < per_page) {
+        give(v[a], a);
+        a++;
+    }
+    ck_assert_uint_eq(listed(), sf_cl_cap(size_class()));
+    /* page P's frees go past the full list onto P; counted at `few` blocks
+     * out, none listed */
+    sf_page_t *pp = sf_page_of(sf_segment_of(v[per_page]), v[per_page]);
+    unsigned keep = few - 1;
+    for (unsigned i = per_page; i < 2 * per_page - keep; i++)
+        give(v[i], i);
+    ck_assert_uint_eq(sf_page_used(pp), keep);
+    ck_assert_uint_eq(pp->cl_seen, 0);
+    /* room on the list, and P's last blocks onto it: P keeps `keep` blocks
+     * out, all listed, with a count of none */
+    for (unsigned i = 0; i < keep; i++)
+        w[i] = take(1000 + i);
+    for (unsigned i = 2 * per_page - keep; i < 2 * per_page; i++)
+        give(v[i], i);
+    ck_assert_uint_eq(listed(), sf_cl_cap(size_class()));
+    ck_assert_uint_eq(sf_page_used(pp), keep);
+    ck_assert_uint_eq(pp->cl_seen, 0);
+    unsigned before = class_pages();
+    /* page Q freed whole past the full list: it empties, and the sweep
+     * gives P back too */
+    for (unsigned i = 2 * per_page; i < 3 * per_page; i++)
+        give(v[i], i);
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_uint_eq(class_pages(), before - 2);
+    for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
+        ck_assert_ptr_ne(sf_page_of(sf_segment_of(b), b), pp);
+    ck_assert_uint_eq(listed(), sf_cl_cap(size_class()) - keep);
+    ck_assert_int_eq(sefer_check(), 0);
+    for (unsigned i = 0; i < keep; i++)
+        give(w[i], 1000 + i);
+    give_all(v, a, per_page);
+    give_all(v, 3 * per_page, MANY);
+    return NULL;
+}
+
+THREAD_CASE(stale_count_swept)
+
 /* Every block freed in order: the list's blocks crowd on one page, which
  * it keeps as its own (a loop of such bursts would give the page back and
  * carve it again each time); every other page but the current one goes. */
@@ -644,6 +702,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_list_keeps_no_page);
     tcase_add_test(tc, test_crowded_page_kept);
     tcase_add_test(tc, test_shuffled_drain_keeps_no_page);
+    tcase_add_test(tc, test_stale_count_swept);
     tcase_add_test(tc, test_capacity_comes_back);
     tcase_add_test(tc, test_damaged_link_not_the_heaps);
     tcase_add_test(tc, test_damaged_link_into_the_header);
