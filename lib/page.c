@@ -748,16 +748,22 @@ static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_b
                         sf_block_t **rest) {
     uint32_t n = 0;
     sf_block_t *b = cl->free;
+    sf_page_t *page = NULL; /* (the last block's: a run of blocks on one page checks it once) */
     for (; b != NULL && n < SF_CL_BLOCKS; b = b->next) {
         /* (a free block of a page of this list: in a small segment of the
          * heap's, past the segment's header, on a page that pushes onto cl,
          * at a block's start, with the page's free mark) */
-        uintptr_t u = (uintptr_t)b, chunk = u >> SF_SEG_SHIFT;
-        if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap ||
-            (u & (SF_SEG_SIZE - 1)) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT))
-            break;
-        sf_page_t *page = listed_page(b);
-        if (page->cl != cl || !sf_page_is_block_start(page, b) || b->cookie != sf_page_cookie(page)) break;
+        uintptr_t u = (uintptr_t)b;
+        if (page == NULL || (u ^ (uintptr_t)v[n - 1]) >> SF_SMALL_PAGE_SHIFT != 0) {
+            uintptr_t chunk = u >> SF_SEG_SHIFT;
+            if (!sf_segmap_is_small_chunk(chunk) ||
+                SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap ||
+                (u & (SF_SEG_SIZE - 1)) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT))
+                break;
+            page = listed_page(b);
+            if (page->cl != cl) break;
+        }
+        if (!sf_page_is_block_start(page, b) || b->cookie != sf_page_cookie(page)) break;
         pg[n] = page;
         v[n++] = b;
     }
@@ -801,8 +807,10 @@ static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_p
         take[i] = pg[i] == page;
         listed += take[i];
     }
-    page->cl_seen = (uint16_t)listed;
-    if (listed == out && listed <= sf_cl_few(cl->class_idx)) cl_give_back(heap, cl, v, pg, take, n, rest);
+    uint32_t few = sf_cl_few(cl->class_idx);
+    /* (a crowded page is kept: counted again only once it may not be) */
+    page->cl_seen = (uint16_t)(listed < few ? listed : few);
+    if (listed == out && listed <= few) cl_give_back(heap, cl, v, pg, take, n, rest);
 }
 
 /* Every page on the list counted afresh; the blocks of those the list
@@ -823,25 +831,36 @@ static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
         take[i] = pg[i]->cl_seen <= few && pg[i]->used == pg[i]->cl_seen;
         any |= take[i];
     }
+    for (uint32_t i = 0; i < n; i++) /* (crowded pages: as in cl_give_back_page) */
+        if (pg[i]->cl_seen > few) pg[i]->cl_seen = (uint16_t)few;
     if (any) cl_give_back(heap, cl, v, pg, take, n, rest);
     cl_run_of(cl)->mark = cl->free;
 }
 
-/* A free past the full list empties b's page: frees are draining the class.
- * Unless nothing was popped or pushed since the last count (the list's
- * head as it was then), every page on the list is counted afresh and
- * those it alone keeps give their blocks back (cl_sweep). */
-static SF_NOINLINE void cl_page_emptied(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, sf_block_t *b) {
-    sf_free_owned(heap, page, b, true); /* (the page goes back to its segment: not read again) */
+/* A free past the full list left page with no more blocks out than its
+ * count (`out`, 0 if it emptied).  An emptied page goes back to its
+ * segment, and that is frees draining the class: unless nothing was
+ * popped or pushed since the last count (the list's head as it was then),
+ * every page on the list is counted afresh and those it alone keeps give
+ * their blocks back (cl_sweep).  Otherwise the page is counted
+ * (cl_give_back_page). */
+static SF_NOINLINE void cl_page_low(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
+    if (out != 0) {
+        cl_give_back_page(heap, page, cl, out);
+        return;
+    }
+    sf_page_on_empty(heap, page); /* (gone to its segment: not read again) */
     if (cl->free != cl_run_of(cl)->mark) cl_sweep(heap, cl);
 }
 
 /* The owner's free found the class list full (its room counted below
  * zero): b goes to its page, and malloc takes the list's blocks before
  * the page's.  The common case, the list already named by direct[] (a
- * thread freeing many blocks in a row), is a leaf: a page b empties and a
- * page whose blocks out may all be listed are tail calls
- * (cl_page_emptied, cl_give_back_page), and it saves no register. */
+ * thread freeing many blocks in a row), is a leaf: the push onto the page
+ * as before the lists, and one comparison for both rare cases, a page
+ * left empty (out 0, which no count is below) and a page whose blocks out
+ * may all be listed (out within its count); both are a tail call
+ * (cl_page_low), and it saves no register. */
 SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
     sf_page_or_list_t *cl = page->cl;
     sf_block_t *b = (sf_block_t *)p;
@@ -852,14 +871,13 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
         return;
     }
     SF_COUNT(cl->used); /* (back to none) */
-    /* pages only the list keeps (above): a page b empties is a drain's
-     * sign (out of line, so that this stays a leaf) */
-    if (SF_UNLIKELY(page->used == 1)) {
-        cl_page_emptied(heap, page, cl, b);
-        return;
-    }
-    uint32_t out = sf_free_owned(heap, page, b, true); /* (the push onto its page, as before the lists) */
-    if (SF_UNLIKELY(out <= page->cl_seen)) cl_give_back_page(heap, page, cl, out);
+    /* (sf_free_onto's push, with the page's release left to cl_page_low:
+     * its count is read before the page can go) */
+    b->next = page->free;
+    b->cookie = sf_page_cookie(page);
+    page->free = b;
+    uint32_t out = SF_UNCOUNT(page->used);
+    if (SF_UNLIKELY(out <= page->cl_seen)) cl_page_low(heap, page, cl, out);
 }
 
 /* An empty list's full capacity and room back (pages that took their
