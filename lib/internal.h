@@ -400,10 +400,13 @@ SF_INLINE sf_page_or_list_t *sf_cl_of(const sf_heap_t *heap, unsigned c) {
 SF_INLINE bool sf_is_cl(const sf_heap_t *heap, const sf_page_or_list_t *page) {
     return (uintptr_t)page - (uintptr_t)heap->cl_heads < sizeof heap->cl_heads;
 }
-/* The most blocks class c's list holds (its capacity once set up). */
+/* The most blocks class c's list holds (its capacity once set up):
+ * threads.class_list_bytes' worth, at most SF_CL_BLOCKS. */
 SF_INLINE uint32_t sf_cl_cap(unsigned c) {
-    uint32_t by_bytes = SF_CL_LIST_BYTES / sf_class_size[c];
-    return by_bytes < SF_CL_BLOCKS ? by_bytes : SF_CL_BLOCKS;
+    uint64_t bytes = sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES);
+    /* (no division in the default's case, nor with the lists off) */
+    if (bytes >= (uint64_t)SF_CL_BLOCKS * sf_class_size[c]) return SF_CL_BLOCKS;
+    return bytes == 0 ? 0 : (uint32_t)(bytes / sf_class_size[c]);
 }
 /* The most of its blocks a page may have on class c's list and still take
  * them back: a quarter of the list's capacity (page.c, "Pages only a list

@@ -42,6 +42,8 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
       "empty pages that all heaps together keep committed, process-wide (live and exited threads'); past it, those past decommit.delay go back at once, whichever heap holds them") \
     X(THREADS_HEAP_AFTER, "threads.heap_after", SF_KNOB_UINT, 16, 0, 1u << 20, 1, NULL,               \
       "allocations a thread makes within one second before it gets a heap of its own; until then it allocates from the shared heap (0: at its first allocation)") \
+    X(THREADS_CLASS_LIST_BYTES, "threads.class_list_bytes", SF_KNOB_SIZE, 64ull << 10, 0, 512ull << 10, 1, NULL, \
+      "freed blocks up to 8 KiB a heap keeps on each class's list, ahead of their pages, for its next mallocs of the class: at most this many bytes and 64 blocks a class (0: no lists; a change reaches a list when it next runs dry, at sefer_trim or at its thread's exit)") \
     X(THREADS_SMALL_FROM, "threads.small_from", SF_KNOB_UINT, 16, 0, 1u << 20, 1, NULL,              \
       "once the process has had this many heaps at once, a thread's new heap serves requests up to 512 B from power-of-two classes until a page of a class fills (0: never)") \
     X(MEMORY_LIMIT, "memory.limit", SF_KNOB_SIZE, SF_KNOB_AUTO, 0, 1ull << 50, 1, sf_auto_names,     \

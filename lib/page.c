@@ -640,8 +640,10 @@ size_t sf_page_collect_heap_ex(sf_heap_t *heap, bool force, bool purge_now) {
  *
  * A listed block is still counted out by its page (`used`), so its page
  * cannot go back to its segment: a list holds at most SF_CL_BLOCKS, and at
- * most SF_CL_LIST_BYTES of blocks (sf_cl_cap, its capacity, kept in the
- * head's `committed` when the list is set up), and every collection of the
+ * most threads.class_list_bytes of blocks (sf_cl_cap, its capacity, kept
+ * in the head's `committed` when the list is set up or runs dry, so that a
+ * change of the knob reaches it then; with the knob at 0 no block is
+ * listed), and every collection of the
  * heap (a thread's exit, sefer_trim, an abandoned heap's collection, the
  * look before a new segment, memory.limit's purge) first returns every
  * listed block to its page (sf_cl_flush_all).  A listed block carries its
@@ -656,10 +658,12 @@ static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
 }
 
 /* sf_cl_full's rare cases: a list used for the first time, or found
- * empty after pages took its capacity, is set up (a heap's lists start as zeroes: no room) and takes b;
- * a full list that direct[] does not name yet comes to be named (but for a small heap's
- * classes served by another's entries: sf_page_update_direct), and b goes
- * to its page. */
+ * empty with a capacity not the knob's (pages took it, or the knob gave
+ * none), is set up (a heap's lists start as zeroes: no room) and takes b,
+ * if threads.class_list_bytes gives it room; a full list that direct[]
+ * does not name yet comes to be named (but for a small heap's classes
+ * served by another's entries: sf_page_update_direct); b goes to its page
+ * but in the first case. */
 static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_or_list_t *cl = page->cl;
     unsigned c = page->class_idx;
@@ -672,18 +676,23 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
         cl->local_free = NULL;
         /* (statistics read these three from other threads, room first:
          * sf_cl_blocks) */
-        SF_SET(cl->used, cap - 1u); /* (b is on it) */
+        SF_SET(cl->used, cap != 0 ? cap - 1u : 0u); /* (b is on it) */
         SF_SET(cl->committed, (uint8_t)cap);
         SF_SET(cl->in_use, 1);
-        cl_run_of(cl)->lowered = 0;
-        b->cookie = sf_page_cookie(page);
-        b->next = cl->free;
-        cl->free = b;
-        return;
+        /* (no room: the knob is read again at the next free) */
+        cl_run_of(cl)->lowered = cap == 0;
+        if (cap != 0) {
+            b->cookie = sf_page_cookie(page);
+            b->next = cl->free;
+            cl->free = b;
+            return;
+        }
+    } else {
+        SF_COUNT(cl->used); /* (back to none) */
+        /* (a list with no blocks is never named: a capacity of 0) */
+        if (cl->free != NULL && heap->queues[c].first != NULL && (!heap->small || sf_small_heap_class(c) == c))
+            sf_page_update_direct(heap, c);
     }
-    SF_COUNT(cl->used); /* (back to none) */
-    if (heap->queues[c].first != NULL && (!heap->small || sf_small_heap_class(c) == c))
-        sf_page_update_direct(heap, c);
     sf_free_owned(heap, page, b, true);
 }
 
@@ -881,12 +890,13 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
 }
 
 /* An empty list's full capacity and room back (pages that took their
- * blocks back lowered it: "Pages only a list keeps" above). */
+ * blocks back lowered it: "Pages only a list keeps" above), as
+ * threads.class_list_bytes says now. */
 static void cl_restore(sf_page_or_list_t *cl) {
     uint32_t cap = sf_cl_cap(cl->class_idx);
     SF_SET(cl->used, cap); /* (room first: sf_cl_blocks) */
     SF_SET(cl->committed, (uint8_t)cap);
-    cl_run_of(cl)->lowered = 0;
+    cl_run_of(cl)->lowered = cap == 0; /* (as cl_full_rare) */
 }
 
 /* The same for an empty list whose capacity pages took. */
@@ -898,7 +908,7 @@ static void cl_restore_lowered(sf_page_or_list_t *cl) {
  * fill the list).  Returns what direct[] names now for the class. */
 sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
-    cl_restore_lowered(cl);
+    cl_restore(cl); /* (the knob's capacity: a change of it reaches the list here) */
     sf_page_update_direct(heap, c);
     sf_page_t *page = SF_GET(*sf_class_direct(heap, c)); /* (phase.c writes it) */
     return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */

@@ -106,11 +106,10 @@ SF_INLINE bool sf_is_pow2(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 #define SF_GDIRECT_HI_COUNT (SF_SMALL_MAX / 256 + 1)
 #define SF_SMALL_CLASS_MAX 32 /* class of SF_SMALL_MAX */
 /* A class list (page.c, "Class lists"): its head's bytes, and the blocks
- * it holds at most: SF_CL_BLOCKS, fewer above 1 KiB, so that one class
- * holds at most SF_CL_LIST_BYTES. */
+ * it holds at most: SF_CL_BLOCKS, fewer where threads.class_list_bytes
+ * says (64 KiB by default: fewer above 1 KiB; internal.h, sf_cl_cap). */
 #define SF_CL_BYTES 32
 #define SF_CL_BLOCKS 64u
-#define SF_CL_LIST_BYTES ((uint32_t)64 << 10)
 /* Medium classes (above SF_SMALL_MAX) have a table of their own, by class:
  * by size in 16-byte steps it would be 16 K entries. */
 #define SF_MEDIUM_CLASS_MIN (SF_SMALL_CLASS_MAX + 1)

@@ -485,6 +485,44 @@ static void *capacity_comes_back(void *unused)
 
 THREAD_CASE(capacity_comes_back)
 
+/* threads.class_list_bytes: at 0 no block is listed and every free goes
+ * to its page; raised, the next free sets the list up with the knob's
+ * capacity (8 KiB: 10 blocks of 768 B); raised again while the list is
+ * full, the list keeps its capacity until it runs dry, then takes the
+ * knob's. */
+static void *knob_sets_capacity(void *unused)
+{
+    (void)unused;
+    static void *v[MANY];
+    if (!listing())
+        return NULL;
+    take_all(v, 200);
+    ST_KNOB_SET("threads.class_list_bytes", "0");
+    give_all(v, 0, 20);
+    ck_assert_uint_eq(listed(), 0);
+    ck_assert_uint_eq(my_list()->committed, 0);
+    ST_KNOB_SET("threads.class_list_bytes", "8KiB");
+    uint32_t cap = 8192 / sf_class_size[size_class()];
+    ck_assert_uint_eq(sf_cl_cap(size_class()), cap);
+    give_all(v, 20, 50);
+    ck_assert_uint_eq(listed(), cap);
+    ck_assert_uint_eq(my_list()->committed, cap);
+    ST_KNOB_SET("threads.class_list_bytes", "64KiB");
+    /* (the list's blocks first, then one more: the list ran dry) */
+    for (unsigned i = 0; i <= cap; i++)
+        v[i] = take(i);
+    ck_assert_uint_eq(listed(), 0);
+    ck_assert_uint_eq(my_list()->committed, SF_CL_BLOCKS);
+    give_all(v, 0, cap + 1);
+    give_all(v, 50, 150);
+    ck_assert_uint_eq(listed(), SF_CL_BLOCKS);
+    give_all(v, 150, 200);
+    ck_assert_uint_le(listed(), SF_CL_BLOCKS);
+    return NULL;
+}
+
+THREAD_CASE(knob_sets_capacity)
+
 /* A listed block's link damaged (a write after free) to a pointer that is
  * not a free block of the list's pages: the walks of the pages only the
  * list keeps stop there, write nothing through it, keep it and what
@@ -708,6 +746,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_damaged_link_into_the_header);
     tcase_add_test(tc, test_damaged_link_a_live_block);
     tcase_add_test(tc, test_aligned_takes_the_list);
+    tcase_add_test(tc, test_knob_sets_capacity);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
