@@ -657,14 +657,14 @@ static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
     return (struct sf_cl_run *)((unsigned char *)cl + sizeof(((sf_heap_t *)0)->cl_heads));
 }
 
-/* sf_cl_full's rare cases: a list used for the first time, or found
+/* sf_cl_full's rare cases (through cl_full_rare): a list used for the first time, or found
  * empty with a capacity not the knob's (pages took it, or the knob gave
  * none), is set up (a heap's lists start as zeroes: no room) and takes b,
  * if threads.class_list_bytes gives it room; a full list that direct[]
  * does not name yet comes to be named (but for a small heap's classes
  * served by another's entries: sf_page_update_direct); b goes to its page
  * but in the first case. */
-static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+static SF_NOINLINE void cl_set_up_or_name(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_or_list_t *cl = page->cl;
     unsigned c = page->class_idx;
     /* (an empty list found full had its capacity taken by pages that took
@@ -694,6 +694,19 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
             sf_page_update_direct(heap, c);
     }
     sf_free_owned(heap, page, b, true);
+}
+
+/* The same, but first, and short, the case of every free with the lists
+ * off (threads.class_list_bytes 0): b to its page. */
+static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    sf_page_or_list_t *cl = page->cl;
+    if (SF_LIKELY(sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES) == 0 && cl->committed == 0 && cl->free == NULL &&
+                  cl->in_use)) {
+        SF_COUNT(cl->used); /* (back to no room) */
+        sf_free_owned(heap, page, b, true);
+        return;
+    }
+    cl_set_up_or_name(heap, page, b);
 }
 
 /* Pages only a list keeps.  A listed block is counted out by its page, so
