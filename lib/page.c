@@ -203,6 +203,23 @@ static void medium_carving(sf_heap_t *heap, const sf_page_t *page) {
         sf_medium_shed(heap, page, page->block_size);
 }
 
+/* The blocks of page in [lo, hi) linked in address order in front of
+ * `next`, each with the free mark; returns the first (lo's, or next if
+ * the run is empty).  What the block stores write cannot be the page's
+ * fields, which a loop through sf_link_set would read again each time. */
+static sf_block_t *carve_run(const sf_page_t *page, uint8_t *lo, uint8_t *hi, sf_block_t *next) {
+    const size_t size = page->block_size;
+    const uintptr_t secret = page->secret, cookie = sf_page_cookie(page);
+    for (uint8_t *p = hi; p != lo;) {
+        p -= size;
+        sf_block_t *b = (sf_block_t *)p;
+        b->next = (sf_block_t *)((uintptr_t)next ^ secret);
+        b->cookie = cookie;
+        next = b;
+    }
+    return next;
+}
+
 /* Carves fresh blocks in front of the free list: 4 KiB of them (at least
  * one), or, carving ahead, as many as bring the page to SF_CARVE_MIN. */
 static void page_extend(sf_heap_t *heap, sf_page_t *page) {
@@ -228,14 +245,22 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
         rot = (line + page->block_size - 1) / page->block_size;
         if (rot >= want) rot = 0;
     }
-    for (uint32_t i = want; i-- > 0;) {
-        uint32_t at = i + rot < want ? i + rot : i + rot - want;
-        sf_block_t *b = (sf_block_t *)(first + (size_t)(shuffled ? order[i] : at) * page->block_size);
-        sf_link_set(page, b, prev);
-        b->cookie = sf_page_cookie(page);
-        if (sf_guard_level >= 3) sf_junk_fill(page, b); /* (up to the size word) */
-        if (sf_guard_level >= 2) *sf_size_word(page, b) = 0; /* (the page may hold old data) */
-        prev = b;
+    if (sf_guard_level < 2) {
+        /* (the list: blocks rot .. want-1, then 0 .. rot-1, then the old
+         * list; two runs of two stores a block) */
+        uint8_t *mid = first + (size_t)rot * page->block_size;
+        prev = carve_run(page, first, mid, prev);
+        prev = carve_run(page, mid, first + (size_t)want * page->block_size, prev);
+    } else {
+        for (uint32_t i = want; i-- > 0;) {
+            uint32_t at = i + rot < want ? i + rot : i + rot - want;
+            sf_block_t *b = (sf_block_t *)(first + (size_t)(shuffled ? order[i] : at) * page->block_size);
+            sf_link_set(page, b, prev);
+            b->cookie = sf_page_cookie(page);
+            if (sf_guard_level >= 3) sf_junk_fill(page, b); /* (up to the size word) */
+            *sf_size_word(page, b) = 0; /* (the page may hold old data) */
+            prev = b;
+        }
     }
     page->free = prev;
     SF_SET(page->capacity, (uint16_t)(page->capacity + want));
