@@ -746,11 +746,12 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *   - each page keeps how many of its blocks the list held when last
  *     counted (cl_seen; not counted yet, the most a page may give back,
  *     sf_cl_few); a free onto the page past a full list that leaves no
- *     more blocks out than that counts again (cl_give_back_page), and if
- *     they are all listed takes them off the list and back onto the page,
- *     which empties and goes back to its segment.  A drain's frees past
- *     the full list so count each page once as it nears empty, and give
- *     back the pages the list alone keeps;
+ *     more blocks out than that counts the list again, every page on it
+ *     (cl_sweep: the walk is the same for one page or all), and the
+ *     pages whose blocks out are all listed take them off the list and
+ *     back, empty and go back to their segment.  A drain's frees past the
+ *     full list so count as each page nears empty, and give back the
+ *     pages the list alone keeps;
  *   - the counts go stale as malloc pops and free pushes (fast paths that
  *     keep no count), so when a free past the full list empties a page
  *     (the sign that frees are draining the class: a thread that
@@ -758,7 +759,9 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *     few, seldom empties one that way), every page on the list is
  *     counted afresh and those it alone keeps give their blocks back
  *     (cl_sweep), unless nothing was popped or pushed since the last count
- *     (the list's head as it was then: cl_runs' mark).  Walking on every
+ *     (the list's head as it was then: cl_runs' mark; a count of one
+ *     page's sets it too, so a page that drains past it and then empties
+ *     walks once, not twice).  Walking on every
  *     free past full instead (or after a run of them) cost bursts of one
  *     size larger than a page a retire and a refill of the list's page
  *     each time, and the run's count 15 instructions a free;
@@ -843,30 +846,19 @@ static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v,
         if (take[i]) sf_page_local_free_slow(heap, pg[i], v[i]);
 }
 
-/* A page whose blocks out (`out`, the page not its class's current one)
- * may all be listed: counted; taken back if they are. */
-static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
-    sf_block_t *v[SF_CL_BLOCKS], *rest;
-    sf_page_t *pg[SF_CL_BLOCKS];
-    bool take[SF_CL_BLOCKS];
-    uint32_t n = cl_read(heap, cl, v, pg, &rest), listed = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        take[i] = pg[i] == page;
-        listed += take[i];
-    }
-    uint32_t few = sf_cl_few(cl->class_idx);
-    /* (a crowded page is kept: counted again only once it may not be) */
-    page->cl_seen = (uint16_t)(listed < few ? listed : few);
-    if (listed == out && listed <= few) cl_give_back(heap, cl, v, pg, take, n, rest);
-}
-
-/* Every page on the list counted afresh; the blocks of those the list
- * alone keeps taken back. */
-static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
+/* Every page on the list counted afresh, and `counted` too (a page a free
+ * past the full list left with no more blocks out than its count, NULL at
+ * a sweep after a page emptied: its count is 0 if none of its blocks is
+ * listed); the blocks of the pages the list alone keeps taken back.  The
+ * walk is the same for one page or all, and counting all at once leaves
+ * nothing stale: a page emptied later sweeps again only if the list
+ * changed meanwhile (the mark). */
+static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl, sf_page_t *counted) {
     sf_block_t *v[SF_CL_BLOCKS], *rest;
     sf_page_t *pg[SF_CL_BLOCKS];
     bool take[SF_CL_BLOCKS], any = false;
     uint32_t n = cl_read(heap, cl, v, pg, &rest);
+    if (counted != NULL) counted->cl_seen = 0;
     for (uint32_t i = 0; i < n; i++)
         pg[i]->cl_seen = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -878,26 +870,26 @@ static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
         take[i] = pg[i]->cl_seen <= few && pg[i]->used == pg[i]->cl_seen;
         any |= take[i];
     }
-    for (uint32_t i = 0; i < n; i++) /* (crowded pages: as in cl_give_back_page) */
+    /* (a crowded page is kept: its count is stored as at most `few`, so
+     * that it is not counted again until it could go back) */
+    for (uint32_t i = 0; i < n; i++)
         if (pg[i]->cl_seen > few) pg[i]->cl_seen = (uint16_t)few;
     if (any) cl_give_back(heap, cl, v, pg, take, n, rest);
     cl_run_of(cl)->mark = cl->free;
 }
 
 /* A free past the full list left page with no more blocks out than its
- * count (`out`, 0 if it emptied).  An emptied page goes back to its
- * segment, and that is frees draining the class: unless nothing was
- * popped or pushed since the last count (the list's head as it was then),
- * every page on the list is counted afresh and those it alone keeps give
- * their blocks back (cl_sweep).  Otherwise the page is counted
- * (cl_give_back_page). */
+ * count (`out`, 0 if it emptied): the list is counted (cl_sweep), page
+ * with it.  An emptied page goes back to its segment first, and that is
+ * frees draining the class: the count then happens unless nothing was
+ * popped or pushed since the last one (the list's head as it was then). */
 static SF_NOINLINE void cl_page_low(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
     if (out != 0) {
-        cl_give_back_page(heap, page, cl, out);
+        cl_sweep(heap, cl, page);
         return;
     }
     sf_page_on_empty(heap, page); /* (gone to its segment: not read again) */
-    if (cl->free != cl_run_of(cl)->mark) cl_sweep(heap, cl);
+    if (cl->free != cl_run_of(cl)->mark) cl_sweep(heap, cl, NULL);
 }
 
 /* The owner's free found the class list full (its room counted below

@@ -367,9 +367,10 @@ THREAD_CASE(shuffled_drain_keeps_no_page)
 
 /* A page's count gone stale: counted with none of its blocks listed, its
  * last blocks out then freed onto the list (after mallocs made room), so
- * that no free onto the page is left to count it again.  The next free
- * past the full list that empties a page counts every page on the list
- * afresh (cl_sweep), and the stale page gives its blocks back. */
+ * that no free onto the page is left to count it again.  A free past the
+ * full list that empties another page, counted before the list changed,
+ * counts every page on the list afresh (cl_sweep), and the stale page
+ * gives its blocks back. */
 static void *stale_count_swept(void *unused)
 {
     (void)unused;
@@ -386,14 +387,20 @@ static void *stale_count_swept(void *unused)
         a++;
     }
     ck_assert_uint_eq(listed(), sf_cl_cap(size_class()));
-    /* page P's frees go past the full list onto P; counted at `few` blocks
-     * out, none listed */
+    /* page P's frees go past the full list onto P; counted at `few`
+     * blocks out, none listed */
     sf_page_t *pp = sf_page_of(sf_segment_of(v[per_page]), v[per_page]);
     unsigned keep = few - 1;
     for (unsigned i = per_page; i < 2 * per_page - keep; i++)
         give(v[i], i);
     ck_assert_uint_eq(sf_page_used(pp), keep);
     ck_assert_uint_eq(pp->cl_seen, 0);
+    /* page Q likewise, down to its last block (counted too) */
+    const sf_page_t *qp = sf_page_of(sf_segment_of(v[2 * per_page]), v[2 * per_page]);
+    for (unsigned i = 2 * per_page; i < 3 * per_page - 1; i++)
+        give(v[i], i);
+    ck_assert_uint_eq(sf_page_used(qp), 1);
+    ck_assert_uint_eq(qp->cl_seen, 0);
     /* room on the list, and P's last blocks onto it: P keeps `keep` blocks
      * out, all listed, with a count of none */
     for (unsigned i = 0; i < keep; i++)
@@ -404,10 +411,8 @@ static void *stale_count_swept(void *unused)
     ck_assert_uint_eq(sf_page_used(pp), keep);
     ck_assert_uint_eq(pp->cl_seen, 0);
     unsigned before = class_pages();
-    /* page Q freed whole past the full list: it empties, and the sweep
-     * gives P back too */
-    for (unsigned i = 2 * per_page; i < 3 * per_page; i++)
-        give(v[i], i);
+    /* Q's last block: Q empties, and the sweep gives P back too */
+    give(v[3 * per_page - 1], 3 * per_page - 1);
     ck_assert_uint_eq(damaged, 0);
     ck_assert_uint_eq(class_pages(), before - 2);
     for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
