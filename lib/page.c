@@ -682,6 +682,20 @@ static struct sf_cl_run *cl_run_of(sf_page_or_list_t *cl) {
     return (struct sf_cl_run *)((unsigned char *)cl + sizeof(((sf_heap_t *)0)->cl_heads));
 }
 
+/* A list's capacity and room set (owner context).  Statistics read the
+ * two from other threads (sf_cl_blocks: capacity less room), so the
+ * stores go in the order that never shows blocks the list does not hold:
+ * a capacity that shrinks first, one that grows last. */
+static void cl_set_room(sf_page_or_list_t *cl, uint32_t cap, uint32_t room) {
+    if (cap < cl->committed) {
+        SF_SET(cl->committed, (uint8_t)cap);
+        SF_SET(cl->used, room);
+    } else {
+        SF_SET(cl->used, room);
+        SF_SET(cl->committed, (uint8_t)cap);
+    }
+}
+
 /* sf_cl_full's rare cases (through cl_full_rare): a list used for the first time, or found
  * empty with a capacity not the knob's (pages took it, or the knob gave
  * none), is set up (a heap's lists start as zeroes: no room) and takes b,
@@ -699,10 +713,9 @@ static SF_NOINLINE void cl_set_up_or_name(sf_heap_t *heap, sf_page_t *page, sf_b
         uint32_t cap = sf_cl_cap(c);
         cl->class_idx = (uint8_t)c;
         cl->local_free = NULL;
-        /* (statistics read these three from other threads, room first:
+        /* (statistics read these three from other threads, in_use last:
          * sf_cl_blocks) */
-        SF_SET(cl->used, cap != 0 ? cap - 1u : 0u); /* (b is on it) */
-        SF_SET(cl->committed, (uint8_t)cap);
+        cl_set_room(cl, cap, cap != 0 ? cap - 1u : 0u); /* (b is on it) */
         SF_SET(cl->in_use, 1);
         /* (no room: the knob is read again at the next free) */
         cl_run_of(cl)->lowered = cap == 0;
@@ -722,11 +735,13 @@ static SF_NOINLINE void cl_set_up_or_name(sf_heap_t *heap, sf_page_t *page, sf_b
 }
 
 /* The same, but first, and short, the case of every free with the lists
- * off (threads.class_list_bytes 0): b to its page. */
+ * off (threads.class_list_bytes 0, or below the class's size): b to its
+ * page. */
 static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_or_list_t *cl = page->cl;
-    if (SF_LIKELY(sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES) == 0 && cl->committed == 0 && cl->free == NULL &&
-                  cl->in_use)) {
+    /* (a knob below the class's size gives it no room either: sf_cl_cap) */
+    if (SF_LIKELY(sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES) < sf_class_size[page->class_idx] && cl->committed == 0 &&
+                  cl->free == NULL && cl->in_use)) {
         SF_COUNT(cl->used); /* (back to no room) */
         sf_free_owned(heap, page, b, true);
         return;
@@ -746,12 +761,11 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *   - each page keeps how many of its blocks the list held when last
  *     counted (cl_seen; not counted yet, the most a page may give back,
  *     sf_cl_few); a free onto the page past a full list that leaves no
- *     more blocks out than that counts the list again, every page on it
- *     (cl_sweep: the walk is the same for one page or all), and the
- *     pages whose blocks out are all listed take them off the list and
- *     back, empty and go back to their segment.  A drain's frees past the
- *     full list so count as each page nears empty, and give back the
- *     pages the list alone keeps;
+ *     more blocks out than that counts again (cl_give_back_page), and if
+ *     they are all listed takes them off the list and back onto the page,
+ *     which empties and goes back to its segment.  A drain's frees past
+ *     the full list so count each page once as it nears empty, and give
+ *     back the pages the list alone keeps;
  *   - the counts go stale as malloc pops and free pushes (fast paths that
  *     keep no count), so when a free past the full list empties a page
  *     (the sign that frees are draining the class: a thread that
@@ -759,9 +773,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
  *     few, seldom empties one that way), every page on the list is
  *     counted afresh and those it alone keeps give their blocks back
  *     (cl_sweep), unless nothing was popped or pushed since the last count
- *     (the list's head as it was then: cl_runs' mark; a count of one
- *     page's sets it too, so a page that drains past it and then empties
- *     walks once, not twice).  Walking on every
+ *     (the list's head as it was then: cl_runs' mark).  Walking on every
  *     free past full instead (or after a run of them) cost bursts of one
  *     size larger than a page a retire and a refill of the list's page
  *     each time, and the run's count 15 instructions a free;
@@ -846,19 +858,30 @@ static void cl_give_back(sf_heap_t *heap, sf_page_or_list_t *cl, sf_block_t **v,
         if (take[i]) sf_page_local_free_slow(heap, pg[i], v[i]);
 }
 
-/* Every page on the list counted afresh, and `counted` too (a page a free
- * past the full list left with no more blocks out than its count, NULL at
- * a sweep after a page emptied: its count is 0 if none of its blocks is
- * listed); the blocks of the pages the list alone keeps taken back.  The
- * walk is the same for one page or all, and counting all at once leaves
- * nothing stale: a page emptied later sweeps again only if the list
- * changed meanwhile (the mark). */
-static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl, sf_page_t *counted) {
+/* A page whose blocks out (`out`, the page not its class's current one)
+ * may all be listed: counted; taken back if they are. */
+static SF_NOINLINE void cl_give_back_page(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
+    sf_block_t *v[SF_CL_BLOCKS], *rest;
+    sf_page_t *pg[SF_CL_BLOCKS];
+    bool take[SF_CL_BLOCKS];
+    uint32_t n = cl_read(heap, cl, v, pg, &rest), listed = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        take[i] = pg[i] == page;
+        listed += take[i];
+    }
+    uint32_t few = sf_cl_few(cl->class_idx);
+    /* (a crowded page is kept: counted again only once it may not be) */
+    page->cl_seen = (uint16_t)(listed < few ? listed : few);
+    if (listed == out && listed <= few) cl_give_back(heap, cl, v, pg, take, n, rest);
+}
+
+/* Every page on the list counted afresh; the blocks of those the list
+ * alone keeps taken back. */
+static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl) {
     sf_block_t *v[SF_CL_BLOCKS], *rest;
     sf_page_t *pg[SF_CL_BLOCKS];
     bool take[SF_CL_BLOCKS], any = false;
     uint32_t n = cl_read(heap, cl, v, pg, &rest);
-    if (counted != NULL) counted->cl_seen = 0;
     for (uint32_t i = 0; i < n; i++)
         pg[i]->cl_seen = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -870,26 +893,26 @@ static SF_NOINLINE void cl_sweep(sf_heap_t *heap, sf_page_or_list_t *cl, sf_page
         take[i] = pg[i]->cl_seen <= few && pg[i]->used == pg[i]->cl_seen;
         any |= take[i];
     }
-    /* (a crowded page is kept: its count is stored as at most `few`, so
-     * that it is not counted again until it could go back) */
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) /* (crowded pages: as in cl_give_back_page) */
         if (pg[i]->cl_seen > few) pg[i]->cl_seen = (uint16_t)few;
     if (any) cl_give_back(heap, cl, v, pg, take, n, rest);
     cl_run_of(cl)->mark = cl->free;
 }
 
 /* A free past the full list left page with no more blocks out than its
- * count (`out`, 0 if it emptied): the list is counted (cl_sweep), page
- * with it.  An emptied page goes back to its segment first, and that is
- * frees draining the class: the count then happens unless nothing was
- * popped or pushed since the last one (the list's head as it was then). */
+ * count (`out`, 0 if it emptied).  An emptied page goes back to its
+ * segment, and that is frees draining the class: unless nothing was
+ * popped or pushed since the last count (the list's head as it was then),
+ * every page on the list is counted afresh and those it alone keeps give
+ * their blocks back (cl_sweep).  Otherwise the page is counted
+ * (cl_give_back_page). */
 static SF_NOINLINE void cl_page_low(sf_heap_t *heap, sf_page_t *page, sf_page_or_list_t *cl, uint32_t out) {
     if (out != 0) {
-        cl_sweep(heap, cl, page);
+        cl_give_back_page(heap, page, cl, out);
         return;
     }
     sf_page_on_empty(heap, page); /* (gone to its segment: not read again) */
-    if (cl->free != cl_run_of(cl)->mark) cl_sweep(heap, cl, NULL);
+    if (cl->free != cl_run_of(cl)->mark) cl_sweep(heap, cl);
 }
 
 /* The owner's free found the class list full (its room counted below
@@ -924,21 +947,26 @@ SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
  * threads.class_list_bytes says now. */
 static void cl_restore(sf_page_or_list_t *cl) {
     uint32_t cap = sf_cl_cap(cl->class_idx);
-    SF_SET(cl->used, cap); /* (room first: sf_cl_blocks) */
-    SF_SET(cl->committed, (uint8_t)cap);
+    cl_set_room(cl, cap, cap);
     cl_run_of(cl)->lowered = cap == 0; /* (as cl_full_rare) */
 }
 
-/* The same for an empty list whose capacity pages took. */
-static void cl_restore_lowered(sf_page_or_list_t *cl) {
-    if (cl->free == NULL && cl_run_of(cl)->lowered) cl_restore(cl);
+/* The same for an empty list whose capacity pages took or the knob
+ * changed.  A capacity of 0 that neither set stays: the tests'
+ * class_list_room.h sets it so that a class's frees go to their pages
+ * (97df0dc restored it, and two tests failed in CI). */
+static void cl_restore_stale(sf_page_or_list_t *cl) {
+    if (cl->free != NULL || !cl->in_use) return;
+    if (cl_run_of(cl)->lowered || (cl->committed != 0 && cl->committed != sf_cl_cap(cl->class_idx))) cl_restore(cl);
 }
 
 /* malloc found direct[]'s list dry: the class's page again (the next frees
  * fill the list).  Returns what direct[] names now for the class. */
 sf_page_t *sf_cl_dry(sf_heap_t *heap, sf_page_or_list_t *cl) {
     unsigned c = cl->class_idx;
-    cl_restore(cl); /* (the knob's capacity: a change of it reaches the list here) */
+    /* (the knob's capacity: a change of it reaches the list here; dry, so
+     * no block is lost to the room's count) */
+    cl_restore(cl);
     sf_page_update_direct(heap, c);
     sf_page_t *page = SF_GET(*sf_class_direct(heap, c)); /* (phase.c writes it) */
     return sf_is_cl(heap, page) ? &sf_empty_page : page; /* (a phase may have begun: the empty page) */
@@ -960,7 +988,7 @@ void sf_cl_flush_all(sf_heap_t *heap) {
         sf_page_or_list_t *cl = sf_cl_of(heap, c);
         sf_block_t *b = cl->free;
         if (b == NULL) {
-            cl_restore_lowered(cl);
+            cl_restore_stale(cl);
             continue;
         }
         /* detached first: the pushes below may make a page its class's

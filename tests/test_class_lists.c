@@ -490,11 +490,65 @@ static void *capacity_comes_back(void *unused)
 
 THREAD_CASE(capacity_comes_back)
 
+/* A page's last block out that is not listed leaves through realloc (a
+ * move: onto its page's local_free, no count), after the page was
+ * counted: the page is then the list's alone, and the next free past the
+ * full list that empties a page sweeps and gives it back.  (A count of
+ * one page must not mark the list as counted: c376651 did, and the
+ * emptied page's sweep was skipped.) */
+static void *page_left_by_realloc_swept(void *unused)
+{
+    (void)unused;
+    static void *v[MANY], *w[3];
+    if (!listing())
+        return NULL;
+    take_all(v, MANY);
+    unsigned per_page = sf_page_of(sf_segment_of(v[0]), v[0])->reserved;
+    ck_assert_uint_ge(MANY / per_page, 4);
+    unsigned a = 0;
+    while (listed() < sf_cl_cap(size_class()) && a < per_page) {
+        give(v[a], a);
+        a++;
+    }
+    give(v[a], a); /* (past full: direct[] names the list) */
+    a++;
+    for (unsigned i = 0; i < 3; i++) /* (room for three) */
+        w[i] = take(1000 + i);
+    const sf_page_t *pp = sf_page_of(sf_segment_of(v[per_page]), v[per_page]);
+    /* P: its first free goes to it (a full page), its next three onto the
+     * list, the rest past it, counted as P nears empty; one block kept */
+    for (unsigned i = per_page; i < 2 * per_page - 1; i++)
+        give(v[i], i);
+    /* Q: freed but its last block, counted too */
+    for (unsigned i = 2 * per_page; i < 3 * per_page - 1; i++)
+        give(v[i], i);
+    ck_assert_uint_eq(sf_page_used(pp), 4);
+    unsigned before = class_pages();
+    void *moved = sefer_realloc(v[2 * per_page - 1], 3000); /* (P's last unlisted block) */
+    ck_assert_ptr_nonnull(moved);
+    ck_assert_uint_eq(sf_page_used(pp), 3);
+    give(v[3 * per_page - 1], 3 * per_page - 1); /* (Q empties) */
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_uint_eq(class_pages(), before - 2);
+    for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
+        ck_assert_ptr_ne(sf_page_of(sf_segment_of(b), b), pp);
+    ck_assert_int_eq(sefer_check(), 0);
+    sefer_free(moved);
+    for (unsigned i = 0; i < 3; i++)
+        give(w[i], 1000 + i);
+    give_all(v, a, per_page);
+    give_all(v, 3 * per_page, MANY);
+    return NULL;
+}
+
+THREAD_CASE(page_left_by_realloc_swept)
+
 /* threads.class_list_bytes: at 0 no block is listed and every free goes
  * to its page; raised, the next free sets the list up with the knob's
  * capacity (8 KiB: 10 blocks of 768 B); raised again while the list is
  * full, the list keeps its capacity until it runs dry, then takes the
- * knob's. */
+ * knob's; lowered to 0 while the list is empty but not lowered by pages
+ * (run dry), a trim brings the capacity down. */
 static void *knob_sets_capacity(void *unused)
 {
     (void)unused;
@@ -513,6 +567,7 @@ static void *knob_sets_capacity(void *unused)
     ck_assert_uint_eq(listed(), cap);
     ck_assert_uint_eq(my_list()->committed, cap);
     ST_KNOB_SET("threads.class_list_bytes", "64KiB");
+    ck_assert_uint_eq(my_list()->committed, cap); /* (not until it runs dry) */
     /* (the list's blocks first, then one more: the list ran dry) */
     for (unsigned i = 0; i <= cap; i++)
         v[i] = take(i);
@@ -523,6 +578,18 @@ static void *knob_sets_capacity(void *unused)
     ck_assert_uint_eq(listed(), SF_CL_BLOCKS);
     give_all(v, 150, 200);
     ck_assert_uint_le(listed(), SF_CL_BLOCKS);
+    /* lowered to 0 while the list is empty after running dry (its whole
+     * capacity, no blocks): a trim brings it down, and frees go to their
+     * pages */
+    take_all(v, 2 * SF_CL_BLOCKS);
+    ck_assert_uint_eq(listed(), 0);
+    ck_assert_uint_eq(my_list()->committed, SF_CL_BLOCKS);
+    ST_KNOB_SET("threads.class_list_bytes", "0");
+    sefer_trim();
+    ck_assert_uint_eq(my_list()->committed, 0);
+    give_all(v, 0, 2 * SF_CL_BLOCKS);
+    ck_assert_uint_eq(listed(), 0);
+    ST_KNOB_SET("threads.class_list_bytes", "64KiB");
     return NULL;
 }
 
@@ -746,6 +813,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_crowded_page_kept);
     tcase_add_test(tc, test_shuffled_drain_keeps_no_page);
     tcase_add_test(tc, test_stale_count_swept);
+    tcase_add_test(tc, test_page_left_by_realloc_swept);
     tcase_add_test(tc, test_capacity_comes_back);
     tcase_add_test(tc, test_damaged_link_not_the_heaps);
     tcase_add_test(tc, test_damaged_link_into_the_header);
