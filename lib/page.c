@@ -712,6 +712,7 @@ static SF_NOINLINE void cl_set_up_or_name(sf_heap_t *heap, sf_page_t *page, sf_b
     if (!cl->in_use || (cl->free == NULL && cl_run_of(cl)->lowered)) {
         uint32_t cap = sf_cl_cap(c);
         cl->class_idx = (uint8_t)c;
+        cl->cl_direct = (uint16_t)(sf_class_size[c] >> 4); /* (sf_cl_full's look) */
         cl->local_free = NULL;
         /* (statistics read these three from other threads, in_use last:
          * sf_cl_blocks) */
@@ -926,9 +927,11 @@ static SF_NOINLINE void cl_page_low(sf_heap_t *heap, sf_page_t *page, sf_page_or
 SF_NOINLINE void sf_cl_full(sf_heap_t *heap, sf_page_t *page, void *p) {
     sf_page_or_list_t *cl = page->cl;
     sf_block_t *b = (sf_block_t *)p;
-    /* (direct[] names a list only once it has held blocks: set up) */
+    /* (direct[] names a list only once it has held blocks: set up, its
+     * index in cl_direct; a list not set up has 0 there, where no other
+     * class's list is named) */
     /* (phase.c empties direct[] from other threads: SF_PEEK) */
-    if (SF_UNLIKELY(SF_PEEK(heap->direct[sf_class_size[page->class_idx] >> 4]) != cl)) {
+    if (SF_UNLIKELY(SF_PEEK(heap->direct[cl->cl_direct]) != cl)) {
         cl_full_rare(heap, page, b);
         return;
     }

@@ -165,8 +165,13 @@ typedef struct sf_page_s {
             struct sf_page_s *class_next, *class_prev;
         };
     };
-    struct sf_heap_s *fast_heap; /* owner heap while flags == 0, else NULL: the
-                                    free fast path's one ownership test */
+    union {
+        struct sf_heap_s *fast_heap; /* owner heap while flags == 0, else NULL: the
+                                        free fast path's one ownership test */
+        uint16_t cl_direct; /* a class list's head (no page: never fast_heap):
+                               its class's direct[] index once set up, else 0
+                               (page.c, sf_cl_full) */
+    };
     uint32_t used;          /* blocks handed out and not yet returned to the owner,
                                plus SF_USED_BIAS on a class's current page */
     uint8_t flags;          /* non-zero sends free to the generic path */

@@ -543,6 +543,35 @@ static void *page_left_by_realloc_swept(void *unused)
 
 THREAD_CASE(page_left_by_realloc_swept)
 
+/* A list's head damaged (its direct[] index, its capacity): sefer_check
+ * reports it, and is clean again once it is put back. */
+static void *damaged_head_reported(void *unused)
+{
+    (void)unused;
+    static void *v[ONE_PAGE];
+    if (!listing())
+        return NULL;
+    take_all(v, ONE_PAGE);
+    give_all(v, 0, 8);
+    ck_assert_uint_eq(listed(), 8);
+    sf_page_or_list_t *cl = my_list();
+    uint16_t idx = cl->cl_direct;
+    ck_assert_uint_eq(idx, sf_class_size[size_class()] >> 4);
+    cl->cl_direct = (uint16_t)(idx + 1);
+    ck_assert_int_ne(sefer_check(), 0);
+    cl->cl_direct = idx;
+    ck_assert_int_eq(sefer_check(), 0);
+    uint8_t cap = cl->committed;
+    cl->committed = SF_CL_BLOCKS + 1;
+    ck_assert_int_ne(sefer_check(), 0);
+    cl->committed = cap;
+    ck_assert_int_eq(sefer_check(), 0);
+    give_all(v, 8, ONE_PAGE);
+    return NULL;
+}
+
+THREAD_CASE(damaged_head_reported)
+
 /* threads.class_list_bytes: at 0 no block is listed and every free goes
  * to its page; raised, the next free sets the list up with the knob's
  * capacity (8 KiB: 10 blocks of 768 B); raised again while the list is
@@ -820,6 +849,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_damaged_link_a_live_block);
     tcase_add_test(tc, test_aligned_takes_the_list);
     tcase_add_test(tc, test_knob_sets_capacity);
+    tcase_add_test(tc, test_damaged_head_reported);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
