@@ -661,9 +661,12 @@ static void check_direct(const sf_heap_t *heap) {
 static void check_class_lists(const sf_heap_t *heap) {
     for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
         const sf_page_or_list_t *cl = sf_cl_of(heap, c);
-        if (cl->local_free != NULL ||
-            (cl->in_use && (cl->class_idx != c || cl->committed > SF_CL_BLOCKS || cl->used > cl->committed ||
-                            (cl->cl_direct != 0 && cl->cl_direct != sf_class_size[c] >> 4))) ||
+        /* (cl_direct: 0 until the list is set up, its class's index after;
+         * a list that holds blocks or has room was set up) */
+        bool direct_ok = cl->cl_direct == sf_class_size[c] >> 4 ||
+                         (cl->cl_direct == 0 && cl->free == NULL && (!cl->in_use || cl->committed == 0));
+        if (cl->local_free != NULL || !direct_ok ||
+            (cl->in_use && (cl->class_idx != c || cl->committed > SF_CL_BLOCKS || cl->used > cl->committed)) ||
             (!cl->in_use && cl->free != NULL)) {
             report("class free list's head is damaged", cl);
             continue;

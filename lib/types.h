@@ -296,7 +296,7 @@ _Static_assert(offsetof(sf_page_t, free) == 0 && offsetof(sf_page_t, local_free)
                    offsetof(sf_page_t, used) + sizeof(uint32_t) <= SF_CL_BYTES &&
                    offsetof(sf_page_t, flags) < SF_CL_BYTES && offsetof(sf_page_t, class_idx) < SF_CL_BYTES &&
                    offsetof(sf_page_t, in_use) < SF_CL_BYTES && offsetof(sf_page_t, committed) < SF_CL_BYTES &&
-                   SF_CL_BLOCKS <= UINT8_MAX,
+                   offsetof(sf_page_t, cl_direct) + sizeof(uint16_t) <= SF_CL_BYTES && SF_CL_BLOCKS <= UINT8_MAX,
                "a class list's head holds what its readers read");
 _Static_assert(sizeof(sf_page_t) == (1u << SF_PAGE_DESC_SHIFT), "page descriptor size");
 _Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast paths' cache line");
@@ -533,8 +533,9 @@ typedef struct sf_heap_s {
      * list, used counts down the room left (SF_COUNT on a pop), class_idx
      * the class, in_use says the list is set up and committed holds its
      * capacity (blocks, at most SF_CL_BLOCKS, less after a page took its
-     * blocks back: page.c, "Pages only a list keeps"); local_free stays
-     * NULL.
+     * blocks back: page.c, "Pages only a list keeps"), cl_direct its
+     * class's index in direct[] (0 until set up: sf_cl_full); local_free
+     * stays NULL.
      * Only those first SF_CL_BYTES of a descriptor exist, so they are
      * read and written through sf_page_or_list_t alone (sf_cl_of), never
      * as bytes of another type.  Owner only but for statistics' reads of

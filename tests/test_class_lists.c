@@ -559,6 +559,8 @@ static void *damaged_head_reported(void *unused)
     ck_assert_uint_eq(idx, sf_class_size[size_class()] >> 4);
     cl->cl_direct = (uint16_t)(idx + 1);
     ck_assert_int_ne(sefer_check(), 0);
+    cl->cl_direct = 0; /* (a list holding blocks was set up) */
+    ck_assert_int_ne(sefer_check(), 0);
     cl->cl_direct = idx;
     ck_assert_int_eq(sefer_check(), 0);
     uint8_t cap = cl->committed;
