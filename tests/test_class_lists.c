@@ -263,8 +263,27 @@ static void *bounded_and_counted_free(void *unused)
         ck_assert_uint_gt(most, 0);
     ck_assert_uint_ge(during.bytes_in_blocks, before.bytes_in_blocks + (uint64_t)MANY * SIZE);
     if (listing()) { /* (level 2's quarantine keeps a freed block out a while) */
-        ck_assert_uint_eq(after.bytes_in_blocks, before.bytes_in_blocks);
-        ck_assert_uint_eq(after.allocs - after.frees, before.allocs - before.frees);
+        /* Back where it was, within less than one block of the class: in
+         * about one run in 300 beside two CPU hogs `after` read 80 bytes
+         * below `before`, a block of another size that something else in
+         * the process (libcheck's messages between the two, most likely;
+         * not found) let go of meanwhile.  A listed block counted in use
+         * would be 720 bytes or more. */
+        uint64_t lo = before.bytes_in_blocks < SIZE ? 0 : before.bytes_in_blocks - SIZE;
+        ck_assert_uint_lt(after.bytes_in_blocks, before.bytes_in_blocks + SIZE);
+        ck_assert_uint_gt(after.bytes_in_blocks, lo);
+        /* and exactly, with nothing else between the two reads: listed
+         * blocks given back to their pages change nothing in the figures
+         * (the drain left the list empty: ten more freed onto it) */
+        take_all(v, 10);
+        give_all(v, 0, 10);
+        ck_assert_uint_eq(listed(), 10);
+        struct sefer_stats with_list = st_stats();
+        sf_cl_flush_all(sf_tls_heap);
+        struct sefer_stats flushed = st_stats();
+        ck_assert_uint_eq(listed(), 0);
+        ck_assert_uint_eq(with_list.bytes_in_blocks, flushed.bytes_in_blocks);
+        ck_assert_uint_eq(with_list.allocs - with_list.frees, flushed.allocs - flushed.frees);
     }
     ck_assert_int_eq(sefer_check(), 0);
     return NULL;
