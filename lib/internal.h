@@ -400,13 +400,18 @@ SF_INLINE sf_page_or_list_t *sf_cl_of(const sf_heap_t *heap, unsigned c) {
 SF_INLINE bool sf_is_cl(const sf_heap_t *heap, const sf_page_or_list_t *page) {
     return (uintptr_t)page - (uintptr_t)heap->cl_heads < sizeof heap->cl_heads;
 }
+/* Whether threads.class_list_bytes leaves class c's list no room: 0, or
+ * below the class's size (sf_cl_cap's 0, without its division). */
+SF_INLINE bool sf_cl_off(unsigned c) {
+    return sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES) < sf_class_size[c];
+}
 /* The most blocks class c's list holds (its capacity once set up):
  * threads.class_list_bytes' worth, at most SF_CL_BLOCKS. */
 SF_INLINE uint32_t sf_cl_cap(unsigned c) {
-    uint64_t bytes = sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES);
+    uint64_t bytes = sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES), size = sf_class_size[c];
     /* (no division in the default's case, nor with the lists off) */
-    if (bytes >= (uint64_t)SF_CL_BLOCKS * sf_class_size[c]) return SF_CL_BLOCKS;
-    return bytes == 0 ? 0 : (uint32_t)(bytes / sf_class_size[c]);
+    if (bytes >= SF_CL_BLOCKS * size) return SF_CL_BLOCKS;
+    return sf_cl_off(c) ? 0 : (uint32_t)(bytes / size);
 }
 /* The most of its blocks a page may have on class c's list and still take
  * them back: a quarter of the list's capacity (page.c, "Pages only a list

@@ -740,9 +740,7 @@ static SF_NOINLINE void cl_set_up_or_name(sf_heap_t *heap, sf_page_t *page, sf_b
  * page. */
 static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_page_or_list_t *cl = page->cl;
-    /* (a knob below the class's size gives it no room either: sf_cl_cap) */
-    if (SF_LIKELY(sf_knob(SF_KNOB_THREADS_CLASS_LIST_BYTES) < sf_class_size[page->class_idx] && cl->committed == 0 &&
-                  cl->free == NULL && cl->in_use)) {
+    if (SF_LIKELY(sf_cl_off(page->class_idx) && cl->committed == 0 && cl->free == NULL && cl->in_use)) {
         SF_COUNT(cl->used); /* (back to no room) */
         sf_free_owned(heap, page, b, true);
         return;
