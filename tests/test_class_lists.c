@@ -323,6 +323,34 @@ static unsigned class_pages(void)
     return n;
 }
 
+/* The page a block of this heap is on. */
+static sf_page_t *page_of(const void *p) { return sf_page_of(sf_segment_of(p), p); }
+
+/* v[0 ..) freed, from the first page's, until the list is full; returns
+ * how many were. */
+static unsigned fill_list(void **v, unsigned per_page)
+{
+    unsigned a = 0;
+    while (listed() < sf_cl_cap(size_class()) && a < per_page) {
+        give(v[a], a);
+        a++;
+    }
+    ck_assert_uint_eq(listed(), sf_cl_cap(size_class()));
+    return a;
+}
+
+/* pp and one more page of the class went back to their segment (from
+ * `before` pages), and no listed block is on pp; every block intact, the
+ * heap consistent. */
+static void page_given_back(const sf_page_t *pp, unsigned before)
+{
+    ck_assert_uint_eq(damaged, 0);
+    ck_assert_uint_eq(class_pages(), before - 2);
+    for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
+        ck_assert_ptr_ne(page_of(b), pp);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+
 static void *list_keeps_no_page(void *unused)
 {
     (void)unused;
@@ -340,7 +368,7 @@ static void *list_keeps_no_page(void *unused)
     ck_assert_uint_gt(most, 0);
     const sf_page_t *current = sf_tls_heap->queues[size_class()].first;
     for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
-        ck_assert_ptr_eq(sf_page_of(sf_segment_of(b), b), current);
+        ck_assert_ptr_eq(page_of(b), current);
     /* the list, its capacity lowered by the pages that took their blocks
      * back, served and run dry: its whole capacity again */
     uint32_t n = listed();
@@ -397,25 +425,19 @@ static void *stale_count_swept(void *unused)
     if (!listing())
         return NULL;
     take_all(v, MANY);
-    unsigned per_page = sf_page_of(sf_segment_of(v[0]), v[0])->reserved, few = sf_cl_few(size_class());
+    unsigned per_page = page_of(v[0])->reserved, few = sf_cl_few(size_class());
     ck_assert_uint_ge(MANY / per_page, 4); /* (pages A, P and Q below are full, and not the current one) */
-    /* the list filled with blocks of page A */
-    unsigned a = 0;
-    while (listed() < sf_cl_cap(size_class()) && a < per_page) {
-        give(v[a], a);
-        a++;
-    }
-    ck_assert_uint_eq(listed(), sf_cl_cap(size_class()));
+    unsigned a = fill_list(v, per_page); /* (with blocks of page A) */
     /* page P's frees go past the full list onto P; counted at `few`
      * blocks out, none listed */
-    sf_page_t *pp = sf_page_of(sf_segment_of(v[per_page]), v[per_page]);
+    const sf_page_t *pp = page_of(v[per_page]);
     unsigned keep = few - 1;
     for (unsigned i = per_page; i < 2 * per_page - keep; i++)
         give(v[i], i);
     ck_assert_uint_eq(sf_page_used(pp), keep);
     ck_assert_uint_eq(pp->cl_seen, 0);
     /* page Q likewise, down to its last block (counted too) */
-    const sf_page_t *qp = sf_page_of(sf_segment_of(v[2 * per_page]), v[2 * per_page]);
+    const sf_page_t *qp = page_of(v[2 * per_page]);
     for (unsigned i = 2 * per_page; i < 3 * per_page - 1; i++)
         give(v[i], i);
     ck_assert_uint_eq(sf_page_used(qp), 1);
@@ -432,12 +454,8 @@ static void *stale_count_swept(void *unused)
     unsigned before = class_pages();
     /* Q's last block: Q empties, and the sweep gives P back too */
     give(v[3 * per_page - 1], 3 * per_page - 1);
-    ck_assert_uint_eq(damaged, 0);
-    ck_assert_uint_eq(class_pages(), before - 2);
-    for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
-        ck_assert_ptr_ne(sf_page_of(sf_segment_of(b), b), pp);
+    page_given_back(pp, before);
     ck_assert_uint_eq(listed(), sf_cl_cap(size_class()) - keep);
-    ck_assert_int_eq(sefer_check(), 0);
     for (unsigned i = 0; i < keep; i++)
         give(w[i], 1000 + i);
     give_all(v, a, per_page);
@@ -522,18 +540,14 @@ static void *page_left_by_realloc_swept(void *unused)
     if (!listing())
         return NULL;
     take_all(v, MANY);
-    unsigned per_page = sf_page_of(sf_segment_of(v[0]), v[0])->reserved;
+    unsigned per_page = page_of(v[0])->reserved;
     ck_assert_uint_ge(MANY / per_page, 4);
-    unsigned a = 0;
-    while (listed() < sf_cl_cap(size_class()) && a < per_page) {
-        give(v[a], a);
-        a++;
-    }
+    unsigned a = fill_list(v, per_page);
     give(v[a], a); /* (past full: direct[] names the list) */
     a++;
     for (unsigned i = 0; i < 3; i++) /* (room for three) */
         w[i] = take(1000 + i);
-    const sf_page_t *pp = sf_page_of(sf_segment_of(v[per_page]), v[per_page]);
+    const sf_page_t *pp = page_of(v[per_page]);
     /* P: its first free goes to it (a full page), its next three onto the
      * list, the rest past it, counted as P nears empty; one block kept */
     for (unsigned i = per_page; i < 2 * per_page - 1; i++)
@@ -547,11 +561,7 @@ static void *page_left_by_realloc_swept(void *unused)
     ck_assert_ptr_nonnull(moved);
     ck_assert_uint_eq(sf_page_used(pp), 3);
     give(v[3 * per_page - 1], 3 * per_page - 1); /* (Q empties) */
-    ck_assert_uint_eq(damaged, 0);
-    ck_assert_uint_eq(class_pages(), before - 2);
-    for (const sf_block_t *b = my_list()->free; b != NULL; b = b->next)
-        ck_assert_ptr_ne(sf_page_of(sf_segment_of(b), b), pp);
-    ck_assert_int_eq(sefer_check(), 0);
+    page_given_back(pp, before);
     sefer_free(moved);
     for (unsigned i = 0; i < 3; i++)
         give(w[i], 1000 + i);
