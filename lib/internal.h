@@ -112,6 +112,7 @@ SF_HIDDEN bool sf_os_resident(const void *p, size_t size, unsigned char *vec);
  * memory nothing relies on reading as zero.  False: nothing changed. */
 SF_HIDDEN bool sf_os_shed(void *p, size_t size);
 SF_HIDDEN bool sf_os_protect(void *p, size_t size, bool accessible);
+SF_HIDDEN bool sf_os_no_access(void *p, size_t size);
 SF_HIDDEN bool sf_os_discard_protect(void *p, size_t size);
 SF_HIDDEN void *sf_os_map_plain(size_t size);
 SF_HIDDEN void *sf_os_reserve_none(size_t size);

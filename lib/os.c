@@ -209,6 +209,10 @@ bool sf_os_protect(void *p, size_t size, bool accessible) {
     return !accessible || remap_fresh(p, size);
 }
 
+/* Makes [p, p + size) no-access; false if the kernel refused (its
+ * mappings at vm.max_map_count, say): nothing changed. */
+bool sf_os_no_access(void *p, size_t size) { return os_mprotect(p, size, PROT_NONE) == 0; }
+
 /* A freed large block entering the quarantine (guard level >= 2): makes
  * [p, p + size) inaccessible and drops its pages in one call, a fresh
  * no-access mapping over it (so it also reads as zero once made accessible

@@ -307,6 +307,68 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
     if (idx >= seg->pages_ready) SF_SET(seg->pages_ready, (uint16_t)(idx + 1));
 }
 
+/* ---- the unused part of a segment ------------------------------------------
+ *
+ * At guard levels 0-1 a block has no canary and no guard page beside it: a
+ * write that runs far past its block, or below it, lands on whatever lies
+ * there (other blocks, the next segment's header) and nothing notices.  So a
+ * new segment's address past its metadata is made no-access
+ * (guard.unused_no_access), and opened as pages are taken: a write that runs
+ * out of the part in use faults there, as one past the top of glibc's heap
+ * does.  A segment opens by at least the page taken and by as much again as
+ * is open already, at most UNUSED_STEP_MAX at a time: a small segment opens
+ * in about 18 mprotect calls over its life, about one for every four pages
+ * it takes (each of which costs its sixteen page faults anyway), a medium
+ * segment in at most four.  Levels 2-3 have their guard pages and canaries
+ * instead.  A segment so closed is two mappings where an open one is one
+ * (or none: adjacent open ones merge), so from UNUSED_SEGMENTS_MAX live
+ * segments on new ones stay open: the kernel allows 65 530 mappings by
+ * default, and the program needs its own. */
+#define UNUSED_STEP_MAX ((size_t)256 << 10)
+#define UNUSED_SEGMENTS_MAX 4096u
+
+static void segment_close_unused(sf_segment_t *seg) {
+    seg->open_bytes = SF_SEG_SIZE;
+    seg->closed = false;
+    if (guard_pages() || sf_tracked || !sf_knob(SF_KNOB_GUARD_UNUSED_NO_ACCESS) ||
+        atomic_load_explicit(&sf_gstats.segments, memory_order_relaxed) > UNUSED_SEGMENTS_MAX)
+        return;
+    if (!sf_os_no_access((uint8_t *)seg + SF_SEG_META_SIZE, SF_SEG_SIZE - SF_SEG_META_SIZE)) return;
+    seg->open_bytes = SF_SEG_META_SIZE;
+    seg->closed = true;
+    /* and the metadata page past the descriptors (a medium segment's last
+     * OS page of it holds the end mark, and stays): a write that runs up
+     * into the segment from below, or down from its first page, faults
+     * there before it reaches anything it could corrupt unseen */
+    size_t from = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
+    size_t to = seg->kind == SF_SEG_MEDIUM ? SF_SEG_META_SIZE - SF_OS_PAGE : SF_SEG_META_SIZE;
+    if (from < to) sf_os_no_access((uint8_t *)seg + from, to - from);
+}
+
+/* Opens seg up to page idx's end at least; false if the kernel refused
+ * (the page cannot be used). */
+static bool segment_open_for(sf_segment_t *seg, unsigned idx) {
+    size_t start, end = sf_segment_page_place(seg, idx, &start) + start, open = seg->open_bytes;
+    if (end <= open) return true;
+    size_t step = open - SF_SEG_META_SIZE, to = open + (step < UNUSED_STEP_MAX ? step : UNUSED_STEP_MAX);
+    if (to < end) to = end;
+    if (to > SF_SEG_SIZE) to = SF_SEG_SIZE;
+    if (!sf_os_protect((uint8_t *)seg + open, to - open, true)) return false;
+    seg->open_bytes = (uint32_t)to;
+    return true;
+}
+
+/* Opens all of seg before it goes to the large cache, which hands out
+ * spans as accessible memory; false if it could not (unmap it instead). */
+static bool segment_open_all(sf_segment_t *seg) {
+    if (!seg->closed) return true;
+    size_t from = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE); /* (the metadata page's part too) */
+    if (!sf_os_protect((uint8_t *)seg + from, SF_SEG_SIZE - from, true)) return false;
+    seg->open_bytes = SF_SEG_SIZE;
+    seg->closed = false;
+    return true;
+}
+
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
     bool pages = false;
@@ -349,6 +411,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     if (!zero || sf_tracked) segment_ready_to(seg, count - 1);
     if (sf_tracked) sf_track_segment_header(seg);
     if (resident != 0) mark_resident_pages(seg, resident);
+    segment_close_unused(seg);
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
@@ -369,7 +432,8 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
         if (page->committed && page_end > end) end = page_end;
     }
     if (end < seg->committed_bytes) end = seg->committed_bytes;
-    span_unmap(seg, seg->span_size, seg->committed_bytes, end, true, guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0,
+    span_unmap(seg, seg->span_size, seg->committed_bytes, end, segment_open_all(seg),
+               guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0,
                false);
 }
 
@@ -603,6 +667,7 @@ again:
         }
         if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
         idx = free_page_index(seg);
+        if (!segment_open_for(seg, idx)) return NULL;
         seg->free_mask &= ~((uint64_t)1 << idx);
         if (seg->free_mask == 0) heap_seglist_remove(heap, seg);
         if (idx >= seg->pages_ready) segment_ready_to(seg, idx);
@@ -838,6 +903,8 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->fresh_zero = zero;
     seg->page_count = 1;
     seg->pages_ready = 1;
+    seg->open_bytes = SF_SEG_SIZE;
+    seg->closed = false;
     seg->used_pages = 1;
     seg->span_size = span;
     seg->committed_bytes = 0;

@@ -263,6 +263,11 @@ typedef struct sf_segment_s {
      * 63 descriptors fill two OS pages, and a heap using fewer than 31
      * pages then touches only the first (SF_SET: snapshots read it) */
     uint16_t pages_ready;
+    /* bytes from the segment's start that are accessible: past them the
+     * address no page has taken yet is no-access (segment.c, "The unused
+     * part of a segment"); SF_SEG_SIZE when all of it is */
+    uint32_t open_bytes;
+    bool closed; /* part of it was made no-access (the metadata page's too) */
     sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
 } sf_segment_t;
 

@@ -1,0 +1,310 @@
+/* test_unused_no_access.c - at guard levels 0-1 the part of a small or
+ * medium segment that no page has taken yet is no-access, and it opens as
+ * pages are taken (lib/segment.c, "The unused part of a segment";
+ * guard.unused_no_access).  Linked statically, so the test reads the
+ * segment header; the protections come from /proc/self/maps, and a write
+ * that must fault is made in a forked child.  meson runs it plain, with
+ * the knob off, and at guard level 2 (which keeps its own layout).
+ *
+ *   - a thread's fresh small segment: past open_bytes, and the metadata
+ *     page past the descriptors, no-access; the descriptors and the pages
+ *     taken read-write; a write 1 MiB past its first block, or into the
+ *     metadata page past the descriptors, kills a child with SIGSEGV;
+ *   - the heap then takes every page of it: every block written whole,
+ *     the segment open to its end, and the next block on a second
+ *     segment closed the same way;
+ *   - a medium segment the same way, its end mark's page read-write (every
+ *     medium free reads it);
+ *   - everything freed and the thread gone (decommit.exited_keep 0): the
+ *     second small segment and the medium one released to the large
+ *     cache, and read-write there end to end (the cache hands spans out as
+ *     accessible memory); large blocks then cut from the cache are
+ *     written whole;
+ *   - the knob off or level 2: no segment closed, and the write 1 MiB
+ *     past the first block does not fault (it lands in the segment). */
+#include "sefer_test.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "internal.h"
+
+#define BIG 4000 /* a small class: 16 blocks a page */
+#define MEDIUM (100 * ST_KIB)
+
+/* ---- /proc/self/maps ------------------------------------------------- */
+
+struct region {
+    uintptr_t from, to;
+    char perms[5];
+};
+
+static struct region regions[8192];
+static size_t nregions;
+
+/* (read with read(2) into a static buffer: no allocation of its own, so
+ * that the thread's heap holds only the test's blocks) */
+static char maps_text[1 << 20];
+
+static void read_maps(void)
+{
+    int fd = open("/proc/self/maps", O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = read(fd, maps_text + got, sizeof maps_text - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    ck_assert_uint_lt(got, sizeof maps_text - 1);
+    maps_text[got] = 0;
+    nregions = 0;
+    for (char *line = maps_text; *line && nregions < sizeof regions / sizeof regions[0];) {
+        char *end = strchr(line, '\n');
+        if (end != NULL)
+            *end = 0;
+        unsigned long a, b;
+        char perms[5];
+        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3) {
+            regions[nregions].from = a;
+            regions[nregions].to = b;
+            memcpy(regions[nregions].perms, perms, sizeof perms);
+            nregions++;
+        }
+        if (end == NULL)
+            break;
+        line = end + 1;
+    }
+}
+
+enum access { UNMAPPED, NO_ACCESS, READ_WRITE, OTHER };
+
+static enum access access_at(uintptr_t a)
+{
+    for (size_t i = 0; i < nregions; i++) {
+        if (a < regions[i].from || a >= regions[i].to)
+            continue;
+        if (strncmp(regions[i].perms, "---", 3) == 0)
+            return NO_ACCESS;
+        if (strncmp(regions[i].perms, "rw", 2) == 0)
+            return READ_WRITE;
+        return OTHER;
+    }
+    return UNMAPPED;
+}
+
+static const char *access_name(enum access a)
+{
+    static const char *const names[] = {"unmapped", "no-access", "read-write", "other"};
+    return names[a];
+}
+
+/* Every OS page of [base + from, base + to) has access `want` (maps read
+ * before). */
+static void expect_access(const void *base, size_t from, size_t to, enum access want, const char *what)
+{
+    for (size_t o = from; o < to; o += SF_OS_PAGE) {
+        enum access got = access_at((uintptr_t)base + o);
+        ck_assert_msg(got == want, "%s: offset %#zx of the segment at %p is %s, not %s", what, o, base,
+                      access_name(got), access_name(want));
+    }
+}
+
+/* Whether a write of one byte at p kills a child with SIGSEGV. */
+static void write_one(void *p)
+{
+    *(volatile unsigned char *)p = 1;
+}
+
+static bool write_faults(void *p)
+{
+    int status = st_run_child(write_one, p, NULL, 0, 30);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return false;
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV, "the write at %p: %s", p,
+                  st_describe_status(status));
+    return true;
+}
+
+/* The end of a segment's descriptors, rounded up to an OS page. */
+static size_t descriptors_end(const sf_segment_t *seg)
+{
+    return sf_align_up(sizeof(sf_segment_t) + seg->page_count * sizeof(sf_page_t), SF_OS_PAGE);
+}
+
+/* ---- the run, on a thread of its own (a fresh heap) -------------------- */
+
+struct run {
+    bool closing; /* levels 0-1 with the knob on */
+    void *first, *medium;
+    void *big[64 * 16];
+    size_t nbig;
+    sf_segment_t *seg, *seg2, *mseg;
+};
+
+/* A closed segment as the layout says: metadata page past the descriptors
+ * and everything past open_bytes no-access, the rest read-write (a medium
+ * segment's last metadata page, its end mark, too). */
+static void expect_closed(const sf_segment_t *seg, const char *what)
+{
+    ck_assert_msg(seg->closed, "%s: not closed", what);
+    ck_assert_uint_gt(seg->open_bytes, SF_SEG_META_SIZE);
+    read_maps();
+    size_t desc = descriptors_end(seg), mark = seg->kind == SF_SEG_MEDIUM ? SF_OS_PAGE : 0;
+    expect_access(seg, 0, desc, READ_WRITE, what);
+    expect_access(seg, desc, SF_SEG_META_SIZE - mark, NO_ACCESS, what);
+    expect_access(seg, SF_SEG_META_SIZE - mark, seg->open_bytes, READ_WRITE, what);
+    expect_access(seg, seg->open_bytes, SF_SEG_SIZE, NO_ACCESS, what);
+}
+
+static void *thread_main(void *arg)
+{
+    struct run *r = arg;
+    r->first = sefer_malloc(64);
+    ck_assert_ptr_nonnull(r->first);
+    memset(r->first, 1, 64);
+    r->seg = sf_segment_of(r->first);
+    ck_assert_uint_eq(r->seg->kind, SF_SEG_SMALL);
+    uint8_t *one_mib_past = (uint8_t *)r->first + 64 + ST_MIB;
+    if (r->closing) {
+        expect_closed(r->seg, "a fresh small segment");
+        ck_assert_msg(write_faults(one_mib_past), "a write 1 MiB past the first block did not fault");
+        ck_assert_msg(write_faults((uint8_t *)r->seg + descriptors_end(r->seg)),
+                      "a write into the metadata page past the descriptors did not fault");
+    } else {
+        ck_assert_msg(!r->seg->closed, "closed with the knob off or at level 2");
+        ck_assert_uint_eq(r->seg->open_bytes, SF_SEG_SIZE);
+        ck_assert_msg(!write_faults(one_mib_past), "a write 1 MiB past the first block faulted");
+    }
+
+    /* every page of the segment taken: each block written whole */
+    for (r->nbig = 0; r->nbig < sizeof r->big / sizeof r->big[0]; r->nbig++) {
+        void *p = sefer_malloc(BIG);
+        ck_assert_ptr_nonnull(p);
+        memset(p, 2, BIG);
+        r->big[r->nbig] = p;
+        if (sf_segment_of(p) != r->seg) {
+            r->nbig++;
+            break;
+        }
+        if (r->closing)
+            ck_assert_uint_le((uintptr_t)p + BIG - (uintptr_t)r->seg, r->seg->open_bytes);
+    }
+    ck_assert_uint_ge(r->nbig, 40);
+    ck_assert_uint_eq(r->seg->open_bytes, SF_SEG_SIZE);
+    /* (the last block opened a second segment, which holds nothing else) */
+    r->seg2 = sf_segment_of(r->big[r->nbig - 1]);
+    ck_assert_ptr_ne(r->seg2, r->seg);
+    if (r->closing)
+        expect_closed(r->seg2, "a second small segment");
+    if (r->closing) {
+        read_maps();
+        expect_access(r->seg, SF_SEG_META_SIZE, SF_SEG_SIZE, READ_WRITE, "a small segment with every page taken");
+    }
+
+    /* a medium segment */
+    r->medium = sefer_malloc(MEDIUM);
+    ck_assert_ptr_nonnull(r->medium);
+    memset(r->medium, 3, MEDIUM);
+    r->mseg = sf_segment_of(r->medium);
+    ck_assert_uint_eq(r->mseg->kind, SF_SEG_MEDIUM);
+    if (r->closing) {
+        expect_closed(r->mseg, "a fresh medium segment");
+        ck_assert_msg(write_faults((uint8_t *)r->mseg + r->mseg->open_bytes),
+                      "a write past a medium segment's open part did not fault");
+    } else {
+        ck_assert_msg(!r->mseg->closed, "closed with the knob off or at level 2");
+    }
+    ck_assert_int_eq(sefer_check(), 0);
+
+    /* everything back before the thread exits (the first segment also
+     * keeps blocks the C library allocated on this thread) */
+    sefer_free(r->medium); /* (its free reads the end mark) */
+    for (size_t i = 0; i < r->nbig; i++) sefer_free(r->big[i]);
+    sefer_free(r->first);
+    return NULL;
+}
+
+START_TEST(test_unused_part_no_access)
+{
+    /* (set here: a knob set allocates, and the thread's heap must hold
+     * only its own blocks for its segments to go back) */
+    ST_KNOB_SET("threads.heap_after", "0"); /* (its blocks on its own heap from the first) */
+    ST_KNOB_SET("threads.small_from", "0");
+    ST_KNOB_SET("decommit.policy", "eager"); /* (a segment goes as its last page empties) */
+    ST_KNOB_SET("decommit.exited_keep", "0"); /* (an exited thread's empty segments go at once) */
+    sefer_trim();
+    struct run r;
+    memset(&r, 0, sizeof r);
+    r.closing = sf_guard_level <= 1 && strcmp(st_knob_get("guard.unused_no_access"), "true") == 0;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, thread_main, &r), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    /* the thread's exit gave its empty segments back (decommit.exited_keep
+     * at 0): the second small one and the medium one are in the large
+     * cache, read-write from end to end */
+    ck_assert_int_eq(sefer_check(), 0);
+    if (r.closing) {
+        read_maps();
+        const sf_segment_t *segs[2] = {r.seg2, r.mseg};
+        for (int s = 0; s < 2; s++) {
+            /* (released: no longer a small or medium segment's head) */
+            uint8_t head = sf_segmap_byte((uintptr_t)segs[s] >> SF_SEG_SHIFT);
+            ck_assert_msg(head != SF_SEGMAP_SMALL_HEAD && head != SF_SEGMAP_MEDIUM_HEAD,
+                          "segment %d not released (segment map %u)", s, head);
+            expect_access(segs[s], 0, SF_SEG_SIZE, READ_WRITE, "a released segment in the large cache");
+        }
+    }
+    /* large blocks cut from the cache: written whole, the first ones
+     * where those segments' metadata pages were */
+    void *large[4];
+    for (int i = 0; i < 4; i++) {
+        large[i] = sefer_malloc(3 * ST_MIB);
+        ck_assert_ptr_nonnull(large[i]);
+        memset(large[i], 4, 3 * ST_MIB);
+    }
+    for (int i = 0; i < 4; i++) sefer_free(large[i]);
+}
+END_TEST
+
+/* A knob change applies to segments made after it: off at run time, the
+ * next fresh segment stays open. */
+static void *fresh_segment(void *arg)
+{
+    void *p = sefer_malloc(64);
+    ck_assert_ptr_nonnull(p);
+    *(const sf_segment_t **)arg = sf_segment_of(p);
+    ck_assert_msg(!sf_segment_of(p)->closed, "a segment made with the knob off is closed");
+    sefer_free(p);
+    return NULL;
+}
+
+START_TEST(test_knob_off_at_run_time)
+{
+    ST_KNOB_SET("large_cache.slots", "0");
+    ST_KNOB_SET("threads.heap_after", "0");
+    ST_KNOB_SET("guard.unused_no_access", "false");
+    sefer_trim();
+    const sf_segment_t *seg = NULL;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fresh_segment, &seg), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_ptr_nonnull(seg);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("unused-no-access");
+    TCase *tc = tcase_create("segments");
+    tcase_add_test(tc, test_unused_part_no_access);
+    tcase_add_test(tc, test_knob_off_at_run_time);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}
