@@ -327,22 +327,29 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
 #define UNUSED_STEP_MAX ((size_t)256 << 10)
 #define UNUSED_SEGMENTS_MAX 4096u
 
-static void segment_close_unused(sf_segment_t *seg) {
+/* resident: how far from the segment's start old pages may lie (a span
+ * reused from the large cache): that part stays open.  Made no-access and
+ * then opened again, such pages lose their write permission in the page
+ * table and each takes a fault at its next write: the phases row ran at
+ * 0.71x, larson with 1.26x the minor faults, before this was left out. */
+static void segment_close_unused(sf_segment_t *seg, size_t resident) {
     seg->open_bytes = SF_SEG_SIZE;
     seg->closed = false;
     if (guard_pages() || sf_tracked || !sf_knob(SF_KNOB_GUARD_UNUSED_NO_ACCESS) ||
         atomic_load_explicit(&sf_gstats.segments, memory_order_relaxed) > UNUSED_SEGMENTS_MAX)
         return;
-    if (!sf_os_no_access((uint8_t *)seg + SF_SEG_META_SIZE, SF_SEG_SIZE - SF_SEG_META_SIZE)) return;
-    seg->open_bytes = SF_SEG_META_SIZE;
+    size_t open = sf_align_up(resident, SF_OS_PAGE);
+    if (open < SF_SEG_META_SIZE) open = SF_SEG_META_SIZE;
+    if (open >= SF_SEG_SIZE || !sf_os_no_access((uint8_t *)seg + open, SF_SEG_SIZE - open)) return;
+    seg->open_bytes = (uint32_t)open;
     seg->closed = true;
     /* and the metadata page past the descriptors (a medium segment's last
-     * OS page of it holds the end mark, and stays): a write that runs up
-     * into the segment from below, or down from its first page, faults
-     * there before it reaches anything it could corrupt unseen */
+     * OS page of it holds the end mark, and stays), if fresh: a write that
+     * runs up into the segment from below, or down from its first page,
+     * faults there before it reaches anything it could corrupt unseen */
     size_t from = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
     size_t to = seg->kind == SF_SEG_MEDIUM ? SF_SEG_META_SIZE - SF_OS_PAGE : SF_SEG_META_SIZE;
-    if (from < to) sf_os_no_access((uint8_t *)seg + from, to - from);
+    if (resident == 0 && from < to) sf_os_no_access((uint8_t *)seg + from, to - from);
 }
 
 /* Opens seg up to page idx's end at least; false if the kernel refused
@@ -411,7 +418,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     if (!zero || sf_tracked) segment_ready_to(seg, count - 1);
     if (sf_tracked) sf_track_segment_header(seg);
     if (resident != 0) mark_resident_pages(seg, resident);
-    segment_close_unused(seg);
+    segment_close_unused(seg, resident);
     segment_link_all(seg);
     heap_seglist_push(heap, seg);
     sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
