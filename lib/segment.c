@@ -324,7 +324,7 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
  * (or none: adjacent open ones merge), so from UNUSED_SEGMENTS_MAX live
  * segments on new ones stay open: the kernel allows 65 530 mappings by
  * default, and the program needs its own. */
-#define UNUSED_STEP_MAX ((size_t)256 << 10)
+#define UNUSED_STEP_MAX ((size_t)1 << 20)
 #define UNUSED_SEGMENTS_MAX 4096u
 
 /* resident: how far from the segment's start old pages may lie (a span
