@@ -425,6 +425,8 @@ static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
         if (page->page_start != (const uint8_t *)seg + start) report("page descriptor's start is not its page", page);
         if (page->in_use) {
             in_use++;
+            /* (segment.c, "The unused part of a segment") */
+            if (start + bytes > SF_GET(seg->open_bytes)) report("page in use past its segment's accessible part", page);
             ck.tally[hi].carved += page->capacity;
             if (marked_free) report("page in use but free in its segment's mask", page);
             check_page(seg, page, heap);

@@ -321,10 +321,12 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
  * takes (each of which costs its sixteen page faults anyway), a medium
  * segment in at most four (steps of 256 KiB, 18 calls, ran the phases row,
  * a fresh segment every 4 MiB, at 0.93 of the throughput).  Levels 2-3 have their guard pages and canaries
- * instead.  A segment so closed is two mappings where an open one is one
- * (or none: adjacent open ones merge), so from UNUSED_SEGMENTS_MAX live
- * segments on new ones stay open: the kernel allows 65 530 mappings by
- * default, and the program needs its own. */
+ * instead.  A segment so closed is four kernel mappings (its descriptors,
+ * the metadata page's hole, the open part, the closed part) and three once
+ * open to its end, where an open one is one (or none: adjacent open ones
+ * merge), so from UNUSED_SEGMENTS_MAX live segments on new ones stay open:
+ * the kernel allows 65 530 mappings by default, and the program needs its
+ * own. */
 #define UNUSED_STEP_MAX ((size_t)1 << 20)
 #define UNUSED_SEGMENTS_MAX 4096u
 
@@ -334,16 +336,24 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
  * table and each takes a fault at its next write: the phases row ran at
  * 0.71x, larson with 1.26x the minor faults, before this was left out. */
 static void segment_close_unused(sf_segment_t *seg, size_t resident) {
-    seg->open_bytes = SF_SEG_SIZE;
+    SF_SET(seg->open_bytes, SF_SEG_SIZE);
     seg->closed = false;
+    /* (not with huge pages asked for: the 4 KiB no-access pieces would
+     * keep the segment's first 2 MiB from ever being one) */
     if (guard_pages() || sf_tracked || !sf_knob(SF_KNOB_GUARD_UNUSED_NO_ACCESS) ||
+        sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_NEVER ||
         atomic_load_explicit(&sf_gstats.segments, memory_order_relaxed) > UNUSED_SEGMENTS_MAX)
         return;
     size_t open = sf_align_up(resident, SF_OS_PAGE);
     if (open < SF_SEG_META_SIZE) open = SF_SEG_META_SIZE;
-    if (open >= SF_SEG_SIZE || !sf_os_no_access((uint8_t *)seg + open, SF_SEG_SIZE - open)) return;
-    seg->open_bytes = (uint32_t)open;
+    if (open >= SF_SEG_SIZE) return;
+    /* (recorded closed even if the kernel refused: mprotect changes one
+     * mapping after another and stops at the first it cannot, so a span
+     * made of several may be left part no-access; opening what is
+     * accessible already is harmless) */
+    SF_SET(seg->open_bytes, (uint32_t)open);
     seg->closed = true;
+    if (!sf_os_no_access((uint8_t *)seg + open, SF_SEG_SIZE - open)) return;
     /* and the metadata page past the descriptors (a medium segment's last
      * OS page of it holds the end mark, and stays), if fresh: a write that
      * runs up into the segment from below, or down from its first page,
@@ -362,7 +372,7 @@ static bool segment_open_for(sf_segment_t *seg, unsigned idx) {
     if (to < end) to = end;
     if (to > SF_SEG_SIZE) to = SF_SEG_SIZE;
     if (!sf_os_protect((uint8_t *)seg + open, to - open, true)) return false;
-    seg->open_bytes = (uint32_t)to;
+    SF_SET(seg->open_bytes, (uint32_t)to);
     return true;
 }
 
@@ -372,7 +382,7 @@ static bool segment_open_all(sf_segment_t *seg) {
     if (!seg->closed) return true;
     size_t from = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE); /* (the metadata page's part too) */
     if (!sf_os_protect((uint8_t *)seg + from, SF_SEG_SIZE - from, true)) return false;
-    seg->open_bytes = SF_SEG_SIZE;
+    SF_SET(seg->open_bytes, SF_SEG_SIZE);
     seg->closed = false;
     return true;
 }
@@ -675,7 +685,12 @@ again:
         }
         if (seg == NULL && (seg = segment_create(heap, kind)) == NULL) return NULL;
         idx = free_page_index(seg);
-        if (!segment_open_for(seg, idx)) return NULL;
+        if (!segment_open_for(seg, idx)) {
+            /* (a segment made just now holds nothing and waits for
+             * nothing: nothing else would ever release it) */
+            if (seg->used_pages == 0 && !segment_waits(seg)) segment_release(heap, seg);
+            return NULL;
+        }
         seg->free_mask &= ~((uint64_t)1 << idx);
         if (seg->free_mask == 0) heap_seglist_remove(heap, seg);
         if (idx >= seg->pages_ready) segment_ready_to(seg, idx);

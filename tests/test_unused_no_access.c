@@ -20,6 +20,10 @@
  *     cache, and read-write there end to end (the cache hands spans out as
  *     accessible memory); large blocks then cut from the cache are
  *     written whole;
+ *   - a new thread's medium segment made from one of those cached spans:
+ *     open over what may hold old pages (which closing would cost a fault
+ *     each at their next write), the metadata page included, and
+ *     no-access past that if anything is left;
  *   - the knob off or level 2: no segment closed, and the write 1 MiB
  *     past the first block does not fault (it lands in the segment). */
 #include "sefer_test.h"
@@ -154,6 +158,7 @@ static void expect_closed(const sf_segment_t *seg, const char *what)
 {
     ck_assert_msg(seg->closed, "%s: not closed", what);
     ck_assert_uint_gt(seg->open_bytes, SF_SEG_META_SIZE);
+    ck_assert_uint_lt(seg->open_bytes, SF_SEG_SIZE);
     read_maps();
     size_t desc = descriptors_end(seg), mark = seg->kind == SF_SEG_MEDIUM ? SF_OS_PAGE : 0;
     expect_access(seg, 0, desc, READ_WRITE, what);
@@ -230,14 +235,45 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+struct reuse {
+    const sf_segment_t *cached[2];
+    void *p;
+};
+
+static void *reuse_main(void *arg)
+{
+    struct reuse *u = arg;
+    u->p = sefer_malloc(MEDIUM);
+    ck_assert_ptr_nonnull(u->p);
+    memset(u->p, 5, MEDIUM);
+    const sf_segment_t *seg = sf_segment_of(u->p);
+    ck_assert_msg(seg == u->cached[0] || seg == u->cached[1], "the medium segment %p is not a cached span",
+                  (const void *)seg);
+    ck_assert_uint_eq(seg->kind, SF_SEG_MEDIUM);
+    /* (how far its old pages may lie is the cache's figure, which spans
+     * merged in the cache can stretch to the whole segment: then it stays
+     * open end to end) */
+    read_maps();
+    expect_access(seg, 0, seg->open_bytes, READ_WRITE, "a segment made from a cached span");
+    if (seg->closed)
+        expect_access(seg, seg->open_bytes, SF_SEG_SIZE, NO_ACCESS, "a segment made from a cached span");
+    else
+        ck_assert_uint_eq(seg->open_bytes, SF_SEG_SIZE);
+    sefer_free(u->p);
+    return NULL;
+}
+
 START_TEST(test_unused_part_no_access)
 {
     /* (set here: a knob set allocates, and the thread's heap must hold
      * only its own blocks for its segments to go back) */
     ST_KNOB_SET("threads.heap_after", "0"); /* (its blocks on its own heap from the first) */
     ST_KNOB_SET("threads.small_from", "0");
-    ST_KNOB_SET("decommit.policy", "eager"); /* (a segment goes as its last page empties) */
+    /* (a segment goes as its last page empties, and the large cache keeps
+     * its pages resident) */
+    ST_KNOB_SET("decommit.policy", "never");
     ST_KNOB_SET("decommit.exited_keep", "0"); /* (an exited thread's empty segments go at once) */
+    ST_KNOB_SET("large_cache.ttl", "3600000"); /* (what is cached stays: nothing here waits on time) */
     sefer_trim();
     struct run r;
     memset(&r, 0, sizeof r);
@@ -259,6 +295,18 @@ START_TEST(test_unused_part_no_access)
                           "segment %d not released (segment map %u)", s, head);
             expect_access(segs[s], 0, SF_SEG_SIZE, READ_WRITE, "a released segment in the large cache");
         }
+    }
+    /* a new thread's first medium block: its heap is the first thread's
+     * (adopted at its first free or claim), which has no medium segment,
+     * so a segment is made from one of those two cached spans, whose old
+     * pages may be resident: that part stays open, the metadata page too
+     * (closed and opened again, a resident page takes a fault at its next
+     * write), and the rest is closed as in a fresh one */
+    if (r.closing) {
+        struct reuse u = {{r.seg2, r.mseg}, NULL};
+        pthread_t t2;
+        ck_assert_int_eq(pthread_create(&t2, NULL, reuse_main, &u), 0);
+        ck_assert_int_eq(pthread_join(t2, NULL), 0);
     }
     /* large blocks cut from the cache: written whole, the first ones
      * where those segments' metadata pages were */

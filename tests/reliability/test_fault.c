@@ -18,6 +18,11 @@
  *       2 (guard pages: mprotect) and 3, each in a fresh process.
  *   threads_random_failures  4 threads doing the same with blocks handed
  *       between them while the main thread keeps arming random plans.
+ *   open_failure_releases_segment  mprotect and mmap failing from the
+ *       1st, 2nd, ... 8th call on while a new thread's first medium malloc
+ *       makes and opens a segment (lib/segment.c, "The unused part of a
+ *       segment"): NULL with ENOMEM or a block, and no segment left
+ *       behind once the thread is gone.
  *
  * Uses the prefixed API for the allocations under test.  While a plan is
  * armed nothing asserts (check's own bookkeeping allocates through sefer
@@ -291,6 +296,73 @@ START_TEST(test_decommit_failure_reads_zero)
 END_TEST
 
 /* ======================================================================
+ * the unused part of a segment: opening it fails
+ * ==================================================================== */
+
+/* A thread's first medium malloc makes a medium segment (closed past its
+ * metadata at levels 0-1: lib/segment.c, "The unused part of a segment")
+ * and opens it for its first page.  With mprotect and mmap failing from
+ * the nth call on, one of those steps fails: the malloc returns NULL with
+ * ENOMEM or succeeds, and either way the segment goes back once the
+ * thread is gone (decommit eager, nothing kept for exited threads, no
+ * large cache): a segment made and left with no page in use was listed
+ * by its heap for ever before page_alloc released it. */
+struct open_try {
+    unsigned long nth;
+    void *p;
+    int err;
+};
+
+static void *open_try_main(void *arg)
+{
+    struct open_try *t = arg;
+    sefer_test_fail_os(SEFER_OS_MPROTECT | SEFER_OS_MMAP, t->nth, 1000);
+    errno = 0;
+    t->p = sefer_malloc(100 * ST_KIB);
+    t->err = errno;
+    disarm();
+    if (t->p != NULL) {
+        memset(t->p, 7, 100 * ST_KIB);
+        sefer_free(t->p);
+    }
+    return NULL;
+}
+
+START_TEST(test_open_failure_releases_segment)
+{
+    ST_KNOB_SET("threads.heap_after", "0");
+    ST_KNOB_SET("decommit.policy", "eager");
+    ST_KNOB_SET("decommit.exited_keep", "0");
+    ST_KNOB_SET("large_cache.slots", "0");
+    sefer_trim();
+    unsigned long before = sefer_test_os_failures(SEFER_OS_MPROTECT);
+    int nulls = 0;
+    for (unsigned long nth = 1; nth <= 8; nth++) {
+        uint64_t segments = st_stats().segments;
+        struct open_try t = {nth, NULL, 0};
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, open_try_main, &t), 0);
+        ck_assert_int_eq(pthread_join(th, NULL), 0);
+        sefer_trim();
+        if (t.p == NULL) {
+            nulls++;
+            ck_assert_msg(t.err == ENOMEM, "malloc failed with errno %d, not ENOMEM", t.err);
+        }
+        ck_assert_msg(st_stats().segments == segments,
+                      "failing from call %lu: %llu segments where there were %llu", nth,
+                      (unsigned long long)st_stats().segments, (unsigned long long)segments);
+        REL_ASSERT_CONSISTENT("after a failed open");
+    }
+    printf("open failures: %d of 8 mallocs returned NULL, %lu mprotect calls failed\n", nulls,
+           sefer_test_os_failures(SEFER_OS_MPROTECT) - before);
+    fflush(stdout);
+    /* (some plan must have hit an mprotect: the segment closed, then opened) */
+    ck_assert_uint_gt(sefer_test_os_failures(SEFER_OS_MPROTECT), before);
+    ck_assert_int_gt(nulls, 0);
+}
+END_TEST
+
+/* ======================================================================
  * random plans, one thread
  * ==================================================================== */
 
@@ -474,6 +546,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, test_decommit_failure_reads_zero, 0,
                         (int)(sizeof zero_plans / sizeof zero_plans[0]));
     tcase_add_loop_test(tc, test_random_failures, 0, 3);
+    tcase_add_test(tc, test_open_failure_releases_segment);
     tcase_add_test(tc, test_threads_random_failures);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
