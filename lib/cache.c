@@ -26,7 +26,12 @@
  * the same in every span, and one after the block, whose offset the entry
  * keeps (`guard`) so that a span reused for a block of the same size needs
  * no mprotect; spans are then neither split nor merged (a guard page would
- * end up inside a block).
+ * end up inside a block).  At levels 0-1 a large block's span may be
+ * no-access past its block (segment.c, "The unused part of a segment"):
+ * the entry keeps how much of it is open (`open`) for the same reason, and
+ * what lies past that was never written since it was closed, so it holds no
+ * page.  A split shares the open part out; a span joins the one below it
+ * only once that one is open to its end.
  *
  * Cached spans stay counted in stats.segments (they are mapped), but their
  * segmap entries are clear: a free of a pointer into one is foreign. */
@@ -45,6 +50,8 @@ struct cache_entry {
                          decommitted since (at most `committed`; a join
                          counts no hole, as `committed` must) */
     size_t guard;     /* guard level >= 2: offset of its end guard page (0: none) */
+    size_t open;      /* bytes from its start accessible (at least `committed`);
+                         the rest no-access (levels 0-1) */
     bool cooling;     /* the span freed last: not handed out, not merged */
     bool pages;       /* some of it was a released segment (small or medium
                          pages), not a large block's span */
@@ -85,7 +92,9 @@ static size_t entry_decommit_tail(size_t i, size_t bytes) {
     if (keep >= e->committed) return 0;
     size_t n = e->committed - keep;
     uint8_t *at = e->base + keep;
-    size_t len = keep == 0 ? e->size : n;
+    /* (all of what is open, at most: past it nothing is resident, and the
+     * last resort, clearing by hand, would fault there) */
+    size_t len = keep == 0 ? e->open : n;
     if (!guarded_spans()) sf_os_decommit(at, len);
     else if (!sf_os_decommit_try(at, len)) return 0; /* (never cleared by hand: guard pages) */
     e->committed = keep;
@@ -142,6 +151,8 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
     front.committed = e->committed < at ? e->committed : at;
     front.counted = e->counted < front.committed ? e->counted : front.committed;
     front.guard = 0; /* (no guards where spans are split) */
+    front.open = e->open < at ? e->open : at;
+    e->open -= front.open;
     e->base += at;
     e->size -= at;
     e->committed -= front.committed;
@@ -154,9 +165,10 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
 /* Takes a cached span of at least min_size bytes: the smallest that holds
  * it, whole if it is at most max_size, else its first min_size bytes (see
  * the top of the file).  *committed_out: how many bytes from its start may
- * still be resident (0: it all reads as zero). */
+ * still be resident (0: it all reads as zero); *open_out: how many are
+ * accessible (the rest is no-access: the taker opens what it uses). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_t *size_out,
-                    size_t *committed_out, size_t *guard_out, bool *pages_out) {
+                    size_t *committed_out, size_t *open_out, size_t *guard_out, bool *pages_out) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
     size_t best = SIZE_MAX;
@@ -197,6 +209,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_
         p = e.base;
         *size_out = e.size;
         *committed_out = e.committed; /* 0: all zero, as mapped or decommitted */
+        *open_out = e.open;
         *guard_out = e.guard;
         *pages_out = e.pages;
         sf_stat_add(&sf_gstats.cache_hits, 1);
@@ -218,6 +231,16 @@ static size_t joined_committed(const struct cache_entry *lo, const struct cache_
     return hi->committed > 0 ? lo->size + hi->committed : lo->committed;
 }
 
+/* Makes a span's no-access tail accessible, so that the span above it can
+ * join it with one open prefix; false if the kernel refused.  (What it
+ * opens holds no page: no fault is added.) */
+static bool entry_open_whole(struct cache_entry *e) {
+    if (e->open >= e->size) return true;
+    if (!sf_os_protect(e->base + e->open, e->size - e->open, true)) return false;
+    e->open = e->size;
+    return true;
+}
+
 /* Joins the freed span `e` to the cached spans it touches, below and above,
  * if there are any and the budget allows the whole: the neighbours leave
  * their slots and the whole takes one.  False if it touches none.  Holds
@@ -232,11 +255,15 @@ static bool merge_locked(struct cache_entry e) {
     }
     if (below == SIZE_MAX && above == SIZE_MAX) return false;
     if (atomic_load(&sf_gstats.cache_bytes) + e.size > sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES)) return false;
+    if (above != SIZE_MAX && !entry_open_whole(&e)) above = SIZE_MAX;
+    if (below != SIZE_MAX && !entry_open_whole(&entries[below])) below = SIZE_MAX;
+    if (below == SIZE_MAX && above == SIZE_MAX) return false;
     if (above != SIZE_MAX) {
         struct cache_entry hi = entries[above];
         e.counted += hi.counted;
         e.pages |= hi.pages;
         e.committed = joined_committed(&e, &hi);
+        e.open = e.size + hi.open;
         e.size += hi.size;
     }
     if (below != SIZE_MAX) {
@@ -244,6 +271,7 @@ static bool merge_locked(struct cache_entry e) {
         e.counted += lo.counted;
         e.pages |= lo.pages;
         e.committed = joined_committed(&lo, &e);
+        e.open = lo.size + e.open;
         e.base = lo.base;
         e.size += lo.size;
     }
@@ -279,10 +307,11 @@ static void uncool_locked(void) {
 
 /* Offers a span (its segmap entries already clear; `counted` of its bytes
  * counted in stats.bytes_committed, all within its first `resident`;
- * `guard`: see struct cache_entry).
+ * `open`, `guard`: see struct cache_entry).
  * `freed_block`: a large block's span freed just now, to cool (see the top
  * of the file).  Returns false if the budget refuses it: the caller unmaps. */
-bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t guard, bool freed_block) {
+bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t open, size_t guard,
+                  bool freed_block) {
     uint64_t slots = sf_knob(SF_KNOB_LARGE_CACHE_SLOTS);
     uint64_t budget = sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES);
     if (slots > CACHE_SLOTS_MAX) slots = CACHE_SLOTS_MAX;
@@ -296,7 +325,7 @@ bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size
     expire_locked(now, false);
     bool cool = freed_block && sf_guard_level >= 1;
     if (cool) uncool_locked();
-    struct cache_entry fresh = {base, size, now, resident, counted, guard, cool, !freed_block};
+    struct cache_entry fresh = {base, size, now, resident, counted, guard, open, cool, !freed_block};
     if (!cool && merge_locked(fresh)) {
         sf_unlock(&sf_cache_lock);
         return true;

@@ -363,13 +363,15 @@ SF_INLINE bool sf_memlimit_admit(size_t bytes) {
 /* ---- cache.c: the large cache -------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
 /* committed_out: bytes of the span that may still be resident, counted from
- * its start (0: it reads as zero); pages_out: whether that memory held a
+ * its start (0: it reads as zero); open_out: bytes from its start that are
+ * accessible (the rest is no-access); pages_out: whether that memory held a
  * released segment's pages (not a large block).  resident_min: 0, any span;
  * else only a span whose first resident_min bytes may all be resident, or
  * NULL (nothing counted: the caller asks again) */
 SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_t *size_out,
-                              size_t *committed_out, size_t *guard_out, bool *pages_out);
-SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t guard, bool freed_block);
+                              size_t *committed_out, size_t *open_out, size_t *guard_out, bool *pages_out);
+SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t open, size_t guard,
+                            bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
 SF_HIDDEN size_t sf_cache_shed(size_t bytes, bool pages_only);
 SF_HIDDEN bool sf_cache_holds(const void *p);

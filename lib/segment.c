@@ -91,8 +91,10 @@ static bool guard_move(uint8_t *base, size_t from, size_t to) {
 /* A span of at least *size bytes: from the cache (up to max_size, *size set
  * to what was taken) or a new mapping.  *resident: how many bytes from the
  * start may still hold old pages (a reused cached span; 0 for a fresh
- * mapping, which reads as zero).  *guard: the offset of its end guard page
- * (guard level >= 2; 0: none yet). */
+ * mapping, which reads as zero).  *open: how many bytes from the start are
+ * accessible (a fresh mapping: all; past them no-access, see "The unused
+ * part of a segment").  *guard: the offset of its end guard page (guard
+ * level >= 2; 0: none yet). */
 static bool heap_release_empty(sf_heap_t *heap);
 /* keep_kind: SF_SEG_SMALL or SF_SEG_MEDIUM (a page: the cache's spans and
  * the heap's pages of the other size go), or SHED_SPAN (a span: the
@@ -118,7 +120,7 @@ static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind
  * pages, whose spans and segments always end in one: there the first two
  * asks could never be answered.) */
 static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, size_t touch, bool cacheable,
-                       size_t *resident, size_t *guard, bool *pages) {
+                       size_t *resident, size_t *open, size_t *guard, bool *pages) {
     *guard = 0;
     *pages = false;
     size_t want = !guard_pages() && sf_knob(SF_KNOB_DECOMMIT_POLICY) != SF_DECOMMIT_EAGER ? touch : 0;
@@ -129,25 +131,27 @@ static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, size_t to
         if (attempt == 1 && (heap == NULL || !heap_release_empty(heap))) continue;
         if (attempt == 2 && want == 0) break;
         size_t got = 0;
-        void *p = sf_cache_take(*size, max_size, attempt < 2 ? want : 0, &got, resident, guard, pages);
+        void *p = sf_cache_take(*size, max_size, attempt < 2 ? want : 0, &got, resident, open, guard, pages);
         if (p != NULL) {
             *size = got;
             return p;
         }
     }
     *resident = 0;
+    *open = *size;
     uint8_t *p = span_map(*size);
     if (p != NULL && guard_pages()) sf_os_protect(p + SEG_GUARD_OFF, SF_OS_PAGE, false);
     return p;
 }
 
-/* guard: the offset of its end guard page (guard level >= 2), kept with it
- * in the cache; freed_block: the span of a large block freed just now. */
 /* committed: its bytes counted in stats.bytes_committed; resident: how far
- * from its start they may lie (at least committed). */
-static void span_unmap(void *base, size_t size, size_t committed, size_t resident, bool cacheable, size_t guard,
-                       bool freed_block) {
-    if (cacheable && sf_cache_put(base, size, resident, committed, guard, freed_block)) return;
+ * from its start they may lie (at least committed); open: how far it is
+ * accessible (at least resident); guard: the offset of its end guard page
+ * (guard level >= 2); all kept with it in the cache.  freed_block: the span
+ * of a large block freed just now. */
+static void span_unmap(void *base, size_t size, size_t committed, size_t resident, size_t open, bool cacheable,
+                       size_t guard, bool freed_block) {
+    if (cacheable && sf_cache_put(base, size, resident, committed, open, guard, freed_block)) return;
     sf_os_unmap(base, size);
     sf_stat_sub(&sf_gstats.committed, committed);
     sf_stat_sub(&sf_gstats.reserved, size);
@@ -157,7 +161,7 @@ static void span_unmap(void *base, size_t size, size_t committed, size_t residen
 
 /* Gives back a span span_take returned, unused (its counted bytes were
  * handed to the taker, who counted none yet). */
-static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, 0, false, 0, false); }
+static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, 0, size, false, 0, false); }
 
 static void segment_link_all(sf_segment_t *seg) {
     seg->not_a_page = 0; /* (types.h) */
@@ -182,6 +186,9 @@ static void segment_unlink_all(sf_segment_t *seg) {
 static size_t header_bytes(unsigned page_count) {
     return sizeof(sf_segment_t) + page_count * sizeof(sf_page_t);
 }
+
+/* The OS pages the header's descriptors reach into. */
+static size_t header_pages_bytes(unsigned page_count) { return sf_align_up(header_bytes(page_count), SF_OS_PAGE); }
 
 /* committed_bytes and span_bytes are read by introspection snapshots while
  * the owner changes them: relaxed stores (a plain mov). */
@@ -320,8 +327,13 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
  * in 8 mprotect calls over its life, about one for every eight pages it
  * takes (each of which costs its sixteen page faults anyway), a medium
  * segment in at most four (steps of 256 KiB, 18 calls, ran the phases row,
- * a fresh segment every 4 MiB, at 0.93 of the throughput).  Levels 2-3 have their guard pages and canaries
- * instead.  A segment so closed is four kernel mappings (its descriptors,
+ * a fresh segment every 4 MiB, a little slower, within its rounds'
+ * spread).  A large block's span is closed the same way past its block
+ * (the slack up to the span's 4 MiB boundary), opens as realloc grows the
+ * block in place, and goes to the large cache as it is: the cache keeps
+ * how far each span is open, so a span reused for a block of the same size
+ * needs no mprotect (cache.c).  Levels 2-3 have their guard pages and
+ * canaries instead.  A segment so closed is four kernel mappings (its descriptors,
  * the metadata page's hole, the open part, the closed part) and three once
  * open to its end, where an open one is one (or none: adjacent open ones
  * merge), so from UNUSED_SEGMENTS_MAX live segments on new ones stay open:
@@ -335,15 +347,18 @@ static void segment_ready_to(sf_segment_t *seg, unsigned idx) {
  * then opened again, such pages lose their write permission in the page
  * table and each takes a fault at its next write: the phases row ran at
  * 0.71x, larson with 1.26x the minor faults, before this was left out. */
+static bool unused_closes(void) {
+    /* (not with huge pages asked for: the 4 KiB no-access pieces would
+     * keep the segment's first 2 MiB from ever being one) */
+    return !guard_pages() && !sf_tracked && sf_knob(SF_KNOB_GUARD_UNUSED_NO_ACCESS) &&
+           sf_knob(SF_KNOB_MEMORY_THP) == SF_THP_NEVER &&
+           atomic_load_explicit(&sf_gstats.segments, memory_order_relaxed) <= UNUSED_SEGMENTS_MAX;
+}
+
 static void segment_close_unused(sf_segment_t *seg, size_t resident) {
     SF_SET(seg->open_bytes, SF_SEG_SIZE);
     seg->closed = false;
-    /* (not with huge pages asked for: the 4 KiB no-access pieces would
-     * keep the segment's first 2 MiB from ever being one) */
-    if (guard_pages() || sf_tracked || !sf_knob(SF_KNOB_GUARD_UNUSED_NO_ACCESS) ||
-        sf_knob(SF_KNOB_MEMORY_THP) != SF_THP_NEVER ||
-        atomic_load_explicit(&sf_gstats.segments, memory_order_relaxed) > UNUSED_SEGMENTS_MAX)
-        return;
+    if (!unused_closes()) return;
     size_t open = sf_align_up(resident, SF_OS_PAGE);
     if (open < SF_SEG_META_SIZE) open = SF_SEG_META_SIZE;
     if (open >= SF_SEG_SIZE) return;
@@ -351,14 +366,14 @@ static void segment_close_unused(sf_segment_t *seg, size_t resident) {
      * mapping after another and stops at the first it cannot, so a span
      * made of several may be left part no-access; opening what is
      * accessible already is harmless) */
-    SF_SET(seg->open_bytes, (uint32_t)open);
+    SF_SET(seg->open_bytes, open);
     seg->closed = true;
     if (!sf_os_no_access((uint8_t *)seg + open, SF_SEG_SIZE - open)) return;
     /* and the metadata page past the descriptors (a medium segment's last
      * OS page of it holds the end mark, and stays), if fresh: a write that
      * runs up into the segment from below, or down from its first page,
      * faults there before it reaches anything it could corrupt unseen */
-    size_t from = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
+    size_t from = header_pages_bytes(seg->page_count);
     size_t to = seg->kind == SF_SEG_MEDIUM ? SF_SEG_META_SIZE - SF_OS_PAGE : SF_SEG_META_SIZE;
     if (resident == 0 && from < to) sf_os_no_access((uint8_t *)seg + from, to - from);
 }
@@ -372,15 +387,16 @@ static bool segment_open_for(sf_segment_t *seg, unsigned idx) {
     if (to < end) to = end;
     if (to > SF_SEG_SIZE) to = SF_SEG_SIZE;
     if (!sf_os_protect((uint8_t *)seg + open, to - open, true)) return false;
-    SF_SET(seg->open_bytes, (uint32_t)to);
+    SF_SET(seg->open_bytes, to);
     return true;
 }
 
-/* Opens all of seg before it goes to the large cache, which hands out
- * spans as accessible memory; false if it could not (unmap it instead). */
+/* Opens all of seg before it goes to the large cache, which knows only how
+ * far from its start each span is open (the metadata page's closed part
+ * lies before the open pages); false if it could not (unmap it instead). */
 static bool segment_open_all(sf_segment_t *seg) {
     if (!seg->closed) return true;
-    size_t from = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE); /* (the metadata page's part too) */
+    size_t from = header_pages_bytes(seg->page_count); /* (the metadata page's part too) */
     if (!sf_os_protect((uint8_t *)seg + from, SF_SEG_SIZE - from, true)) return false;
     SF_SET(seg->open_bytes, SF_SEG_SIZE);
     seg->closed = false;
@@ -388,11 +404,15 @@ static bool segment_open_all(sf_segment_t *seg) {
 }
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
-    size_t size = SF_SEG_SIZE, resident = 0, guard = 0;
+    size_t size = SF_SEG_SIZE, resident = 0, open = 0, guard = 0;
     bool pages = false;
-    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, SF_SEG_SIZE, true, &resident, &guard, &pages);
+    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, SF_SEG_SIZE, true, &resident, &open, &guard, &pages);
     if (seg == NULL) return NULL;
-    if (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE)) {
+    /* (a large block's span, cached closed past its block: opened whole,
+     * then closed again below as a fresh segment is; what it opens holds
+     * no page) */
+    if ((open < size && !sf_os_protect((uint8_t *)seg + open, size - open, true)) ||
+        (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE))) {
         span_drop(seg, size);
         return NULL;
     }
@@ -400,7 +420,7 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     unsigned shift = kind_page_shift(kind);
     unsigned bias = kind == SF_SEG_SMALL ? 1 : 0; /* small page 0 is the metadata */
     unsigned count = (unsigned)(SF_SEG_SIZE >> shift) - bias;
-    size_t hdr = sf_align_up(header_bytes(count), SF_OS_PAGE);
+    size_t hdr = header_pages_bytes(count);
     if (!zero) memset(seg, 0, header_bytes(count));
     seg->magic = SF_SEG_MAGIC ^ (uintptr_t)seg;
     seg->heap = heap;
@@ -442,7 +462,7 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
     segment_unlink_all(seg);
     /* the cache knows a resident prefix, not a set of pages: up to the end
      * of the last committed page */
-    size_t end = sf_align_up(header_bytes(seg->page_count), SF_OS_PAGE);
+    size_t end = header_pages_bytes(seg->page_count);
     if (seg->kind == SF_SEG_MEDIUM && !guard_pages() && end < SF_SEG_META_SIZE) end = SF_SEG_META_SIZE;
     for (unsigned i = 0; i < seg->pages_ready; i++) { /* (the rest were never committed) */
         const sf_page_t *page = &seg->pages[i];
@@ -450,9 +470,9 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
         if (page->committed && page_end > end) end = page_end;
     }
     if (end < seg->committed_bytes) end = seg->committed_bytes;
-    span_unmap(seg, seg->span_size, seg->committed_bytes, end, segment_open_all(seg),
-               guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0,
-               false);
+    bool cacheable = segment_open_all(seg);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, end, SF_SEG_SIZE, cacheable,
+               guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0, false);
 }
 
 static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
@@ -851,6 +871,36 @@ static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind
 /* Resident pages of released segments kept past a span's new block. */
 #define SPAN_PAGES_TAIL_KEEP ((size_t)1 << 20)
 
+/* A large block's span from `need` bytes on no-access where the unused part
+ * closes (levels 0-1: see "The unused part of a segment"), else all of it
+ * open; `open`: how far it is open now.  need covers the header, the block
+ * and any old pages still resident past it (closed and opened again, each
+ * would take a fault at its next write).  Returns how far it is open after,
+ * 0 if the kernel refused to open what the block needs. */
+static size_t span_set_open(uint8_t *base, size_t span, size_t open, size_t need) {
+    size_t want = unused_closes() && need < span ? need : span;
+    if (open < want) return sf_os_protect(base + open, want - open, true) ? want : 0;
+    /* (recorded closed even if the kernel refused: see segment_close_unused) */
+    if (open > want) sf_os_no_access(base + want, open - want);
+    return want;
+}
+
+/* Opens a span up to `end` at least for its block to grow in place, by as
+ * much again as is open already at most UNUSED_STEP_MAX at a time (a block
+ * grown a page at a time makes one mprotect call per step, not per page);
+ * false if the kernel refused. */
+static bool span_open_for(sf_segment_t *seg, size_t end) {
+    size_t open = seg->open_bytes;
+    if (end <= open) return true;
+    size_t to = unused_closes() ? open + (open < UNUSED_STEP_MAX ? open : UNUSED_STEP_MAX) : seg->span_size;
+    if (to < end) to = sf_align_up(end, SF_OS_PAGE);
+    if (to > seg->span_size) to = seg->span_size;
+    if (!sf_os_protect((uint8_t *)seg + open, to - open, true)) return false;
+    SF_SET(seg->open_bytes, to);
+    seg->closed = to < seg->span_size;
+    return true;
+}
+
 /* Layout: header in the first OS page, the block at the first address
  * aligned to max(align, SF_OS_PAGE) after it; at guard level >= 2 the block
  * starts at 64 KiB or later, after the guard page below it, and a guard
@@ -868,7 +918,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     }
     size_t span = sf_align_up(rounded + lead + tail, SF_SEG_SIZE);
     bool cacheable = span <= (size_t)SF_LARGE_MAX_SEGS * SF_SEG_SIZE;
-    size_t resident = 0, guard = 0;
+    size_t resident = 0, open = 0, guard = 0;
     if (!sf_memlimit_admit(rounded + first)) {
         errno = ENOMEM;
         return NULL;
@@ -882,7 +932,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
      * keep in use would keep its segment from the request */
     if (heap != NULL) sf_cl_flush_all(heap);
     sf_segment_t *seg =
-        span_take(heap, &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &guard, &pages);
+        span_take(heap, &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &open, &guard, &pages);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
@@ -913,6 +963,12 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
         sf_stat_add(&sf_gstats.decommitted_total, resident - keep);
         resident = keep;
     }
+    open = span_set_open((uint8_t *)seg, span, open, used > resident ? sf_align_up(used, SF_OS_PAGE) : resident);
+    if (open == 0) {
+        span_drop(seg, span);
+        errno = ENOMEM;
+        return NULL;
+    }
     if (used > resident) shed_before_growth(growth_heap(), used - resident, SHED_SPAN);
     if (!zero) memset(seg, 0, header_bytes(1));
     size_t off = (size_t)(block - (uint8_t *)seg);
@@ -926,8 +982,8 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->fresh_zero = zero;
     seg->page_count = 1;
     seg->pages_ready = 1;
-    seg->open_bytes = SF_SEG_SIZE;
-    seg->closed = false;
+    seg->open_bytes = open;
+    seg->closed = open < span;
     seg->used_pages = 1;
     seg->span_size = span;
     seg->committed_bytes = 0;
@@ -965,8 +1021,8 @@ void sf_span_free(sf_segment_t *seg) {
 void sf_span_release(sf_segment_t *seg, bool reusable) {
     const sf_page_t *page = &seg->pages[0];
     size_t guard = guard_pages() ? (size_t)(page->block_start - (uint8_t *)seg) + page->span_bytes : 0;
-    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->committed_bytes, reusable && seg->kind == SF_SEG_LARGE,
-               guard, true);
+    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->committed_bytes, seg->open_bytes,
+               reusable && seg->kind == SF_SEG_LARGE, guard, true);
 }
 
 /* Grows or shrinks a span's block in place if the span has room; shrinking
@@ -978,6 +1034,7 @@ bool sf_span_resize(sf_segment_t *seg, sf_page_t *page, size_t new_size) {
     if (rounded < new_size || rounded > page->page_bytes) return false;
     size_t old = page->span_bytes, lead = (size_t)(page->block_start - (uint8_t *)seg);
     if (rounded > old) {
+        if (!span_open_for(seg, lead + rounded)) return false;
         if (lead + rounded > seg->committed_bytes) {
             if (!sf_memlimit_admit(lead + rounded - seg->committed_bytes)) return false;
             commit_add(seg, lead + rounded - seg->committed_bytes);

@@ -264,9 +264,10 @@ typedef struct sf_segment_s {
      * pages then touches only the first (SF_SET: snapshots read it) */
     uint16_t pages_ready;
     /* bytes from the segment's start that are accessible: past them the
-     * address no page has taken yet is no-access (segment.c, "The unused
-     * part of a segment"); SF_SEG_SIZE when all of it is */
-    uint32_t open_bytes;
+     * address no page has taken yet (a span: the slack past its block) is
+     * no-access (segment.c, "The unused part of a segment"); SF_SEG_SIZE
+     * (a span: span_size) when all of it is */
+    size_t open_bytes;
     bool closed; /* part of it was made no-access (the metadata page's too) */
     sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
 } sf_segment_t;

@@ -25,10 +25,17 @@
  *     each at their next write), the metadata page included, and
  *     no-access past that if anything is left;
  *   - the knob off or level 2: no segment closed, and the write 1 MiB
- *     past the first block does not fault (it lands in the segment). */
+ *     past the first block does not fault (it lands in the segment);
+ *   - a large block's span: no-access past its block, a write 1 MiB past
+ *     it kills a child; realloc grows the block in place, opening the
+ *     span as far as it needs; the span cached, reused for a bigger block
+ *     (opened) and a smaller one (closed again), split and joined again in
+ *     the cache, and made into a medium segment: every block written whole
+ *     and the heap's check clean (off or at level 2: all of it open). */
 #include "sefer_test.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -320,6 +327,172 @@ START_TEST(test_unused_part_no_access)
 }
 END_TEST
 
+/* ---- large blocks' spans ------------------------------------------------- */
+
+#define LARGE (300 * ST_KIB) /* a span of one segment (4 MiB), mostly slack */
+
+/* p is a large block of n bytes: its span open over its header and block
+ * and no-access past them when closing (a write 1 MiB past the block
+ * kills a child), else open to its end. */
+static sf_segment_t *expect_span(void *p, size_t n, bool closing, const char *what)
+{
+    sf_segment_t *seg = sf_segment_of(p);
+    ck_assert_msg(seg->kind == SF_SEG_LARGE, "%s: not a large block's span (kind %u)", what, seg->kind);
+    size_t end = sf_align_up((size_t)((uint8_t *)p - (uint8_t *)seg) + n, SF_OS_PAGE);
+    if (!closing) {
+        ck_assert_msg(!seg->closed && seg->open_bytes == seg->span_size, "%s: closed (open %zu of %zu)", what,
+                      seg->open_bytes, seg->span_size);
+        if (sf_guard_level <= 1) { /* (level 2 has its guard pages) */
+            read_maps();
+            expect_access(seg, 0, seg->span_size, READ_WRITE, what);
+        }
+        return seg;
+    }
+    /* (nothing resident past the block here: decommit.policy eager) */
+    ck_assert_msg(seg->closed && seg->open_bytes == end, "%s: open %zu of %zu, the block ending at %zu", what,
+                  seg->open_bytes, seg->span_size, end);
+    read_maps();
+    expect_access(seg, 0, end, READ_WRITE, what);
+    expect_access(seg, end, seg->span_size, NO_ACCESS, what);
+    ck_assert_msg(write_faults((uint8_t *)p + n + ST_MIB), "%s: a write 1 MiB past the block did not fault", what);
+    return seg;
+}
+
+struct medium_run {
+    void *blocks[4];
+};
+
+static void *new_medium_blocks(void *arg)
+{
+    struct medium_run *m = arg;
+    for (int i = 0; i < 4; i++) {
+        m->blocks[i] = sefer_malloc(MEDIUM);
+        ck_assert_ptr_nonnull(m->blocks[i]);
+        memset(m->blocks[i], 6, MEDIUM);
+    }
+    const sf_segment_t *seg = sf_segment_of(m->blocks[0]);
+    ck_assert_msg(!seg->closed && seg->open_bytes == SF_SEG_SIZE, "a segment made with the knob off is closed");
+    read_maps();
+    expect_access(seg, 0, SF_SEG_SIZE, READ_WRITE, "a segment made with the knob off from a span cached closed");
+    return NULL;
+}
+
+START_TEST(test_large_span_slack)
+{
+    /* (cached spans hold no page: how far a reused span stays open is
+     * then the new block's end alone) */
+    ST_KNOB_SET("decommit.policy", "eager");
+    ST_KNOB_SET("large_cache.ttl", "3600000");
+    sefer_trim();
+    bool closing = sf_guard_level <= 1 && strcmp(st_knob_get("guard.unused_no_access"), "true") == 0;
+
+    /* a fresh span: closed past the block */
+    unsigned char *a = sefer_malloc(LARGE);
+    ck_assert_ptr_nonnull(a);
+    memset(a, 1, LARGE);
+    expect_span(a, LARGE, closing, "a fresh large block's span");
+
+    /* grown in place: the span opens as far as the block needs */
+    unsigned char *g = sefer_realloc(a, 3 * LARGE);
+    ck_assert_ptr_nonnull(g);
+    memset(g, 2, 3 * LARGE);
+    sf_segment_t *sg = expect_span(g, 3 * LARGE, closing, "a large block grown by realloc");
+    if (sf_guard_level >= 2) { /* (its spans wait in a quarantine, and are neither split nor joined) */
+        sefer_free(g);
+        return;
+    }
+    ck_assert_ptr_eq(g, a);
+
+    /* cached (the span freed last cools: another one freed after it lets
+     * it be taken), then reused for a bigger block: opened */
+    sefer_trim();
+    sefer_free(g);
+    unsigned char *x = sefer_malloc(LARGE);
+    ck_assert_ptr_nonnull(x);
+    sefer_free(x);
+    unsigned char *b = sefer_malloc(5 * LARGE);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_eq(sf_segment_of(b), sg);
+    memset(b, 3, 5 * LARGE);
+    expect_span(b, 5 * LARGE, closing, "a cached span reused for a bigger block");
+
+    /* and for a smaller one: closed again past it */
+    sefer_trim();
+    sefer_free(b);
+    x = sefer_malloc(LARGE);
+    ck_assert_ptr_nonnull(x);
+    sefer_free(x);
+    unsigned char *d = sefer_malloc(LARGE + 8 * SF_OS_PAGE);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_eq(sf_segment_of(d), sg);
+    memset(d, 4, LARGE + 8 * SF_OS_PAGE);
+    expect_span(d, LARGE + 8 * SF_OS_PAGE, closing, "a cached span reused for a smaller block");
+    ck_assert_int_eq(sefer_check(), 0);
+
+    /* made into a medium segment (a new thread's heap has none) with the
+     * knob turned off since: opened whole (its blocks reach past where the
+     * span was closed) */
+    sefer_trim();
+    sefer_free(d);
+    x = sefer_malloc(LARGE);
+    ck_assert_ptr_nonnull(x);
+    sefer_free(x);
+    ST_KNOB_SET("threads.heap_after", "0");
+    ST_KNOB_SET("threads.small_from", "0");
+    ST_KNOB_SET("guard.unused_no_access", "false");
+    struct medium_run m = {{NULL}};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, new_medium_blocks, &m), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_ptr_eq(sf_segment_of(m.blocks[0]), sg);
+    ck_assert_int_eq(sefer_check(), 0);
+    for (int i = 0; i < 4; i++) sefer_free(m.blocks[i]);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
+/* The cache's own figure, on a span of three segments it was given closed
+ * past 1 MiB: split, the pieces keep their share of the open part (the
+ * back ones none), and joined again, the lower pieces are opened whole so
+ * that the open part stays a prefix. */
+START_TEST(test_cache_keeps_open_part)
+{
+    if (sf_guard_level >= 2)
+        return; /* (spans neither split nor joined) */
+    ST_KNOB_SET("decommit.policy", "never");
+    ST_KNOB_SET("large_cache.ttl", "3600000");
+    sefer_trim(); /* (the cache empty) */
+    size_t whole = 3 * SF_SEG_SIZE, open0 = ST_MIB + SF_OS_PAGE;
+    uint8_t *base = sf_os_map_aligned(whole, SF_SEG_SIZE);
+    ck_assert_ptr_nonnull(base);
+    ck_assert(sf_os_no_access(base + open0, whole - open0));
+    ck_assert(sf_cache_put(base, whole, 0, 0, open0, 0, false));
+
+    size_t size, committed, open, guard;
+    bool pages;
+    uint8_t *first = sf_cache_take(SF_SEG_SIZE, SF_SEG_SIZE, 0, &size, &committed, &open, &guard, &pages);
+    ck_assert_ptr_eq(first, base);
+    ck_assert_uint_eq(size, SF_SEG_SIZE);
+    ck_assert_uint_eq(open, open0);
+    uint8_t *second = sf_cache_take(SF_SEG_SIZE, SF_SEG_SIZE, 0, &size, &committed, &open, &guard, &pages);
+    ck_assert_ptr_eq(second, base + SF_SEG_SIZE);
+    ck_assert_uint_eq(open, 0);
+
+    /* back: the first alone (its neighbours are taken and cached closed),
+     * then the second, which joins both: opened whole, and the first too */
+    ck_assert(sf_cache_put(first, SF_SEG_SIZE, 0, 0, open0, 0, false));
+    ck_assert(sf_cache_put(second, SF_SEG_SIZE, 0, 0, 0, 0, false));
+    read_maps();
+    expect_access(base, 0, 2 * SF_SEG_SIZE, READ_WRITE, "two pieces joined below a third");
+    expect_access(base, 2 * SF_SEG_SIZE, whole, NO_ACCESS, "the third piece");
+    uint8_t *all = sf_cache_take(whole, whole, 0, &size, &committed, &open, &guard, &pages);
+    ck_assert_ptr_eq(all, base);
+    ck_assert_uint_eq(size, whole);
+    ck_assert_uint_eq(open, 2 * SF_SEG_SIZE);
+    munmap(base, whole);
+}
+END_TEST
+
 /* A knob change applies to segments made after it: off at run time, the
  * next fresh segment stays open. */
 static void *fresh_segment(void *arg)
@@ -352,6 +525,8 @@ int main(void)
     TCase *tc = tcase_create("segments");
     tcase_add_test(tc, test_unused_part_no_access);
     tcase_add_test(tc, test_knob_off_at_run_time);
+    tcase_add_test(tc, test_large_span_slack);
+    tcase_add_test(tc, test_cache_keeps_open_part);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
