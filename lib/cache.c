@@ -27,11 +27,13 @@
  * keeps (`guard`) so that a span reused for a block of the same size needs
  * no mprotect; spans are then neither split nor merged (a guard page would
  * end up inside a block).  At levels 0-1 a large block's span may be
- * no-access past its block (segment.c, "The unused part of a segment"):
- * the entry keeps how much of it is open (`open`) for the same reason, and
- * what lies past that was never written since it was closed, so it holds no
- * page.  A split shares the open part out; a span joins the one below it
- * only once that one is open to its end.
+ * no-access past its block and in its second page, below the block
+ * (segment.c, "The unused part of a segment"): the entry keeps how much of
+ * it is open and whether it has that hole, for the same reason, and what
+ * lies past the open part was never written since it was closed, so it
+ * holds no page.  A split shares the open part out and leaves the hole
+ * with the front; a span joins the one below it only once that one is open
+ * to its end, and its own hole is open.
  *
  * Cached spans stay counted in stats.segments (they are mapped), but their
  * segmap entries are clear: a free of a pointer into one is foreign. */
@@ -49,9 +51,7 @@ struct cache_entry {
                          committed when its pieces came in, less what was
                          decommitted since (at most `committed`; a join
                          counts no hole, as `committed` must) */
-    size_t guard;     /* guard level >= 2: offset of its end guard page (0: none) */
-    size_t open;      /* bytes from its start accessible (at least `committed`);
-                         the rest no-access (levels 0-1) */
+    sf_span_access_t access; /* (its open part at least `committed`) */
     bool cooling;     /* the span freed last: not handed out, not merged */
     bool pages;       /* some of it was a released segment (small or medium
                          pages), not a large block's span */
@@ -92,11 +92,12 @@ static size_t entry_decommit_tail(size_t i, size_t bytes) {
     if (keep >= e->committed) return 0;
     size_t n = e->committed - keep;
     uint8_t *at = e->base + keep;
-    /* (all of what is open, at most: past it nothing is resident, and the
-     * last resort, clearing by hand, would fault there) */
-    size_t len = keep == 0 ? e->open : n;
-    if (!guarded_spans()) sf_os_decommit(at, len);
-    else if (!sf_os_decommit_try(at, len)) return 0; /* (never cleared by hand: guard pages) */
+    size_t len = keep == 0 ? e->size : n;
+    /* (never cleared by hand where part of it is no-access: guard pages,
+     * the hole, the closed tail) */
+    bool sealed = guarded_spans() || e->access.hole || e->access.open < e->size;
+    if (!sealed) sf_os_decommit(at, len);
+    else if (!sf_os_decommit_try(at, len)) return 0;
     e->committed = keep;
     size_t drop = e->counted > keep ? e->counted - keep : 0;
     e->counted -= drop;
@@ -150,9 +151,10 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
     front.size = at;
     front.committed = e->committed < at ? e->committed : at;
     front.counted = e->counted < front.committed ? e->counted : front.committed;
-    front.guard = 0; /* (no guards where spans are split) */
-    front.open = e->open < at ? e->open : at;
-    e->open -= front.open;
+    front.access.guard = 0; /* (no guards where spans are split) */
+    front.access.open = e->access.open < at ? e->access.open : at;
+    e->access.open -= front.access.open;
+    e->access.hole = false; /* (the hole stays with the front) */
     e->base += at;
     e->size -= at;
     e->committed -= front.committed;
@@ -165,10 +167,10 @@ static struct cache_entry entry_split_front(size_t i, size_t at) {
 /* Takes a cached span of at least min_size bytes: the smallest that holds
  * it, whole if it is at most max_size, else its first min_size bytes (see
  * the top of the file).  *committed_out: how many bytes from its start may
- * still be resident (0: it all reads as zero); *open_out: how many are
- * accessible (the rest is no-access: the taker opens what it uses). */
+ * still be resident (0: it all reads as zero); *access_out: what of it is
+ * no-access (the taker opens what it uses). */
 void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_t *size_out,
-                    size_t *committed_out, size_t *open_out, size_t *guard_out, bool *pages_out) {
+                    size_t *committed_out, sf_span_access_t *access_out, bool *pages_out) {
     uint64_t now = sf_now_ms();
     sf_lock(&sf_cache_lock);
     size_t best = SIZE_MAX;
@@ -209,8 +211,7 @@ void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_
         p = e.base;
         *size_out = e.size;
         *committed_out = e.committed; /* 0: all zero, as mapped or decommitted */
-        *open_out = e.open;
-        *guard_out = e.guard;
+        *access_out = e.access;
         *pages_out = e.pages;
         sf_stat_add(&sf_gstats.cache_hits, 1);
     } else {
@@ -234,10 +235,19 @@ static size_t joined_committed(const struct cache_entry *lo, const struct cache_
 /* Makes a span's no-access tail accessible, so that the span above it can
  * join it with one open prefix; false if the kernel refused.  (What it
  * opens holds no page: no fault is added.) */
-static bool entry_open_whole(struct cache_entry *e) {
-    if (e->open >= e->size) return true;
-    if (!sf_os_protect(e->base + e->open, e->size - e->open, true)) return false;
-    e->open = e->size;
+static bool entry_open_tail(struct cache_entry *e) {
+    if (e->access.open >= e->size) return true;
+    if (!sf_os_protect(e->base + e->access.open, e->size - e->access.open, true)) return false;
+    e->access.open = e->size;
+    return true;
+}
+
+/* The same for its hole, so that it can join the span below it (where the
+ * hole would be inside the whole). */
+static bool entry_open_hole(struct cache_entry *e) {
+    if (!e->access.hole) return true;
+    if (!sf_os_protect(e->base + SF_OS_PAGE, SF_OS_PAGE, true)) return false;
+    e->access.hole = false;
     return true;
 }
 
@@ -255,15 +265,15 @@ static bool merge_locked(struct cache_entry e) {
     }
     if (below == SIZE_MAX && above == SIZE_MAX) return false;
     if (atomic_load(&sf_gstats.cache_bytes) + e.size > sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES)) return false;
-    if (above != SIZE_MAX && !entry_open_whole(&e)) above = SIZE_MAX;
-    if (below != SIZE_MAX && !entry_open_whole(&entries[below])) below = SIZE_MAX;
+    if (above != SIZE_MAX && (!entry_open_tail(&e) || !entry_open_hole(&entries[above]))) above = SIZE_MAX;
+    if (below != SIZE_MAX && (!entry_open_tail(&entries[below]) || !entry_open_hole(&e))) below = SIZE_MAX;
     if (below == SIZE_MAX && above == SIZE_MAX) return false;
     if (above != SIZE_MAX) {
         struct cache_entry hi = entries[above];
         e.counted += hi.counted;
         e.pages |= hi.pages;
         e.committed = joined_committed(&e, &hi);
-        e.open = e.size + hi.open;
+        e.access.open = e.size + hi.access.open;
         e.size += hi.size;
     }
     if (below != SIZE_MAX) {
@@ -271,7 +281,8 @@ static bool merge_locked(struct cache_entry e) {
         e.counted += lo.counted;
         e.pages |= lo.pages;
         e.committed = joined_committed(&lo, &e);
-        e.open = lo.size + e.open;
+        e.access.open = lo.size + e.access.open;
+        e.access.hole = lo.access.hole;
         e.base = lo.base;
         e.size += lo.size;
     }
@@ -307,10 +318,10 @@ static void uncool_locked(void) {
 
 /* Offers a span (its segmap entries already clear; `counted` of its bytes
  * counted in stats.bytes_committed, all within its first `resident`;
- * `open`, `guard`: see struct cache_entry).
+ * `access`: what of it is no-access).
  * `freed_block`: a large block's span freed just now, to cool (see the top
  * of the file).  Returns false if the budget refuses it: the caller unmaps. */
-bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t open, size_t guard,
+bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, sf_span_access_t access,
                   bool freed_block) {
     uint64_t slots = sf_knob(SF_KNOB_LARGE_CACHE_SLOTS);
     uint64_t budget = sf_knob(SF_KNOB_LARGE_CACHE_MAX_BYTES);
@@ -325,7 +336,7 @@ bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size
     expire_locked(now, false);
     bool cool = freed_block && sf_guard_level >= 1;
     if (cool) uncool_locked();
-    struct cache_entry fresh = {base, size, now, resident, counted, guard, open, cool, !freed_block};
+    struct cache_entry fresh = {base, size, now, resident, counted, access, cool, !freed_block};
     if (!cool && merge_locked(fresh)) {
         sf_unlock(&sf_cache_lock);
         return true;

@@ -362,15 +362,25 @@ SF_INLINE bool sf_memlimit_admit(size_t bytes) {
 
 /* ---- cache.c: the large cache -------------------------------------------- */
 SF_HIDDEN extern pthread_mutex_t sf_cache_lock;
+/* What of a span is no-access, kept with it in the large cache so that a
+ * span reused for a block of the same layout needs no mprotect (segment.c,
+ * "Guard pages" and "The unused part of a segment"). */
+typedef struct {
+    size_t open;  /* bytes from its start accessible but for the hole; the
+                     rest no-access, and never resident (levels 0-1) */
+    size_t guard; /* guard level >= 2: offset of its end guard page (0: none) */
+    bool hole;    /* levels 0-1: its second OS page no-access (below a large block) */
+} sf_span_access_t;
+
 /* committed_out: bytes of the span that may still be resident, counted from
- * its start (0: it reads as zero); open_out: bytes from its start that are
- * accessible (the rest is no-access); pages_out: whether that memory held a
+ * its start (0: it reads as zero); access_out: what of it is no-access (the
+ * taker opens what it uses); pages_out: whether that memory held a
  * released segment's pages (not a large block).  resident_min: 0, any span;
  * else only a span whose first resident_min bytes may all be resident, or
  * NULL (nothing counted: the caller asks again) */
 SF_HIDDEN void *sf_cache_take(size_t min_size, size_t max_size, size_t resident_min, size_t *size_out,
-                              size_t *committed_out, size_t *open_out, size_t *guard_out, bool *pages_out);
-SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, size_t open, size_t guard,
+                              size_t *committed_out, sf_span_access_t *access_out, bool *pages_out);
+SF_HIDDEN bool sf_cache_put(void *base, size_t size, size_t resident, size_t counted, sf_span_access_t access,
                             bool freed_block);
 SF_HIDDEN size_t sf_cache_purge(bool all);
 SF_HIDDEN size_t sf_cache_shed(size_t bytes, bool pages_only);

@@ -69,7 +69,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(GUARD_SAMPLE_MAX_RATE, "guard.sample_max_rate", SF_KNOB_UINT, 100, 0, 1000, 1, NULL,            \
       "sampled guard: at most this many samples a second, process-wide, whatever the allocation rate (0: no cap)") \
     X(GUARD_UNUSED_NO_ACCESS, "guard.unused_no_access", SF_KNOB_BOOL, 1, 0, 1, 1, NULL,              \
-      "with guard.level 0-1: the part of a new segment no page has taken yet, and a large block's span past the block, is no-access, so a long overflow or underflow out of the part in use faults") \
+      "with guard.level 0-1: the part of a new segment no page has taken yet, a large block's span past the block and the page below it are no-access, so an overflow or underflow out of the part in use faults") \
     X(GUARD_CHECK_AT_EXIT, "guard.check_at_exit", SF_KNOB_BOOL, 1, 0, 1, 1, NULL,                   \
       "at exit, check every block still allocated as a free would (canary, size word; level 3: every freed block's fill), with guard.level >= 2, and the sampled guard's blocks at any level") \
     X(VALGRIND_TRACK, "valgrind.track", SF_KNOB_BOOL, 1, 0, 1, 0, NULL,                             \

@@ -91,10 +91,9 @@ static bool guard_move(uint8_t *base, size_t from, size_t to) {
 /* A span of at least *size bytes: from the cache (up to max_size, *size set
  * to what was taken) or a new mapping.  *resident: how many bytes from the
  * start may still hold old pages (a reused cached span; 0 for a fresh
- * mapping, which reads as zero).  *open: how many bytes from the start are
- * accessible (a fresh mapping: all; past them no-access, see "The unused
- * part of a segment").  *guard: the offset of its end guard page (guard
- * level >= 2; 0: none yet). */
+ * mapping, which reads as zero).  *access: what of it is no-access (a fresh
+ * mapping: nothing at levels 0-1, the guard page below 64 KiB at level 2;
+ * see "The unused part of a segment" and "Guard pages"). */
 static bool heap_release_empty(sf_heap_t *heap);
 /* keep_kind: SF_SEG_SMALL or SF_SEG_MEDIUM (a page: the cache's spans and
  * the heap's pages of the other size go), or SHED_SPAN (a span: the
@@ -120,8 +119,7 @@ static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind
  * pages, whose spans and segments always end in one: there the first two
  * asks could never be answered.) */
 static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, size_t touch, bool cacheable,
-                       size_t *resident, size_t *open, size_t *guard, bool *pages) {
-    *guard = 0;
+                       size_t *resident, sf_span_access_t *access, bool *pages) {
     *pages = false;
     size_t want = !guard_pages() && sf_knob(SF_KNOB_DECOMMIT_POLICY) != SF_DECOMMIT_EAGER ? touch : 0;
     for (int attempt = 0; cacheable && attempt < 3; attempt++) {
@@ -131,27 +129,26 @@ static void *span_take(sf_heap_t *heap, size_t *size, size_t max_size, size_t to
         if (attempt == 1 && (heap == NULL || !heap_release_empty(heap))) continue;
         if (attempt == 2 && want == 0) break;
         size_t got = 0;
-        void *p = sf_cache_take(*size, max_size, attempt < 2 ? want : 0, &got, resident, open, guard, pages);
+        void *p = sf_cache_take(*size, max_size, attempt < 2 ? want : 0, &got, resident, access, pages);
         if (p != NULL) {
             *size = got;
             return p;
         }
     }
     *resident = 0;
-    *open = *size;
+    *access = (sf_span_access_t){*size, 0, false};
     uint8_t *p = span_map(*size);
     if (p != NULL && guard_pages()) sf_os_protect(p + SEG_GUARD_OFF, SF_OS_PAGE, false);
     return p;
 }
 
 /* committed: its bytes counted in stats.bytes_committed; resident: how far
- * from its start they may lie (at least committed); open: how far it is
- * accessible (at least resident); guard: the offset of its end guard page
- * (guard level >= 2); all kept with it in the cache.  freed_block: the span
- * of a large block freed just now. */
-static void span_unmap(void *base, size_t size, size_t committed, size_t resident, size_t open, bool cacheable,
-                       size_t guard, bool freed_block) {
-    if (cacheable && sf_cache_put(base, size, resident, committed, open, guard, freed_block)) return;
+ * from its start they may lie (at least committed); access: what of it is
+ * no-access (its open part at least resident); all kept with it in the
+ * cache.  freed_block: the span of a large block freed just now. */
+static void span_unmap(void *base, size_t size, size_t committed, size_t resident, sf_span_access_t access,
+                       bool cacheable, bool freed_block) {
+    if (cacheable && sf_cache_put(base, size, resident, committed, access, freed_block)) return;
     sf_os_unmap(base, size);
     sf_stat_sub(&sf_gstats.committed, committed);
     sf_stat_sub(&sf_gstats.reserved, size);
@@ -161,7 +158,9 @@ static void span_unmap(void *base, size_t size, size_t committed, size_t residen
 
 /* Gives back a span span_take returned, unused (its counted bytes were
  * handed to the taker, who counted none yet). */
-static void span_drop(void *base, size_t size) { span_unmap(base, size, 0, 0, size, false, 0, false); }
+static void span_drop(void *base, size_t size) {
+    span_unmap(base, size, 0, 0, (sf_span_access_t){size, 0, false}, false, false);
+}
 
 static void segment_link_all(sf_segment_t *seg) {
     seg->not_a_page = 0; /* (types.h) */
@@ -404,15 +403,17 @@ static bool segment_open_all(sf_segment_t *seg) {
 }
 
 static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
-    size_t size = SF_SEG_SIZE, resident = 0, open = 0, guard = 0;
+    size_t size = SF_SEG_SIZE, resident = 0;
+    sf_span_access_t access;
     bool pages = false;
-    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, SF_SEG_SIZE, true, &resident, &open, &guard, &pages);
+    sf_segment_t *seg = span_take(heap, &size, SF_SEG_SIZE, SF_SEG_SIZE, true, &resident, &access, &pages);
     if (seg == NULL) return NULL;
-    /* (a large block's span, cached closed past its block: opened whole,
-     * then closed again below as a fresh segment is; what it opens holds
-     * no page) */
-    if ((open < size && !sf_os_protect((uint8_t *)seg + open, size - open, true)) ||
-        (guard_pages() && !guard_move((uint8_t *)seg, guard, SF_SEG_SIZE - SF_OS_PAGE))) {
+    /* (a large block's span, cached closed past its block or with its
+     * hole: opened whole, then closed again below as a fresh segment is;
+     * what it opens holds no page) */
+    size_t from = access.hole ? SF_OS_PAGE : access.open;
+    if ((from < size && !sf_os_protect((uint8_t *)seg + from, size - from, true)) ||
+        (guard_pages() && !guard_move((uint8_t *)seg, access.guard, SF_SEG_SIZE - SF_OS_PAGE))) {
         span_drop(seg, size);
         return NULL;
     }
@@ -471,8 +472,8 @@ static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
     }
     if (end < seg->committed_bytes) end = seg->committed_bytes;
     bool cacheable = segment_open_all(seg);
-    span_unmap(seg, seg->span_size, seg->committed_bytes, end, SF_SEG_SIZE, cacheable,
-               guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0, false);
+    sf_span_access_t access = {SF_SEG_SIZE, guard_pages() ? SF_SEG_SIZE - SF_OS_PAGE : 0, false};
+    span_unmap(seg, seg->span_size, seg->committed_bytes, end, access, cacheable, false);
 }
 
 static void page_decommit(sf_segment_t *seg, sf_page_t *page) {
@@ -871,18 +872,24 @@ static void shed_before_growth(sf_heap_t *heap, size_t bytes, unsigned keep_kind
 /* Resident pages of released segments kept past a span's new block. */
 #define SPAN_PAGES_TAIL_KEEP ((size_t)1 << 20)
 
-/* A large block's span from `need` bytes on no-access where the unused part
- * closes (levels 0-1: see "The unused part of a segment"), else all of it
- * open; `open`: how far it is open now.  need covers the header, the block
- * and any old pages still resident past it (closed and opened again, each
- * would take a fault at its next write).  Returns how far it is open after,
- * 0 if the kernel refused to open what the block needs. */
-static size_t span_set_open(uint8_t *base, size_t span, size_t open, size_t need) {
-    size_t want = unused_closes() && need < span ? need : span;
-    if (open < want) return sf_os_protect(base + open, want - open, true) ? want : 0;
+/* Where the unused part closes (`closes`; levels 0-1, see "The unused part
+ * of a segment"), a large block's span no-access from `need` bytes on and
+ * in its second page (the hole, below the block), else all of it open; *a:
+ * what is no-access now, updated.  need covers the header, the block and
+ * any old pages still resident past it (closed and opened again, each
+ * would take a fault at its next write).  False if the kernel refused to
+ * open what the block needs. */
+static bool span_set_access(uint8_t *base, size_t span, sf_span_access_t *a, size_t need, bool closes) {
+    size_t want = closes && need < span ? need : span;
     /* (recorded closed even if the kernel refused: see segment_close_unused) */
-    if (open > want) sf_os_no_access(base + want, open - want);
-    return want;
+    if (a->open < want && !sf_os_protect(base + a->open, want - a->open, true)) return false;
+    if (a->open > want) sf_os_no_access(base + want, a->open - want);
+    a->open = want;
+    /* (after the tail: opening it from below the hole would open the hole) */
+    if (closes && !a->hole) sf_os_no_access(base + SF_OS_PAGE, SF_OS_PAGE);
+    else if (!closes && a->hole && !sf_os_protect(base + SF_OS_PAGE, SF_OS_PAGE, true)) return false;
+    a->hole = closes;
+    return true;
 }
 
 /* Opens a span up to `end` at least for its block to grow in place, by as
@@ -906,9 +913,11 @@ static bool span_open_for(sf_segment_t *seg, size_t end) {
  * starts at 64 KiB or later, after the guard page below it, and a guard
  * page follows its last page (see "Guard pages" above). */
 sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
-    bool guarded = guard_pages();
+    bool guarded = guard_pages(), closes = !guarded && unused_closes();
     size_t balign = align > SF_OS_PAGE ? align : SF_OS_PAGE;
-    size_t first = guarded ? SF_SEG_META_SIZE : SF_OS_PAGE; /* the lowest block offset */
+    /* the lowest block offset: past the header's page, and the hole where
+     * the unused part closes */
+    size_t first = guarded ? SF_SEG_META_SIZE : closes ? 2 * SF_OS_PAGE : SF_OS_PAGE;
     size_t lead = balign > first ? balign : first;     /* room before the block, at most */
     size_t tail = guarded ? SF_OS_PAGE : 0;
     size_t rounded = sf_align_up(size, SF_OS_PAGE);
@@ -918,7 +927,8 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     }
     size_t span = sf_align_up(rounded + lead + tail, SF_SEG_SIZE);
     bool cacheable = span <= (size_t)SF_LARGE_MAX_SEGS * SF_SEG_SIZE;
-    size_t resident = 0, open = 0, guard = 0;
+    size_t resident = 0;
+    sf_span_access_t access;
     if (!sf_memlimit_admit(rounded + first)) {
         errno = ENOMEM;
         return NULL;
@@ -932,14 +942,14 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
      * keep in use would keep its segment from the request */
     if (heap != NULL) sf_cl_flush_all(heap);
     sf_segment_t *seg =
-        span_take(heap, &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &open, &guard, &pages);
+        span_take(heap, &span, guarded ? 2 * span : span, lead + rounded, cacheable, &resident, &access, &pages);
     if (seg == NULL) {
         errno = ENOMEM;
         return NULL;
     }
     bool zero = resident == 0;
     uint8_t *block = (uint8_t *)sf_align_up((uintptr_t)seg + first, balign);
-    if (guarded && !guard_move((uint8_t *)seg, guard, (size_t)(block - (uint8_t *)seg) + rounded)) {
+    if (guarded && !guard_move((uint8_t *)seg, access.guard, (size_t)(block - (uint8_t *)seg) + rounded)) {
         span_drop(seg, span);
         errno = ENOMEM;
         return NULL;
@@ -963,8 +973,8 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
         sf_stat_add(&sf_gstats.decommitted_total, resident - keep);
         resident = keep;
     }
-    open = span_set_open((uint8_t *)seg, span, open, used > resident ? sf_align_up(used, SF_OS_PAGE) : resident);
-    if (open == 0) {
+    if (!span_set_access((uint8_t *)seg, span, &access, used > resident ? sf_align_up(used, SF_OS_PAGE) : resident,
+                         closes)) {
         span_drop(seg, span);
         errno = ENOMEM;
         return NULL;
@@ -982,8 +992,9 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     seg->fresh_zero = zero;
     seg->page_count = 1;
     seg->pages_ready = 1;
-    seg->open_bytes = open;
-    seg->closed = open < span;
+    seg->open_bytes = access.open;
+    seg->closed = access.open < span;
+    seg->hole = access.hole;
     seg->used_pages = 1;
     seg->span_size = span;
     seg->committed_bytes = 0;
@@ -1021,8 +1032,9 @@ void sf_span_free(sf_segment_t *seg) {
 void sf_span_release(sf_segment_t *seg, bool reusable) {
     const sf_page_t *page = &seg->pages[0];
     size_t guard = guard_pages() ? (size_t)(page->block_start - (uint8_t *)seg) + page->span_bytes : 0;
-    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->committed_bytes, seg->open_bytes,
-               reusable && seg->kind == SF_SEG_LARGE, guard, true);
+    sf_span_access_t access = {seg->open_bytes, guard, seg->hole};
+    span_unmap(seg, seg->span_size, seg->committed_bytes, seg->committed_bytes, access,
+               reusable && seg->kind == SF_SEG_LARGE, true);
 }
 
 /* Grows or shrinks a span's block in place if the span has room; shrinking

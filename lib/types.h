@@ -269,6 +269,9 @@ typedef struct sf_segment_s {
      * (a span: span_size) when all of it is */
     size_t open_bytes;
     bool closed; /* part of it was made no-access (the metadata page's too) */
+    /* a large block's span: its second OS page, below the block, is
+     * no-access (segment.c, "The unused part of a segment") */
+    bool hole;
     sf_page_t pages[]; /* page_count descriptors; pages[i] is page i + page_bias */
 } sf_segment_t;
 

@@ -31,7 +31,9 @@
  *     span as far as it needs; the span cached, reused for a bigger block
  *     (opened) and a smaller one (closed again), split and joined again in
  *     the cache, and made into a medium segment: every block written whole
- *     and the heap's check clean (off or at level 2: all of it open). */
+ *     and the heap's check clean (off or at level 2: all of it open); the
+ *     page below the block (the span's second) no-access too, so a write
+ *     1 byte below the block kills a child. */
 #include "sefer_test.h"
 
 #include <fcntl.h>
@@ -340,8 +342,8 @@ static sf_segment_t *expect_span(void *p, size_t n, bool closing, const char *wh
     ck_assert_msg(seg->kind == SF_SEG_LARGE, "%s: not a large block's span (kind %u)", what, seg->kind);
     size_t end = sf_align_up((size_t)((uint8_t *)p - (uint8_t *)seg) + n, SF_OS_PAGE);
     if (!closing) {
-        ck_assert_msg(!seg->closed && seg->open_bytes == seg->span_size, "%s: closed (open %zu of %zu)", what,
-                      seg->open_bytes, seg->span_size);
+        ck_assert_msg(!seg->closed && !seg->hole && seg->open_bytes == seg->span_size,
+                      "%s: closed (open %zu of %zu, hole %d)", what, seg->open_bytes, seg->span_size, seg->hole);
         if (sf_guard_level <= 1) { /* (level 2 has its guard pages) */
             read_maps();
             expect_access(seg, 0, seg->span_size, READ_WRITE, what);
@@ -351,10 +353,15 @@ static sf_segment_t *expect_span(void *p, size_t n, bool closing, const char *wh
     /* (nothing resident past the block here: decommit.policy eager) */
     ck_assert_msg(seg->closed && seg->open_bytes == end, "%s: open %zu of %zu, the block ending at %zu", what,
                   seg->open_bytes, seg->span_size, end);
+    ck_assert_msg(seg->hole && (uint8_t *)p == (uint8_t *)seg + 2 * SF_OS_PAGE,
+                  "%s: the block at offset %#zx, not right above the hole", what, (size_t)((uint8_t *)p - (uint8_t *)seg));
     read_maps();
-    expect_access(seg, 0, end, READ_WRITE, what);
+    expect_access(seg, 0, SF_OS_PAGE, READ_WRITE, what);
+    expect_access(seg, SF_OS_PAGE, 2 * SF_OS_PAGE, NO_ACCESS, what);
+    expect_access(seg, 2 * SF_OS_PAGE, end, READ_WRITE, what);
     expect_access(seg, end, seg->span_size, NO_ACCESS, what);
     ck_assert_msg(write_faults((uint8_t *)p + n + ST_MIB), "%s: a write 1 MiB past the block did not fault", what);
+    ck_assert_msg(write_faults((uint8_t *)p - 1), "%s: a write 1 byte below the block did not fault", what);
     return seg;
 }
 
@@ -451,10 +458,11 @@ START_TEST(test_large_span_slack)
 }
 END_TEST
 
-/* The cache's own figure, on a span of three segments it was given closed
- * past 1 MiB: split, the pieces keep their share of the open part (the
- * back ones none), and joined again, the lower pieces are opened whole so
- * that the open part stays a prefix. */
+/* The cache's own figures, on a span of three segments it was given closed
+ * past 1 MiB and with its hole: split, the front keeps its share of the
+ * open part and the hole, the back ones neither; joined again, the lower
+ * pieces are opened to their ends and the upper ones' holes opened, so
+ * that the open part stays a prefix and the one hole is the whole's. */
 START_TEST(test_cache_keeps_open_part)
 {
     if (sf_guard_level >= 2)
@@ -462,34 +470,56 @@ START_TEST(test_cache_keeps_open_part)
     ST_KNOB_SET("decommit.policy", "never");
     ST_KNOB_SET("large_cache.ttl", "3600000");
     sefer_trim(); /* (the cache empty) */
-    size_t whole = 3 * SF_SEG_SIZE, open0 = ST_MIB + SF_OS_PAGE;
+    size_t whole = 3 * SF_SEG_SIZE, open0 = ST_MIB + SF_OS_PAGE, seg = SF_SEG_SIZE;
     uint8_t *base = sf_os_map_aligned(whole, SF_SEG_SIZE);
     ck_assert_ptr_nonnull(base);
+    ck_assert(sf_os_no_access(base + SF_OS_PAGE, SF_OS_PAGE));
     ck_assert(sf_os_no_access(base + open0, whole - open0));
-    ck_assert(sf_cache_put(base, whole, 0, 0, open0, 0, false));
+    ck_assert(sf_cache_put(base, whole, 0, 0, (sf_span_access_t){open0, 0, true}, false));
 
-    size_t size, committed, open, guard;
+    size_t size, committed;
+    sf_span_access_t a;
     bool pages;
-    uint8_t *first = sf_cache_take(SF_SEG_SIZE, SF_SEG_SIZE, 0, &size, &committed, &open, &guard, &pages);
+    uint8_t *first = sf_cache_take(seg, seg, 0, &size, &committed, &a, &pages);
     ck_assert_ptr_eq(first, base);
-    ck_assert_uint_eq(size, SF_SEG_SIZE);
-    ck_assert_uint_eq(open, open0);
-    uint8_t *second = sf_cache_take(SF_SEG_SIZE, SF_SEG_SIZE, 0, &size, &committed, &open, &guard, &pages);
-    ck_assert_ptr_eq(second, base + SF_SEG_SIZE);
-    ck_assert_uint_eq(open, 0);
+    ck_assert_uint_eq(size, seg);
+    ck_assert_uint_eq(a.open, open0);
+    ck_assert(a.hole);
+    uint8_t *second = sf_cache_take(seg, seg, 0, &size, &committed, &a, &pages);
+    ck_assert_ptr_eq(second, base + seg);
+    ck_assert_uint_eq(a.open, 0);
+    ck_assert(!a.hole);
 
     /* back: the first alone (its neighbours are taken and cached closed),
-     * then the second, which joins both: opened whole, and the first too */
-    ck_assert(sf_cache_put(first, SF_SEG_SIZE, 0, 0, open0, 0, false));
-    ck_assert(sf_cache_put(second, SF_SEG_SIZE, 0, 0, 0, 0, false));
+     * then the second, which joins both: opened whole, the first to its end */
+    ck_assert(sf_cache_put(first, seg, 0, 0, (sf_span_access_t){open0, 0, true}, false));
+    ck_assert(sf_cache_put(second, seg, 0, 0, (sf_span_access_t){0, 0, false}, false));
     read_maps();
-    expect_access(base, 0, 2 * SF_SEG_SIZE, READ_WRITE, "two pieces joined below a third");
-    expect_access(base, 2 * SF_SEG_SIZE, whole, NO_ACCESS, "the third piece");
-    uint8_t *all = sf_cache_take(whole, whole, 0, &size, &committed, &open, &guard, &pages);
+    expect_access(base, 0, SF_OS_PAGE, READ_WRITE, "two pieces joined below a third");
+    expect_access(base, SF_OS_PAGE, 2 * SF_OS_PAGE, NO_ACCESS, "the hole of the lowest piece");
+    expect_access(base, 2 * SF_OS_PAGE, 2 * seg, READ_WRITE, "two pieces joined below a third");
+    expect_access(base, 2 * seg, whole, NO_ACCESS, "the third piece");
+    uint8_t *all = sf_cache_take(whole, whole, 0, &size, &committed, &a, &pages);
     ck_assert_ptr_eq(all, base);
     ck_assert_uint_eq(size, whole);
-    ck_assert_uint_eq(open, 2 * SF_SEG_SIZE);
-    munmap(base, whole);
+    ck_assert_uint_eq(a.open, 2 * seg);
+    ck_assert(a.hole);
+
+    /* two spans with a hole each, side by side: the upper one's hole is
+     * opened as it joins the lower */
+    munmap(base + 2 * seg, seg);
+    ck_assert(sf_os_protect(base + 2 * seg - seg, seg, true));
+    ck_assert(sf_os_no_access(base + seg + SF_OS_PAGE, SF_OS_PAGE));
+    ck_assert(sf_cache_put(base, seg, 0, 0, (sf_span_access_t){seg, 0, true}, false));
+    ck_assert(sf_cache_put(base + seg, seg, 0, 0, (sf_span_access_t){seg, 0, true}, false));
+    read_maps();
+    expect_access(base, SF_OS_PAGE, 2 * SF_OS_PAGE, NO_ACCESS, "the joined span's hole");
+    expect_access(base, 2 * SF_OS_PAGE, 2 * seg, READ_WRITE, "two spans with holes joined");
+    all = sf_cache_take(2 * seg, 2 * seg, 0, &size, &committed, &a, &pages);
+    ck_assert_ptr_eq(all, base);
+    ck_assert_uint_eq(a.open, 2 * seg);
+    ck_assert(a.hole);
+    munmap(base, 2 * seg);
 }
 END_TEST
 
