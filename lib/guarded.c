@@ -64,8 +64,8 @@ static uint64_t canary_of(const sf_segment_t *seg, const sf_page_t *page, const 
     return canary_as(seg, page, p, is_span(page));
 }
 
-/* Spans keep the request size in page->requested, and at level 3 how the
- * block was allocated in its top bits. */
+/* Spans keep the request size in page->requested, and how the block was
+ * allocated (malloc, new, new[]) in its top bits. */
 #define SPAN_FAMILY_SHIFT 62
 static size_t span_requested(const sf_page_t *page) {
     return page->requested & (((size_t)1 << SPAN_FAMILY_SHIFT) - 1);
@@ -512,7 +512,7 @@ bool sf_zero_free(void *p) {
     return true;
 }
 
-/* ---- level 3: operator new and delete ------------------------------------------- */
+/* ---- levels 2-3: operator new and delete ---------------------------------------- */
 
 /* The live block at p and its request size and family; NULL if p is no
  * live block (the free that follows sorts that out). */
@@ -543,6 +543,56 @@ void *sf_guarded_new(size_t n, size_t align, enum sf_family family) {
     if (is_span(page)) page->requested |= (size_t)family << SPAN_FAMILY_SHIFT;
     else *sf_size_word(page, p) |= (uint32_t)family << SF_SIZE_BITS;
     return p;
+}
+
+/* Level 2's new and delete: the block comes from level 2's own malloc path
+ * and goes to its own free path, with the family marked and checked here
+ * (sf_guarded_new and sf_guarded_delete take level 3's generic paths: a
+ * new and delete of 56 bytes and a new[] and delete[] of 800 cost 1495
+ * instructions at level 2 that way, 304 without the check).  A class
+ * block's page from the segment map's byte and the descriptor's place (a
+ * span's, and anything else, through the map's walk); NULL where p is not
+ * a live block's start.  (known: p was just returned by malloc) */
+static sf_page_t *family_page(void *p, bool known) {
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
+    sf_page_t *page;
+    if (sf_segmap_is_small_chunk(chunk)) {
+        if (((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) == 0) return NULL; /* (the header) */
+        page = sf_small_page_desc(chunk, u);
+    } else if (sf_segmap_is_medium_chunk(chunk)) {
+        page = sf_page_of(sf_segment_of(p), p);
+    } else {
+        sf_segment_t *seg = NULL;
+        return live_block(p, &seg);
+    }
+    if (known) return page;
+    return SF_GET(page->in_use) && sf_page_is_block_start(page, p) ? page : NULL;
+}
+
+void sf_l2_new_mark(void *p, enum sf_family family) {
+    sf_page_t *page = p != NULL ? family_page(p, true) : NULL;
+    if (page == NULL) return; /* (NULL, or a sampled block: not checked) */
+    if (is_span(page)) page->requested |= (size_t)family << SPAN_FAMILY_SHIFT;
+    else *sf_size_word(page, p) |= (uint32_t)family << SF_SIZE_BITS;
+}
+
+bool sf_l2_delete_ok(void *p, enum sf_family family, size_t size) {
+    sf_page_t *page = p != NULL ? family_page(p, false) : NULL;
+    if (page == NULL) return true; /* (the free's own checks) */
+    bool span = is_span(page);
+    uint32_t *word = span ? NULL : sf_size_word(page, p);
+    unsigned got = span ? (unsigned)(page->requested >> SPAN_FAMILY_SHIFT) : *word >> SF_SIZE_BITS;
+    size_t n = span ? span_requested(page) : *word & SF_SIZE_MASK;
+    /* (a family past new[] is an overwritten size word: the free reports it) */
+    if (got == SF_FAMILY_MALLOC || got > SF_FAMILY_NEW_ARRAY) return true;
+    if (got != family || (size != 0 && size != n)) {
+        sf_guard_report(SF_GUARD_MISMATCH, p);
+        return false;
+    }
+    /* as malloc left it: level 2's free paths read the size word whole */
+    if (span) page->requested = n;
+    else *word = (uint32_t)n;
+    return true;
 }
 
 /* operator delete (family SF_FAMILY_NEW) or delete[] (NEW_ARRAY), with the

@@ -28,12 +28,55 @@ static void *new_failed(size_t n, size_t align, bool nothrow) {
     abort();
 }
 
-/* Guard level 3 checks that delete matches new (delete of a new[] block,
- * the wrong size to sized delete: lib/guarded.c); it needs to know which
- * operator allocated a block, so the operators take their own route there.
- * The level is tested only where levels 0-1 leave their fast paths (which
- * never serve a level-3 page), so those stay the same as malloc's and
- * free's (fastpath.h). */
+/* Guard levels 2 and 3 check that delete matches new (delete of a new[]
+ * block, the wrong size to sized delete: lib/guarded.c); they need to know
+ * which operator allocated a block, so the operators take their own route
+ * there.  The level is tested only where levels 0-1 leave their fast paths
+ * (which never serve a guarded page), so those stay the same as malloc's
+ * and free's (fastpath.h). */
+/* Level 2 marks new's blocks with their family in the size word level 2's
+ * malloc wrote, and delete checks and clears it before level 2's free
+ * (which reads the word whole): a small block's here, the rest in
+ * guarded.c (sf_l2_new_mark, sf_l2_delete_ok, which also report). */
+SF_INLINE void l2_new_mark(void *p, enum sf_family family) {
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
+    if (SF_LIKELY(p != NULL && sf_segmap_is_small_chunk(chunk))) {
+        *sf_size_word(sf_small_page_desc(chunk, u), p) |= (uint32_t)family << SF_SIZE_BITS;
+        return;
+    }
+    sf_l2_new_mark(p, family);
+}
+
+SF_INLINE bool l2_delete_ok(void *p, enum sf_family family, size_t size) {
+    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
+    /* (not in the header's page: its descriptor's place is the header) */
+    if (SF_LIKELY(sf_segmap_is_small_chunk(chunk) && ((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) != 0)) {
+        sf_page_t *page = sf_small_page_desc(chunk, u);
+        if (SF_LIKELY(SF_GET(page->in_use) && sf_page_is_block_start(page, p))) {
+            uint32_t *word = sf_size_word(page, p), w = *word;
+            if (SF_LIKELY(w >> SF_SIZE_BITS == family && (size == 0 || size == (w & SF_SIZE_MASK)))) {
+                *word = w & SF_SIZE_MASK;
+                return true;
+            }
+        }
+    }
+    return sf_l2_delete_ok(p, family, size);
+}
+
+/* Levels 2 and 3, out of line: levels 0-1 run what they ran.  align: 0, or
+ * the aligned forms'. */
+static SF_NOINLINE void *new_guarded(size_t n, size_t align, enum sf_family family, sf_heap_t *heap) {
+    if (sf_guard_level >= 3) return sf_guarded_new(n, align, family);
+    void *p = align ? sf_malloc_aligned(align, n) : sf_malloc_entry_slow(n, heap);
+    l2_new_mark(p, family);
+    return p;
+}
+
+static SF_NOINLINE void delete_guarded(void *p, enum sf_family family, size_t size) {
+    if (sf_guard_level >= 3) sf_guarded_delete(p, family, size);
+    else if (l2_delete_ok(p, family, size)) sf_free_generic(p);
+}
+
 SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
     sf_heap_t *heap = sf_tls_heap;
     /* sf_malloc's fast path, within its bound (entry.c: the modes that
@@ -43,12 +86,13 @@ SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
         sf_block_t *b = page->free;
         if (SF_LIKELY(b != NULL)) return sf_hand_out(heap, page, b, b->next);
     }
-    void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, 0, family) : sf_malloc_entry_slow(n, heap);
+    void *p = SF_UNLIKELY(sf_guard_level >= 2) ? new_guarded(n, 0, family, heap) : sf_malloc_entry_slow(n, heap);
     return SF_LIKELY(p != NULL) ? p : new_failed(n, 0, nothrow);
 }
 
 SF_INLINE void *new_aligned_impl(size_t n, size_t align, bool nothrow, enum sf_family family) {
-    void *p = SF_UNLIKELY(sf_guard_level >= 3) ? sf_guarded_new(n, align, family) : sf_malloc_aligned(align, n);
+    void *p = SF_UNLIKELY(sf_guard_level >= 2) ? new_guarded(n, align, family, sf_tls_heap)
+                                               : sf_malloc_aligned(align, n);
     return SF_LIKELY(p != NULL) ? p : new_failed(n, align, nothrow);
 }
 
@@ -60,7 +104,7 @@ SF_INLINE void delete_impl(void *p, enum sf_family family, size_t size) {
         sf_free_owned_small(heap, page, p);
         return;
     }
-    if (SF_UNLIKELY(sf_guard_level >= 3)) sf_guarded_delete(p, family, size);
+    if (SF_UNLIKELY(sf_guard_level >= 2)) delete_guarded(p, family, size);
     else sf_free_generic(p);
 }
 
