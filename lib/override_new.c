@@ -63,18 +63,30 @@ SF_INLINE bool l2_delete_ok(void *p, enum sf_family family, size_t size) {
     return sf_l2_delete_ok(p, family, size);
 }
 
-/* Levels 2 and 3, out of line: levels 0-1 run what they ran.  align: 0, or
- * the aligned forms'. */
-static SF_NOINLINE void *new_guarded(size_t n, size_t align, enum sf_family family, sf_heap_t *heap) {
-    if (sf_guard_level >= 3) return sf_guarded_new(n, align, family);
-    void *p = align ? sf_malloc_aligned(align, n) : sf_malloc_entry_slow(n, heap);
+/* Level 2's, out of line: levels 0-1 run what they ran.  align: 0, or the
+ * aligned forms'. */
+static SF_NOINLINE void *new_l2(size_t n, size_t align, enum sf_family family, sf_heap_t *heap) {
+    /* (level 2's paths inlined, as the exported malloc and free run them) */
+    void *p = align ? sf_malloc_aligned(align, n) : sf_l2_fast ? sf_malloc_l2(n) : sf_malloc_entry_slow(n, heap);
     l2_new_mark(p, family);
     return p;
 }
 
-static SF_NOINLINE void delete_guarded(void *p, enum sf_family family, size_t size) {
+static SF_NOINLINE void delete_l2(void *p, enum sf_family family, size_t size) {
+    if (!l2_delete_ok(p, family, size)) return;
+    if (sf_l2_fast) sf_free_l2(p);
+    else sf_free_generic(p);
+}
+
+/* Levels 2 and 3 (one comparison on levels 0-1's way out of their fast
+ * paths, as when level 3 alone checked: a second one there moved their
+ * fast paths' code) */
+SF_INLINE void *new_guarded(size_t n, size_t align, enum sf_family family, sf_heap_t *heap) {
+    return sf_guard_level >= 3 ? sf_guarded_new(n, align, family) : new_l2(n, align, family, heap);
+}
+SF_INLINE void delete_guarded(void *p, enum sf_family family, size_t size) {
     if (sf_guard_level >= 3) sf_guarded_delete(p, family, size);
-    else if (l2_delete_ok(p, family, size)) sf_free_generic(p);
+    else delete_l2(p, family, size);
 }
 
 SF_INLINE void *new_impl(size_t n, bool nothrow, enum sf_family family) {
