@@ -889,9 +889,9 @@ static bool span_set_access(uint8_t *base, size_t span, sf_span_access_t *a, siz
     size_t want = closes && need < span ? need : span;
     /* (recorded closed even if the kernel refused: see segment_close_unused) */
     if (a->open < want && !sf_os_protect(base + a->open, want - a->open, true)) return false;
+    if (a->open < 2 * SF_OS_PAGE && want > SF_OS_PAGE) a->hole = false; /* (that opened it) */
     if (a->open > want) sf_os_no_access(base + want, a->open - want);
     a->open = want;
-    /* (after the tail: opening it from below the hole would open the hole) */
     if (closes && !a->hole && zero) {
         sf_os_no_access(base + SF_OS_PAGE, SF_OS_PAGE);
         a->hole = true;
