@@ -35,8 +35,8 @@ static void *new_failed(size_t n, size_t align, bool nothrow) {
  * (which never serve a guarded page), so those stay the same as malloc's
  * and free's (fastpath.h). */
 /* Level 2 marks new's blocks with their family in the size word level 2's
- * malloc wrote, and delete checks and clears it before level 2's free
- * (which reads the word whole): a small block's here, the rest in
+ * malloc wrote, and delete checks and clears it: the owner's small block
+ * in level 2's own free (sf_l2_free_owned_as, fastpath.h), the rest in
  * guarded.c (sf_l2_new_mark, sf_l2_delete_ok, which also report). */
 SF_INLINE void l2_new_mark(void *p, enum sf_family family) {
     uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
@@ -45,22 +45,6 @@ SF_INLINE void l2_new_mark(void *p, enum sf_family family) {
         return;
     }
     sf_l2_new_mark(p, family);
-}
-
-SF_INLINE bool l2_delete_ok(void *p, enum sf_family family, size_t size) {
-    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
-    /* (not in the header's page: its descriptor's place is the header) */
-    if (SF_LIKELY(sf_segmap_is_small_chunk(chunk) && ((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) != 0)) {
-        sf_page_t *page = sf_small_page_desc(chunk, u);
-        if (SF_LIKELY(SF_GET(page->in_use) && sf_page_is_block_start(page, p))) {
-            uint32_t *word = sf_size_word(page, p), w = *word;
-            if (SF_LIKELY(w >> SF_SIZE_BITS == family && (size == 0 || size == (w & SF_SIZE_MASK)))) {
-                *word = w & SF_SIZE_MASK;
-                return true;
-            }
-        }
-    }
-    return sf_l2_delete_ok(p, family, size);
 }
 
 /* Level 2's, out of line: levels 0-1 run what they ran.  align: 0, or the
@@ -73,7 +57,10 @@ static SF_NOINLINE void *new_l2(size_t n, size_t align, enum sf_family family, s
 }
 
 static SF_NOINLINE void delete_l2(void *p, enum sf_family family, size_t size) {
-    if (!l2_delete_ok(p, family, size)) return;
+    /* (the owner's small block, its family and size checked with the
+     * canary, the mark cleared as the free is taken) */
+    if (SF_LIKELY(sf_l2_fast) && sf_l2_free_owned_as(p, (uint32_t)family << SF_SIZE_BITS, size)) return;
+    if (!sf_l2_delete_ok(p, family, size)) return;
     if (sf_l2_fast) sf_free_l2(p);
     else sf_free_generic(p);
 }
