@@ -506,36 +506,29 @@ SF_INLINE void *sf_malloc_l2(size_t n) {
  * intact.  (The size word of the block before is checked by the checked
  * path only: an underflow of this block overwrote that word, which the
  * block before's own free checks, on whichever path.) */
-SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) {
-    uint32_t bsize = page->block_size, n = *sf_size_word(page, p);
-    /* (64-bit: an overflow that wrote 0xff over the size word must not wrap
-     * the sum and send the canary read 4 GiB away) */
-    if (SF_UNLIKELY((uint64_t)n + SF_GUARD_TAIL > bsize)) return false;
-    uint64_t canary;
-    memcpy(&canary, (const uint8_t *)p + n, sizeof canary);
-    return SF_LIKELY(canary == sf_canary_value(page, p));
-}
-
-/* The same for operator delete (override_new.c): the size word must hold
- * `mark` (new's or new[]'s family, shifted) over the request, and the
- * request be `size` where the sized forms give one (0: any).  Any other
- * family leaves more than a block's size once the mark is taken off, or
- * wraps: the caller's slower check then says which. */
+/* For operator delete (override_new.c, a constant 0 for free: the same
+ * code as without them) the size word must hold `mark` (new's or new[]'s
+ * family, shifted) over the request, and the request be `size` where the
+ * sized forms give one (0: any).  Any other family leaves more than a
+ * block's size once the mark is taken off, or wraps: the caller's slower
+ * check then says which. */
 SF_INLINE bool sf_l2_tail_ok_marked(const sf_page_t *page, const void *p, uint32_t mark, size_t size) {
     uint32_t bsize = page->block_size, n = *sf_size_word(page, p) - mark;
+    /* (64-bit: an overflow that wrote 0xff over the size word must not wrap
+     * the sum and send the canary read 4 GiB away) */
     if (SF_UNLIKELY((uint64_t)n + SF_GUARD_TAIL > bsize) || (size != 0 && size != n)) return false;
     uint64_t canary;
     memcpy(&canary, (const uint8_t *)p + n, sizeof canary);
     return SF_LIKELY(canary == sf_canary_value(page, p));
 }
+SF_INLINE bool sf_l2_tail_ok(const sf_page_t *page, const void *p) { return sf_l2_tail_ok_marked(page, p, 0, 0); }
 
 /* Frees p if it is a small block of this thread's, on a guarded page that
  * takes fast frees, with its size word and canary intact; false: the
  * caller takes the checked path (whose first question is the same for a
- * medium block: sf_free_checked, free.c). */
-/* mark, size: 0 for free (a constant there: the same code as without
- * them); operator delete's (sf_l2_tail_ok_marked), whose mark a free
- * taken here clears, as malloc left the word. */
+ * medium block: sf_free_checked, free.c).  mark, size: 0 for free;
+ * operator delete's (sf_l2_tail_ok_marked), whose mark a free taken here
+ * clears, as malloc left the word. */
 SF_INLINE bool sf_l2_free_owned_as(void *p, uint32_t mark, size_t size) {
     sf_heap_t *heap = sf_tls_heap;
     const sf_heap_t *tagged = (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG);
@@ -547,7 +540,7 @@ SF_INLINE bool sf_l2_free_owned_as(void *p, uint32_t mark, size_t size) {
     uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = sf_page_divmagic(page);
     if (SF_LIKELY(SF_PEEK(page->fast_heap) == tagged && off * m < m &&
                   ((const sf_block_t *)p)->cookie != sf_page_cookie(page) &&
-                  (mark == 0 ? sf_l2_tail_ok(page, p) : sf_l2_tail_ok_marked(page, p, mark, size)))) {
+                  sf_l2_tail_ok_marked(page, p, mark, size))) {
         if (mark != 0) *sf_size_word(page, p) -= mark;
         sf_block_t *b = (sf_block_t *)p;
         sf_link_set(page, b, page->local_free);

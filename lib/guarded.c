@@ -517,7 +517,7 @@ bool sf_zero_free(void *p) {
 /* The live block at p and its request size and family; NULL if p is no
  * live block (the free that follows sorts that out). */
 static sf_page_t *live_block(void *p, sf_segment_t **seg_out) {
-    sf_segment_t *seg = sf_segmap_header(p);
+    sf_segment_t *seg = sf_segmap_header_near(p);
     if (seg == NULL) return NULL;
     sf_page_t *page = sf_page_of(seg, p);
     if (is_span(page)) {
@@ -535,63 +535,40 @@ static unsigned family_of(const sf_page_t *page, void *p) {
     return *sf_size_word(page, p) >> SF_SIZE_BITS;
 }
 
-void *sf_guarded_new(size_t n, size_t align, enum sf_family family) {
-    void *p = sf_guarded_malloc(n, align);
+/* Marks the block new or new[] just got with its family (levels 2-3). */
+void sf_new_mark(void *p, enum sf_family family) {
     sf_segment_t *seg = NULL;
     sf_page_t *page = p != NULL ? live_block(p, &seg) : NULL;
-    if (page == NULL) return p; /* (NULL, or a malloc(0) slot) */
+    if (page == NULL) return; /* (NULL, a malloc(0) slot, a sampled block) */
     if (is_span(page)) page->requested |= (size_t)family << SPAN_FAMILY_SHIFT;
     else *sf_size_word(page, p) |= (uint32_t)family << SF_SIZE_BITS;
+}
+
+void *sf_guarded_new(size_t n, size_t align, enum sf_family family) {
+    void *p = sf_guarded_malloc(n, align);
+    sf_new_mark(p, family);
     return p;
 }
 
-/* Level 2's new and delete: the block comes from level 2's own malloc path
- * and goes to its own free path, with the family marked and checked here
- * (sf_guarded_new and sf_guarded_delete take level 3's generic paths: a
- * new and delete of 56 bytes and a new[] and delete[] of 800 cost 1495
- * instructions at level 2 that way, 304 without the check).  A class
- * block's page from the segment map's byte and the descriptor's place (a
- * span's, and anything else, through the map's walk); NULL where p is not
- * a live block's start.  (known: p was just returned by malloc) */
-static sf_page_t *family_page(void *p, bool known) {
-    uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
-    sf_page_t *page;
-    if (sf_segmap_is_small_chunk(chunk)) {
-        if (((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) == 0) return NULL; /* (the header) */
-        page = sf_small_page_desc(chunk, u);
-    } else if (sf_segmap_is_medium_chunk(chunk)) {
-        page = sf_page_of(sf_segment_of(p), p);
-    } else {
-        sf_segment_t *seg = NULL;
-        return live_block(p, &seg);
-    }
-    if (known) return page;
-    return SF_GET(page->in_use) && sf_page_is_block_start(page, p) ? page : NULL;
-}
-
-void sf_l2_new_mark(void *p, enum sf_family family) {
-    sf_page_t *page = p != NULL ? family_page(p, true) : NULL;
-    if (page == NULL) return; /* (NULL, or a sampled block: not checked) */
-    if (is_span(page)) page->requested |= (size_t)family << SPAN_FAMILY_SHIFT;
-    else *sf_size_word(page, p) |= (uint32_t)family << SF_SIZE_BITS;
-}
-
+/* Level 2's delete of a block its own free did not take with the check
+ * (override_new.c: another thread's small block, a medium one, a span, or
+ * a mismatch): the same check as level 3's below, and the mark taken off
+ * before level 2's free, whose paths read the size word whole. */
 bool sf_l2_delete_ok(void *p, enum sf_family family, size_t size) {
-    sf_page_t *page = p != NULL ? family_page(p, false) : NULL;
+    sf_segment_t *seg = NULL;
+    sf_page_t *page = p != NULL ? live_block(p, &seg) : NULL;
     if (page == NULL) return true; /* (the free's own checks) */
-    bool span = is_span(page);
-    uint32_t *word = span ? NULL : sf_size_word(page, p);
-    unsigned got = span ? (unsigned)(page->requested >> SPAN_FAMILY_SHIFT) : *word >> SF_SIZE_BITS;
-    size_t n = span ? span_requested(page) : *word & SF_SIZE_MASK;
-    /* (a family past new[] is an overwritten size word: the free reports it) */
-    if (got == SF_FAMILY_MALLOC || got > SF_FAMILY_NEW_ARRAY) return true;
+    unsigned got = family_of(page, p);
+    size_t n = requested_size(page, p);
+    /* (an overwritten size word, a family past new[] included: the free
+     * reports it) */
+    if (got == SF_FAMILY_MALLOC || got > SF_FAMILY_NEW_ARRAY || n == SIZE_MAX) return true;
     if (got != family || (size != 0 && size != n)) {
         sf_guard_report(SF_GUARD_MISMATCH, p);
         return false;
     }
-    /* as malloc left it: level 2's free paths read the size word whole */
-    if (span) page->requested = n;
-    else *word = (uint32_t)n;
+    if (is_span(page)) page->requested = n;
+    else *sf_size_word(page, p) = (uint32_t)n;
     return true;
 }
 

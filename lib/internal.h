@@ -841,9 +841,9 @@ SF_HIDDEN bool sf_zero_holds(const void *p);
 SF_HIDDEN bool sf_zero_free(void *p);
 SF_HIDDEN void *sf_guarded_new(size_t n, size_t align, enum sf_family family);
 SF_HIDDEN void sf_guarded_delete(void *p, enum sf_family family, size_t size);
-/* Level 2's: marks a block new or new[] returned; checks one delete was
- * given (false: reported, the free refused). */
-SF_HIDDEN void sf_l2_new_mark(void *p, enum sf_family family);
+/* Marks a block new or new[] returned (levels 2-3); level 2's check of the
+ * block delete was given (false: reported, the free refused). */
+SF_HIDDEN void sf_new_mark(void *p, enum sf_family family);
 SF_HIDDEN bool sf_l2_delete_ok(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);

@@ -33,18 +33,18 @@ static void *new_failed(size_t n, size_t align, bool nothrow) {
  * which operator allocated a block, so the operators take their own route
  * there.  The level is tested only where levels 0-1 leave their fast paths
  * (which never serve a guarded page), so those stay the same as malloc's
- * and free's (fastpath.h). */
-/* Level 2 marks new's blocks with their family in the size word level 2's
- * malloc wrote, and delete checks and clears it: the owner's small block
- * in level 2's own free (sf_l2_free_owned_as, fastpath.h), the rest in
- * guarded.c (sf_l2_new_mark, sf_l2_delete_ok, which also report). */
+ * and free's (fastpath.h).  Level 2 marks new's blocks with their family
+ * in the size word its malloc wrote, and delete checks and clears it: a
+ * small block here and the owner's small block in level 2's own free
+ * (sf_l2_free_owned_as, fastpath.h), the rest in guarded.c (sf_new_mark,
+ * sf_l2_delete_ok, which also reports). */
 SF_INLINE void l2_new_mark(void *p, enum sf_family family) {
     uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
     if (SF_LIKELY(p != NULL && sf_segmap_is_small_chunk(chunk))) {
         *sf_size_word(sf_small_page_desc(chunk, u), p) |= (uint32_t)family << SF_SIZE_BITS;
         return;
     }
-    sf_l2_new_mark(p, family);
+    sf_new_mark(p, family);
 }
 
 /* Level 2's, out of line: levels 0-1 run what they ran.  align: 0, or the
