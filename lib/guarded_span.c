@@ -42,7 +42,8 @@ static size_t first, count, bytes;
 static uint64_t tokens, refilled_ms;
 static bool tokens_set;
 
-/* Takes `cost` bytes from the budget if it has them. */
+/* Takes `cost` bytes from the budget if it has them (holds the quarantine's
+ * lock, which guards the bucket). */
 static bool budget_take(uint64_t cost) {
     uint64_t rate = sf_knob(SF_KNOB_GUARD_PROTECT_RATE), now = sf_now_ms();
     if (rate == 0) return true;
@@ -56,9 +57,19 @@ static bool budget_take(uint64_t cost) {
         tokens = tokens + add < rate ? tokens + add : rate;
         refilled_ms = now;
     }
+    if (tokens > rate) tokens = rate; /* (the knob lowered since) */
     if (tokens < cost) return false;
     tokens -= cost;
     return true;
+}
+
+/* The same bucket for guard level 1's freed large block (cache.c, "The
+ * span freed last"): one rate for every protection of freed blocks. */
+bool sf_protect_budget_take(uint64_t cost) {
+    sf_lock(&sf_span_quarantine_lock);
+    bool ok = budget_take(cost);
+    sf_unlock(&sf_span_quarantine_lock);
+    return ok;
 }
 
 static uint8_t *block_of(const sf_segment_t *seg) { return seg->pages[0].block_start; }
@@ -88,10 +99,7 @@ bool sf_span_quarantine_put(sf_segment_t *seg) {
     sf_page_t *page = &seg->pages[0];
     struct held h = {seg, page->span_bytes, false};
     if (h.bytes > SPAN_QUARANTINE_BYTES) return false; /* (huge: unmapped, which protects) */
-    sf_lock(&sf_span_quarantine_lock);
-    bool afford = budget_take(h.bytes);
-    sf_unlock(&sf_span_quarantine_lock);
-    h.protected = afford && protect_block(seg);
+    h.protected = sf_protect_budget_take(h.bytes) && protect_block(seg);
     struct held out[SPAN_QUARANTINE_MAX + 1];
     size_t n_out = 0;
     sf_lock(&sf_span_quarantine_lock);

@@ -875,6 +875,9 @@ SF_HIDDEN void sf_gsample_fork_parent(void);
 SF_HIDDEN extern pthread_mutex_t sf_span_quarantine_lock;
 SF_HIDDEN bool sf_span_quarantine_put(sf_segment_t *seg); /* false: not taken, release it */
 SF_HIDDEN bool sf_span_quarantine_holds(const void *p);
+/* guard.protect_rate's bucket, shared with level 1's span freed last
+ * (cache.c): false if `cost` bytes are not to be protected now. */
+SF_HIDDEN bool sf_protect_budget_take(uint64_t cost);
 SF_HIDDEN void sf_span_quarantine_flush(void);
 
 /* ---- track.c: valgrind's memcheck sees sefer's blocks -------------------- */

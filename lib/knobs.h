@@ -63,7 +63,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(GUARD_QUARANTINE, "guard.quarantine", SF_KNOB_SIZE, 256ull << 10, 0, 64ull << 20, 0, NULL,     \
       "with guard.level 3: bytes of freed blocks each heap holds back before reuse")              \
     X(GUARD_PROTECT_RATE, "guard.protect_rate", SF_KNOB_SIZE, 64ull << 20, 0, 1ull << 40, 1, NULL,   \
-      "with guard.level >= 2: bytes of freed large blocks made inaccessible a second, at most (0: all)") \
+      "with guard.level >= 1: bytes of freed large blocks made inaccessible a second, at most (0: all)") \
     X(GUARD_SAMPLE_BYTES, "guard.sample_bytes", SF_KNOB_SIZE, 0, 0, 1ull << 40, 0, NULL,              \
       "sampled guard, at any level: about one malloc in this many bytes placed against an inaccessible page and kept inaccessible after free (0: off)") \
     X(GUARD_SAMPLE_MAX_RATE, "guard.sample_max_rate", SF_KNOB_UINT, 100, 0, 1000, 1, NULL,            \

@@ -1,0 +1,113 @@
+/* test_freed_blocks.c - what a freed large block's memory does at guard
+ * levels 0-1 (lib/cache.c: the span freed last).  Linked statically, so
+ * the test reads span headers; protections come from /proc/self/maps, and
+ * an access that must fault is made in a forked child.  meson runs it at level 1, at level 1
+ * with guard.unused_no_access off, and at level 0.
+ *
+ *   - level 1: a large block's span freed last is no-access past its
+ *     header page (its hole stays closed), so a write or read through the
+ *     old pointer kills a child; the next large block freed takes its
+ *     place and it is read-write again, end to end of its open part; the
+ *     old block of a realloc that moved a large block is shut the same
+ *     way; with guard.protect_rate spent, a freed span stays open; level
+ *     0: never shut;
+ *   - sefer_check clean throughout. */
+#include "sefer_test.h"
+
+#include "internal.h"
+#include "maps_access.h"
+
+#define LARGE ST_MIB /* a span of one segment */
+
+/* The part of p's span that is shut while it cools: past its header page
+ * and its hole, to the end of its open part (read before the free). */
+struct shut_range {
+    uint8_t *base;
+    size_t from, to;
+};
+
+static struct shut_range range_of(void *p)
+{
+    sf_segment_t *seg = sf_segment_of(p);
+    ck_assert_uint_eq(seg->kind, SF_SEG_LARGE);
+    struct shut_range r = {(uint8_t *)seg, (seg->hole ? 2 : 1) * SF_OS_PAGE, seg->open_bytes};
+    ck_assert_uint_gt(r.to, r.from);
+    return r;
+}
+
+static void expect_shut(struct shut_range r, void *p, size_t n, bool shut, const char *what)
+{
+    read_maps();
+    expect_access(r.base, 0, SF_OS_PAGE, READ_WRITE, what);
+    expect_access(r.base, r.from, r.to, shut ? NO_ACCESS : READ_WRITE, what);
+    ck_assert_msg(write_faults((uint8_t *)p + n / 2) == shut, "%s: a write into the freed block %s", what,
+                  shut ? "did not fault" : "faulted");
+    ck_assert_msg(access_faults(read_one, p) == shut, "%s: a read of the freed block %s", what,
+                  shut ? "did not fault" : "faulted");
+}
+
+static void *large_block(size_t n, int fill)
+{
+    void *p = sefer_malloc(n);
+    ck_assert_ptr_nonnull(p);
+    memset(p, fill, n);
+    return p;
+}
+
+START_TEST(test_large_block_freed_last_is_shut)
+{
+    ST_KNOB_SET("large_cache.ttl", "3600000");
+    ST_KNOB_SET("guard.protect_rate", "0"); /* (no limit: a slow machine must not spend the bucket) */
+    bool shuts = sf_guard_level == 1;
+    void *p = large_block(LARGE, 1);
+    struct shut_range rp = range_of(p);
+    sefer_free(p);
+    expect_shut(rp, p, LARGE, shuts, "a large block freed last");
+    ck_assert_int_eq(sefer_check(), 0);
+    if (!shuts)
+        return; /* (level 0: no span cools, the next malloc may take it) */
+
+    /* the next one freed takes its place: p's span open again */
+    void *q = large_block(LARGE, 2);
+    ck_assert_ptr_ne(q, p);
+    struct shut_range rq = range_of(q);
+    sefer_free(q);
+    expect_shut(rq, q, LARGE, true, "the next large block freed");
+    read_maps();
+    expect_access(rp.base, rp.from, rp.to, READ_WRITE, "a freed span once the next one cools");
+    void *again = large_block(LARGE, 3);
+    ck_assert_int_eq(sefer_check(), 0);
+
+    /* realloc moves a block past its span: the old one is shut */
+    struct shut_range ra = range_of(again);
+    void *moved = sefer_realloc(again, 8 * LARGE);
+    ck_assert_ptr_nonnull(moved);
+    ck_assert_ptr_ne(moved, again);
+    memset(moved, 4, 8 * LARGE);
+    expect_shut(ra, again, LARGE, true, "a large block realloc moved");
+    sefer_free(moved);
+
+    /* the budget spent: a freed span stays open (1 byte a second: the
+     * bucket holds 1 byte) */
+    ST_KNOB_SET("guard.protect_rate", "1");
+    void *r = large_block(LARGE, 5);
+    struct shut_range rr = range_of(r);
+    sefer_free(r);
+    expect_shut(rr, r, LARGE, false, "a large block freed past guard.protect_rate");
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
+int main(void)
+{
+    if (sf_guard_level >= 2) {
+        fprintf(stderr, "test_freed_blocks: levels 0-1 only (level %d)\n", sf_guard_level);
+        return 77;
+    }
+    Suite *s = suite_create("freed-blocks");
+    TCase *tc = tcase_create("freed");
+    tcase_add_test(tc, test_large_block_freed_last_is_shut);
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return st_run_suite(s);
+}
