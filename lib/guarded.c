@@ -360,8 +360,9 @@ static bool qring_grow(sf_heap_t *heap) {
  * 64-256 KiB. */
 static void quarantine_release(sf_heap_t *heap, sf_block_t *b) {
     sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    heap->quarantine_bytes -= heap->quarantine_bytes >= page->block_size ? page->block_size
-                                                                         : heap->quarantine_bytes;
+    SF_OWN_SET(heap->quarantine_bytes, heap->quarantine_bytes - (heap->quarantine_bytes >= page->block_size
+                                                                     ? page->block_size
+                                                                     : heap->quarantine_bytes));
     if (SF_UNLIKELY(b->next != NULL || b->cookie != sf_page_cookie(page))) {
         sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
         return;
@@ -384,7 +385,7 @@ static void quarantine_release(sf_heap_t *heap, sf_block_t *b) {
 static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_block_t *b = *qring_at(heap, 0);
     heap->qring_first = (heap->qring_first + 1) & (heap->qring_cap - 1);
-    heap->quarantine_count--;
+    SF_UNCOUNT(heap->quarantine_count);
     quarantine_release(heap, b);
 }
 
@@ -397,9 +398,9 @@ static void quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
     b->next = NULL;
     b->cookie = sf_page_cookie(page);
     heap->quarantine_head = b;
-    heap->quarantine_count = 1;
+    SF_OWN_SET(heap->quarantine_count, 1);
     if (old != NULL) quarantine_release(heap, old);
-    heap->quarantine_bytes = page->block_size;
+    SF_OWN_SET(heap->quarantine_bytes, page->block_size);
 }
 
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
@@ -414,7 +415,7 @@ void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     if (heap->quarantine_count != 0) {
         sf_block_t *newest = *qring_at(heap, heap->quarantine_count - 1);
         if (SF_UNLIKELY(newest->next != NULL)) {
-            heap->quarantine_count--;
+            SF_UNCOUNT(heap->quarantine_count);
             quarantine_release(heap, newest);
         }
     }
@@ -428,8 +429,8 @@ void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
         quarantine_release_oldest(heap);
     }
     *qring_at(heap, heap->quarantine_count) = b;
-    heap->quarantine_count++;
-    heap->quarantine_bytes += page->block_size;
+    SF_COUNT(heap->quarantine_count);
+    SF_ADD(heap->quarantine_bytes, page->block_size);
     while (heap->quarantine_bytes > budget) quarantine_release_oldest(heap);
 }
 
@@ -437,11 +438,11 @@ void sf_quarantine_flush(sf_heap_t *heap) {
     if (heap->quarantine_head != NULL) { /* level 2's */
         sf_block_t *b = heap->quarantine_head;
         heap->quarantine_head = NULL;
-        heap->quarantine_count = 0;
+        SF_OWN_SET(heap->quarantine_count, 0);
         quarantine_release(heap, b);
     }
     while (heap->quarantine_count != 0) quarantine_release_oldest(heap);
-    heap->quarantine_bytes = 0;
+    SF_OWN_SET(heap->quarantine_bytes, 0);
 }
 
 const sf_block_t *sf_quarantine_at(const sf_heap_t *heap, size_t i) {

@@ -46,8 +46,10 @@ void sf_stats_collect(struct sefer_stats *out) {
     out->version = SEFER_STATS_VERSION;
     uint32_t slots = sf_heap_slots();
     /* blocks on the heaps' class lists are free, though their pages count
-     * them out (page.c, "Class lists"): taken off the pages' figures below */
-    uint64_t listed_blocks = 0, listed_bytes = 0;
+     * them out (page.c, "Class lists"), and so are the blocks levels 2-3
+     * hold in their quarantines (guarded.c): taken off the pages' figures
+     * below */
+    uint64_t held_blocks = 0, held_bytes = 0;
     for (uint32_t i = 0; i < slots; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         if (heap == NULL || __atomic_load_n(&heap->kind, __ATOMIC_ACQUIRE) != SF_HEAP_REAL) continue;
@@ -55,12 +57,14 @@ void sf_stats_collect(struct sefer_stats *out) {
         add_heap(out, heap);
         uint64_t blocks, bytes;
         sf_cl_count(heap, &blocks, &bytes);
-        listed_blocks += blocks;
-        listed_bytes += bytes;
+        held_blocks += blocks + SF_GET(heap->quarantine_count);
+        held_bytes += bytes + SF_GET(heap->quarantine_bytes);
         out->heaps_live += st == SF_HEAP_LIVE;
         out->heaps_abandoned += st == SF_HEAP_ABANDONED || st == SF_HEAP_COLLECTING;
     }
     add_heap(out, &sf_heap_fallback);
+    held_blocks += SF_GET(sf_heap_fallback.quarantine_count);
+    held_bytes += SF_GET(sf_heap_fallback.quarantine_bytes);
     out->heap_slots = slots;
     out->allocs += LOAD(sf_gstats.shared_allocs);
     out->remote_frees += LOAD(sf_gstats.shared_remote_frees);
@@ -68,8 +72,8 @@ void sf_stats_collect(struct sefer_stats *out) {
      * either live or was freed (and taken back by its owner) */
     uint64_t live = 0;
     live_blocks(&live, &out->bytes_in_blocks, &out->bytes_remote_pending);
-    live = live > listed_blocks ? live - listed_blocks : 0;
-    out->bytes_in_blocks = out->bytes_in_blocks > listed_bytes ? out->bytes_in_blocks - listed_bytes : 0;
+    live = live > held_blocks ? live - held_blocks : 0;
+    out->bytes_in_blocks = out->bytes_in_blocks > held_bytes ? out->bytes_in_blocks - held_bytes : 0;
     out->frees = out->allocs > live ? out->allocs - live : 0;
     out->bytes_committed = LOAD(sf_gstats.committed);
     out->bytes_reserved = LOAD(sf_gstats.reserved);

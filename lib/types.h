@@ -479,7 +479,8 @@ typedef struct sf_heap_s {
     uint32_t memlimit_epoch;  /* the sf_memlimit_epoch its pages were purged for */
     /* freed blocks held back (guarded.c): level 2's one in quarantine_head,
      * level 3's in the ring qring (qring_cap entries, a power of two, the
-     * oldest at qring_first; mapped at the heap's first level-3 free) */
+     * oldest at qring_first; mapped at the heap's first level-3 free); their
+     * count and bytes read by the statistics from other threads (SF_GET) */
     sf_block_t *quarantine_head;
     uint32_t qring_cap, qring_first;
     size_t quarantine_bytes, quarantine_count;
