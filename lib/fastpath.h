@@ -335,9 +335,10 @@ SF_INLINE void sf_free_owned_small(sf_heap_t *heap, sf_page_t *page, void *p) {
 }
 
 /* How free() at levels 0-1 pushes the owner's block (a constant in each
- * caller): on top, or on local_free (realloc's move: the old block is not
- * the next one handed out). */
-enum sf_free_how { SF_FREE_LOCAL, SF_FREE_TOP };
+ * caller): on top, or held in its heap's one-block quarantine (realloc's
+ * move: the old block is not the next one handed out; guarded.c,
+ * sf_hold_moved). */
+enum sf_free_how { SF_FREE_HELD, SF_FREE_TOP };
 
 /* The fast path for a pointer in a chunk below chunk_end, else slow(p)
  * (SF_SEGMAP_CHUNKS and sf_free_generic but for the exported free). */
@@ -351,13 +352,13 @@ SF_INLINE void sf_free_bounded(void *p, enum sf_free_how how, uintptr_t chunk_en
             uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
             if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
                 if (how == SF_FREE_TOP) sf_free_owned_small(heap, page, p);
-                else sf_free_owned(heap, page, p, false);
+                else sf_hold_moved(heap, page, p);
                 return;
             }
         } else if (sf_segmap_medium_at(chunk)) {
             /* (the rest of its checks, out of line) */
             if (how == SF_FREE_TOP) sf_free_medium_top(p, heap);
-            else sf_free_medium_local(p, heap);
+            else sf_free_medium_held(p, heap);
             return;
         }
     } else {

@@ -188,7 +188,8 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
     if (!medium_carved_start(page, off) || ((const sf_block_t *)p)->cookie == sf_page_cookie(page)) return false;
     /* (a fast owner means level 0-1: the mark is there) */
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
-    sf_free_owned(heap, page, p, how == SF_FREE_TOP);
+    if (how == SF_FREE_TOP) sf_free_owned(heap, page, p, true);
+    else sf_hold_moved(heap, page, p);
     return true;
 }
 
@@ -311,8 +312,8 @@ SF_INLINE bool free_medium_owned(void *p) {
 SF_HOT void sf_free_medium_top(void *p, sf_heap_t *heap) {
     if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_TOP)) sf_free_generic(p);
 }
-SF_HOT void sf_free_medium_local(void *p, sf_heap_t *heap) {
-    if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_LOCAL)) sf_free_generic(p);
+SF_HOT void sf_free_medium_held(void *p, sf_heap_t *heap) {
+    if (!medium_push_owned(heap, sf_segment_of(p), p, SF_FREE_HELD)) sf_free_generic(p);
 }
 
 static void free_checked_uncounted(void *p);

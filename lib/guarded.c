@@ -392,7 +392,8 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
 /* Level 2's quarantine: the one block freed last, held until the next
  * arrives (heap->quarantine_head, count 1), checked as it leaves like a
  * level-3 block.  A FIFO's general code cost each such free some 110
- * instructions more: every free of the checked path at level 2. */
+ * instructions more: every free of the checked path at level 2.  Levels
+ * 0-1 hold realloc's old block there the same way (sf_hold_moved). */
 static void quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_block_t *old = heap->quarantine_head;
     b->next = NULL;
@@ -401,6 +402,32 @@ static void quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
     SF_OWN_SET(heap->quarantine_count, 1);
     if (old != NULL) quarantine_release(heap, old);
     SF_OWN_SET(heap->quarantine_bytes, page->block_size);
+}
+
+/* Levels 0-1: realloc's old block, the owner's, held in the heap's
+ * one-block quarantine until the next block realloc moves takes its place
+ * (alloc.c, realloc_move), then onto its page's local_free; a write into
+ * its first 16 bytes meanwhile is reported then, and the block never
+ * reused.  Its page is kept beside it (held_page): level 2's path, which
+ * looks the page up and asks the level, cost each move 22 instructions
+ * over the plain free onto local_free this replaces, this one 10
+ * (bench/fastpath realloc, 16 -> 1024 B in 16 B steps, callgrind: 110.8,
+ * 133.4 and 120.8 a realloc). */
+void sf_hold_moved(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+    sf_block_t *old = heap->quarantine_head;
+    sf_page_t *old_page = heap->held_page;
+    b->next = NULL;
+    b->cookie = sf_page_cookie(page);
+    heap->quarantine_head = b;
+    heap->held_page = page;
+    SF_OWN_SET(heap->quarantine_count, 1);
+    SF_OWN_SET(heap->quarantine_bytes, page->block_size);
+    if (old == NULL) return;
+    if (SF_UNLIKELY(old->next != NULL || old->cookie != sf_page_cookie(old_page))) {
+        sf_guard_report(SF_GUARD_USE_AFTER_FREE, old); /* (kept out: never reused) */
+        return;
+    }
+    sf_page_local_free_slow(heap, old_page, old);
 }
 
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {

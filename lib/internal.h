@@ -621,9 +621,9 @@ SF_HIDDEN size_t sf_block_bytes(const void *p);
 /* ---- free.c: the generic free path --------------------------------------- */
 SF_HIDDEN void sf_free_generic(void *p);
 /* A medium block's free from the fast path (fastpath.h, sf_free_as): pushed
- * on top, or on local_free. */
+ * on top, or held (realloc's old block). */
 SF_HIDDEN void sf_free_medium_top(void *p, sf_heap_t *heap);
-SF_HIDDEN void sf_free_medium_local(void *p, sf_heap_t *heap);
+SF_HIDDEN void sf_free_medium_held(void *p, sf_heap_t *heap);
 SF_HIDDEN void sf_free_checked(void *p); /* sf_free_generic minus level 2's fast push */
 SF_HIDDEN void sf_free_tracked_tail(void *p); /* track.c's end of a free: sf_free_checked, uncounted */
 SF_HIDDEN sf_page_t *sf_free_check_block(const void *p, sf_segment_t **seg_out);
@@ -846,6 +846,7 @@ SF_HIDDEN void sf_guarded_delete(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_new_mark(void *p, enum sf_family family);
 SF_HIDDEN bool sf_l2_delete_ok(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
+SF_HIDDEN void sf_hold_moved(sf_heap_t *heap, sf_page_t *page, sf_block_t *b); /* levels 0-1 */
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 /* The quarantine's i-th block from the oldest, NULL past its end. */

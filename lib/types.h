@@ -482,6 +482,7 @@ typedef struct sf_heap_s {
      * oldest at qring_first; mapped at the heap's first level-3 free); their
      * count and bytes read by the statistics from other threads (SF_GET) */
     sf_block_t *quarantine_head;
+    struct sf_page_s *held_page; /* levels 0-1: quarantine_head's page (sf_hold_moved) */
     uint32_t qring_cap, qring_first;
     size_t quarantine_bytes, quarantine_count;
     sf_heap_prof_t prof;                  /* heap profiling: countdowns (profile.c) */

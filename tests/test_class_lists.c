@@ -528,7 +528,8 @@ static void *capacity_comes_back(void *unused)
 THREAD_CASE(capacity_comes_back)
 
 /* A page's last block out that is not listed leaves through realloc (a
- * move: onto its page's local_free, no count), after the page was
+ * move: held by the heap, then onto its page's local_free when the next
+ * move takes its place, no count), after the page was
  * counted: the page is then the list's alone, and the next free past the
  * full list that empties a page sweeps and gives it back.  (A count of
  * one page must not mark the list as counted: c376651 did, and the
@@ -559,10 +560,14 @@ static void *page_left_by_realloc_swept(void *unused)
     unsigned before = class_pages();
     void *moved = sefer_realloc(v[2 * per_page - 1], 3000); /* (P's last unlisted block) */
     ck_assert_ptr_nonnull(moved);
+    ck_assert_uint_eq(sf_page_used(pp), 4); /* (held: lib/alloc.c, realloc_move) */
+    void *pushed = sefer_realloc(sefer_malloc(100), 400); /* (the next move: P's block leaves the hold) */
+    ck_assert_ptr_nonnull(pushed);
     ck_assert_uint_eq(sf_page_used(pp), 3);
     give(v[3 * per_page - 1], 3 * per_page - 1); /* (Q empties) */
     page_given_back(pp, before);
     sefer_free(moved);
+    sefer_free(pushed);
     for (unsigned i = 0; i < 3; i++)
         give(w[i], 1000 + i);
     give_all(v, a, per_page);

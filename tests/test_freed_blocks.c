@@ -1,5 +1,5 @@
-/* test_freed_blocks.c - what a freed large block's memory does at guard
- * levels 0-1 (lib/cache.c: the span freed last).  Linked statically, so
+/* test_freed_blocks.c - what freed blocks' memory does at guard levels 0-1
+ * (lib/cache.c: the span freed last; lib/alloc.c, realloc_move).  Linked statically, so
  * the test reads span headers; protections come from /proc/self/maps, and
  * an access that must fault is made in a forked child.  meson runs it at level 1, at level 1
  * with guard.unused_no_access off, and at level 0.
@@ -11,6 +11,12 @@
  *     old block of a realloc that moved a large block is shut the same
  *     way; with guard.protect_rate spent, a freed span stays open; level
  *     0: never shut;
+ *   - levels 0-1: realloc's old small or medium block is held by its heap
+ *     (guarded.c, the one-block quarantine) until the next realloc moves a
+ *     block, so it is not the next malloc's of its size (a block alone on
+ *     a page that carves one at a time was), and counts free in
+ *     sefer_stats; a write into its first bytes meanwhile is reported when
+ *     it leaves;
  *   - sefer_check clean throughout. */
 #include "sefer_test.h"
 
@@ -98,6 +104,94 @@ START_TEST(test_large_block_freed_last_is_shut)
 }
 END_TEST
 
+/* realloc moves a block of n bytes to `to`; the next malloc(n) must not be
+ * the old block (held by the heap until the next realloc moves a block). */
+static void realloc_then_malloc(size_t n, size_t to)
+{
+    void *p = sefer_malloc(n);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 1, n);
+    void *q = sefer_realloc(p, to);
+    ck_assert_ptr_nonnull(q);
+    ck_assert_ptr_ne(q, p);
+    void *r = sefer_malloc(n);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r != p, "malloc(%zu) after realloc(p, %zu) returned p", n, to);
+    ck_assert_int_eq(sefer_check(), 0);
+    sefer_free(q);
+    sefer_free(r);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+
+static void *realloc_run(void *arg)
+{
+    (void)arg;
+    /* small classes, those carved a block at a time (4 KiB and up), and
+     * medium ones up to the largest */
+    static const size_t sizes[] = {24, 1024, 4096, 8192, 8200, 16384, 65536, SF_MEDIUM_MAX};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        realloc_then_malloc(sizes[i], 4 * sizes[i]);
+        realloc_then_malloc(sizes[i], sizes[i] / 4);
+    }
+    /* statistics: the held block counts free (lib/stats.c) */
+    struct sefer_stats a, b;
+    void *p = sefer_malloc(4096);
+    ck_assert_int_eq(sefer_stats_get(&a, sizeof a), 0);
+    void *q = sefer_realloc(p, 16384);
+    ck_assert_ptr_ne(q, p);
+    ck_assert_int_eq(sefer_stats_get(&b, sizeof b), 0);
+    ck_assert_msg(b.allocs - b.frees == a.allocs - a.frees, "blocks live before the move %llu, after %llu",
+                  (unsigned long long)(a.allocs - a.frees), (unsigned long long)(b.allocs - b.frees));
+    sefer_free(q);
+    return NULL;
+}
+
+START_TEST(test_realloc_old_block_held)
+{
+    /* on a thread of its own: a fresh heap, whose pages carve few blocks */
+    ST_KNOB_SET("threads.heap_after", "0");
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, realloc_run, NULL), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+END_TEST
+
+/* A write through realloc's old pointer into the held block's first word,
+ * then another realloc that moves a block: the held one leaves, and the
+ * write is reported (level 1: abort, guard.on_error's default; level 0:
+ * counted, silently, and the child says so with its exit status). */
+static void write_into_held(void *arg)
+{
+    (void)arg;
+    char *p = sefer_malloc(4096);
+    memset(p, 1, 4096);
+    char *q = sefer_realloc(p, 16384);
+    if (q == p)
+        _exit(3);
+    memset(p, 'x', 16); /* (a write after free, on purpose) */
+    char *r = sefer_realloc(sefer_malloc(100), 30000);
+    (void)r;
+    struct sefer_stats st;
+    if (sefer_stats_get(&st, sizeof st) != 0)
+        _exit(5);
+    _exit(st.guard_use_after_free == 1 ? 0 : 4);
+}
+
+START_TEST(test_write_into_held_block_reported)
+{
+    char err[4096];
+    int status = st_run_child(write_into_held, NULL, err, sizeof err, 30);
+    if (sf_guard_level == 0) {
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "level 0, the write into the held block: %s",
+                      st_describe_status(status));
+        return;
+    }
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the write into the held block: %s",
+                  st_describe_status(status));
+    ck_assert_msg(strstr(err, "write into a freed block") != NULL, "no report on stderr: %s", err);
+}
+END_TEST
+
 int main(void)
 {
     if (sf_guard_level >= 2) {
@@ -107,6 +201,8 @@ int main(void)
     Suite *s = suite_create("freed-blocks");
     TCase *tc = tcase_create("freed");
     tcase_add_test(tc, test_large_block_freed_last_is_shut);
+    tcase_add_test(tc, test_realloc_old_block_held);
+    tcase_add_test(tc, test_write_into_held_block_reported);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return st_run_suite(s);

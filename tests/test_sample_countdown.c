@@ -61,8 +61,12 @@ START_TEST(test_lists_kept) {
     for (int i = 0; i < 4; i++) free(v[i]); /* on top of the free list: v[3] first */
     void *q = malloc(LISTS_SIZE);
     ck_assert_ptr_eq(q, v[3]);
-    void *moved = realloc(q, 20000); /* q moves, onto local_free */
+    void *moved = realloc(q, 20000); /* q moves: held by the heap (guarded.c) */
     ck_assert_ptr_ne(moved, q);
+    /* the next block realloc moves takes its place, and q goes to its
+     * page's local_free */
+    void *other = realloc(malloc(100), 30000);
+    ck_assert_ptr_nonnull(other);
     /* v[2], v[1], v[0] from the free list, then q (v[3]) from local_free,
      * the countdown running out on each */
     for (int i = 2; i >= 0; i--) {
@@ -89,6 +93,7 @@ START_TEST(test_lists_kept) {
         ck_assert_msg(guarded >= 3, "%d of 4 run-outs placed in the sampled guard's slots", guarded);
     for (int i = 0; i < 8; i++) free(v[i]);
     free(moved);
+    free(other);
     ck_assert_int_eq(sefer_check(), 0);
 }
 END_TEST
