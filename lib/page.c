@@ -800,6 +800,24 @@ static sf_page_t *listed_page(const sf_block_t *b) {
     return sf_small_page_in(sf_small_seg(u >> SF_SEG_SHIFT), u);
 }
 
+/* The page of u if it is one of cl's pages: in a small segment of the
+ * heap's, past the segment's header, a page that pushes onto cl; else
+ * NULL.  (What a listed block's address must pass before anything of its
+ * page is read; its block test follows: cl_block_ok.) */
+static sf_page_t *cl_page_at(const sf_heap_t *heap, const sf_page_or_list_t *cl, uintptr_t u) {
+    uintptr_t chunk = u >> SF_SEG_SHIFT;
+    if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap ||
+        (u & (SF_SEG_SIZE - 1)) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT))
+        return NULL;
+    sf_page_t *page = listed_page((const sf_block_t *)u);
+    return page->cl == cl ? page : NULL;
+}
+
+/* A free block of page: a carved block start with the page's free mark. */
+static bool cl_block_ok(const sf_page_t *page, const sf_block_t *b) {
+    return sf_page_is_block_start(page, b) && b->cookie == sf_page_cookie(page);
+}
+
 /* The list's blocks, top first, into v and their pages into pg (at most
  * SF_CL_BLOCKS); *rest is what follows the last one read.  The walk stops
  * at a block that is not one of heap's small blocks (a damaged link,
@@ -816,15 +834,10 @@ static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_b
          * at a block's start, with the page's free mark) */
         uintptr_t u = (uintptr_t)b;
         if (page == NULL || (u ^ (uintptr_t)v[n - 1]) >> SF_SMALL_PAGE_SHIFT != 0) {
-            uintptr_t chunk = u >> SF_SEG_SHIFT;
-            if (!sf_segmap_is_small_chunk(chunk) ||
-                SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap ||
-                (u & (SF_SEG_SIZE - 1)) < ((uintptr_t)1 << SF_SMALL_PAGE_SHIFT))
-                break;
-            page = listed_page(b);
-            if (page->cl != cl) break;
+            page = cl_page_at(heap, cl, u);
+            if (page == NULL) break;
         }
-        if (!sf_page_is_block_start(page, b) || b->cookie != sf_page_cookie(page)) break;
+        if (!cl_block_ok(page, b)) break;
         pg[n] = page;
         v[n++] = b;
     }
@@ -982,8 +995,30 @@ bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page) {
     return SF_GET(*sf_class_direct(heap, c)) == sf_cl_of(heap, c);
 }
 
-/* Every listed block back to its page (owner or collector context): the
- * lists empty, direct[] names the classes' pages. */
+/* sf_cl_flush_all met b, not a free block of its list's pages: what
+ * follows it stays off every list, never reused.  A block-aligned address
+ * in the uncarved part of one of the list's pages is a free of an address
+ * malloc never returned, which the free fast path took (docs/design.md,
+ * "Guard levels"): given to its page, it would count a block the page
+ * never handed out, and the page could empty while one of its blocks is
+ * live.  Anything else is a link a write after free damaged, in prev (or
+ * the list's head). */
+static SF_NOINLINE void cl_flush_damaged(const sf_page_t *page, const sf_block_t *prev, const sf_block_t *b) {
+    uint64_t off = (uint64_t)((uintptr_t)b - (uintptr_t)(page != NULL ? page->block_start : NULL));
+    bool uncarved = page != NULL && off >= sf_page_carved_bytes(page) &&
+                    off < (uint64_t)page->reserved * page->block_size &&
+                    off * sf_page_divmagic(page) < sf_page_divmagic(page);
+    if (uncarved || prev == NULL) sf_guard_report(SF_GUARD_INVALID, b);
+    else sf_guard_report(SF_GUARD_USE_AFTER_FREE, prev);
+}
+
+/* Every listed block back to its page (owner or collector context: a
+ * thread's exit, sefer_trim, a collection, growth): the lists empty,
+ * direct[] names the classes' pages.  Each block's address is checked as
+ * cl_read checks it first: a link
+ * damaged by a write after free, or an address malloc never returned that
+ * the free fast path took, is reported and not followed (nothing is
+ * written through it, no page counts it). */
 void sf_cl_flush_all(sf_heap_t *heap) {
     for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
         sf_page_or_list_t *cl = sf_cl_of(heap, c);
@@ -996,9 +1031,19 @@ void sf_cl_flush_all(sf_heap_t *heap) {
          * current one, and direct[] must not name the list meanwhile */
         cl->free = NULL;
         cl_restore(cl);
+        sf_block_t *prev = NULL;
         while (b != NULL) {
+            /* (the free mark not asked: a write after free that changed
+             * only it leaves the block safe to give back, and levels 0-1
+             * do not look for those) */
+            sf_page_t *page = cl_page_at(heap, cl, (uintptr_t)b);
+            if (SF_UNLIKELY(page == NULL || !sf_page_is_block_start(page, b))) {
+                cl_flush_damaged(page, prev, b);
+                break;
+            }
             sf_block_t *next = b->next;
-            sf_page_local_free_slow(heap, listed_page(b), b);
+            sf_page_local_free_slow(heap, page, b);
+            prev = b;
             b = next;
         }
         if (SF_GET(*sf_class_direct(heap, c)) == cl) sf_page_update_direct(heap, c);

@@ -25,6 +25,8 @@
  *   - a list those pages emptied gets its capacity back at a trim, and at
  *     the next free that finds it full once direct[] names a page (after
  *     a phase);
+ *   - the flush of the lists (a trim) reports a listed address the page
+ *     never carved and a damaged link, and gives neither to a page;
  *   - the walks of those pages stop at a damaged link (no heap's, into a
  *     segment's header, to a live block), and keep it;
  *   - another thread's frees never reach the owner's list;
@@ -577,6 +579,55 @@ static void *page_left_by_realloc_swept(void *unused)
 
 THREAD_CASE(page_left_by_realloc_swept)
 
+/* The flush of the lists (sefer_trim here) checks each block's address
+ * before it gives the block back (page.c, sf_cl_flush_all), in a child
+ * (the report aborts):
+ *   - a free of a block-aligned address in the uncarved part of the
+ *     class's page, which the free fast path takes onto the list: reported
+ *     as a free of a pointer sefer does not own, not given to the page
+ *     (which would count a block it never handed out);
+ *   - a listed block's link overwritten after free: reported as a write
+ *     into a freed block, and not followed. */
+static void flush_uncarved(void *unused)
+{
+    (void)unused;
+    void *p = take(1);
+    const sf_page_t *page = page_of(p);
+    if (page->capacity + 2u > page->reserved)
+        _exit(3); /* (the page carved to its end: nothing uncarved) */
+    sefer_free(page->block_start + (size_t)(page->capacity + 1) * page->block_size);
+    sefer_trim();
+    _exit(0);
+}
+
+static void flush_damaged_link(void *unused)
+{
+    (void)unused;
+    static void *v[4];
+    take_all(v, 4);
+    give_all(v, 0, 4);
+    *(uintptr_t *)v[3] = (uintptr_t)0x1000; /* (the top block's link: no heap's) */
+    sefer_trim();
+    _exit(0);
+}
+
+static void expect_flush_report(void (*fn)(void *), const char *what)
+{
+    char err[4096];
+    int status = st_run_child(fn, NULL, err, sizeof err, 30);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: %s", what, st_describe_status(status));
+    ck_assert_msg(strstr(err, what) != NULL, "no \"%s\" on stderr: %s", what, err);
+}
+
+START_TEST(test_flush_checks_addresses)
+{
+    if (!listing())
+        return; /* (level 2 lists nothing) */
+    expect_flush_report(flush_uncarved, "free of a pointer sefer does not own");
+    expect_flush_report(flush_damaged_link, "write into a freed block");
+}
+END_TEST
+
 /* A list's head damaged (its direct[] index, its capacity): sefer_check
  * reports it, and is clean again once it is put back. */
 static void *damaged_head_reported(void *unused)
@@ -886,6 +937,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_aligned_takes_the_list);
     tcase_add_test(tc, test_knob_sets_capacity);
     tcase_add_test(tc, test_damaged_head_reported);
+    tcase_add_test(tc, test_flush_checks_addresses);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
