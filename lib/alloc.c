@@ -305,11 +305,11 @@ SF_INLINE bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, siz
 
 /* Moves the block at p (usable bytes) to a new one of n bytes.  The old
  * block is not the next one of its size handed out: at levels 0-1 its
- * owner holds it in the heap's one-block quarantine until the next
- * realloc moves a block (level 2's, guarded.c, sf_hold_moved; on local_free, a block
- * alone on a page that carves a block at a time, 4 KiB and up, was the
- * next malloc's: misuse probes reuse-realloc-grow and -shrink), a block
- * of another heap goes as a free does; at levels 2-3 (checked, a constant in each
+ * owner holds it in the heap's one-block quarantine until the next move
+ * (guarded.c, sf_quarantine_swap_one; on local_free, where it went before,
+ * a block alone on a page that carves a block at a time, 4 KiB and up,
+ * was the next malloc's: misuse probes reuse-realloc-grow and -shrink),
+ * and a block of another heap goes as a free does; at levels 2-3 (checked, a constant in each
  * caller) through the checked path: level 3's quarantine holds it back,
  * and level 2 puts it on local_free, which the refill leaves it on
  * (sf_page_guarded_swap), or, where the refill would hand it back (a

@@ -308,11 +308,12 @@ SF_INLINE void sf_free_to_local(sf_heap_t *heap, sf_page_t *page, sf_block_t *b)
 }
 
 /* An owner's free of a block of an unguarded page at levels 0-1: on top
- * (lifo) or on local_free. */
-SF_INLINE uint32_t sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p, bool lifo) {
-    sf_block_t *b = (sf_block_t *)p, **list = lifo ? &page->free : &page->local_free;
-    b->next = *list;
-    return sf_free_onto(heap, page, b, list);
+ * (realloc's old block, which went to local_free, is held instead:
+ * sf_quarantine_swap_one). */
+SF_INLINE uint32_t sf_free_owned(sf_heap_t *heap, sf_page_t *page, void *p) {
+    sf_block_t *b = (sf_block_t *)p;
+    b->next = page->free;
+    return sf_free_onto(heap, page, b, &page->free);
 }
 
 /* The owner's free of a block of an unguarded small page at levels 0-1:
@@ -337,7 +338,7 @@ SF_INLINE void sf_free_owned_small(sf_heap_t *heap, sf_page_t *page, void *p) {
 /* How free() at levels 0-1 pushes the owner's block (a constant in each
  * caller): on top, or held in its heap's one-block quarantine (realloc's
  * move: the old block is not the next one handed out; guarded.c,
- * sf_hold_moved). */
+ * sf_quarantine_swap_one). */
 enum sf_free_how { SF_FREE_HELD, SF_FREE_TOP };
 
 /* The fast path for a pointer in a chunk below chunk_end, else slow(p)
@@ -352,7 +353,7 @@ SF_INLINE void sf_free_bounded(void *p, enum sf_free_how how, uintptr_t chunk_en
             uint64_t off = (uintptr_t)p & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
             if (SF_LIKELY(sf_small_takes_free(seg, page, heap, p, off))) {
                 if (how == SF_FREE_TOP) sf_free_owned_small(heap, page, p);
-                else sf_hold_moved(heap, page, p);
+                else sf_quarantine_swap_one(heap, page, p);
                 return;
             }
         } else if (sf_segmap_medium_at(chunk)) {

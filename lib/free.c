@@ -188,8 +188,8 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
     if (!medium_carved_start(page, off) || ((const sf_block_t *)p)->cookie == sf_page_cookie(page)) return false;
     /* (a fast owner means level 0-1: the mark is there) */
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
-    if (how == SF_FREE_TOP) sf_free_owned(heap, page, p, true);
-    else sf_hold_moved(heap, page, p);
+    if (how == SF_FREE_TOP) sf_free_owned(heap, page, p);
+    else sf_quarantine_swap_one(heap, page, p);
     return true;
 }
 
@@ -336,7 +336,7 @@ static SF_NOINLINE void free_special(void *p) {
         if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
             off * sf_page_divmagic(page) < sf_page_divmagic(page) && b->cookie != sf_page_cookie(page)) {
             sf_phase_count(SF_PHASE_FREE, -(int64_t)page->block_size);
-            sf_free_owned(me, page, b, true);
+            sf_free_owned(me, page, b);
             return;
         }
     }

@@ -350,7 +350,7 @@ static bool qring_grow(sf_heap_t *heap) {
     return true;
 }
 
-/* b leaves the quarantine (it is no longer counted there): onto its
+/* b, of page, leaves the quarantine (its caller uncounts it): onto its
  * page's free list if its first 16 bytes are as its free left them, else
  * reported as a write after free and never reused (it stays counted in
  * use).  Its zero fill is read once, not here: when the block would be
@@ -358,11 +358,7 @@ static bool qring_grow(sf_heap_t *heap) {
  * (sf_guarded_check_empty_page); read here as well, the fill of every
  * reused block was read twice, a third of level 3's time on blocks of
  * 64-256 KiB. */
-static void quarantine_release(sf_heap_t *heap, sf_block_t *b) {
-    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
-    SF_OWN_SET(heap->quarantine_bytes, heap->quarantine_bytes - (heap->quarantine_bytes >= page->block_size
-                                                                     ? page->block_size
-                                                                     : heap->quarantine_bytes));
+static void quarantine_release_on(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     if (SF_UNLIKELY(b->next != NULL || b->cookie != sf_page_cookie(page))) {
         sf_guard_report(SF_GUARD_USE_AFTER_FREE, b);
         return;
@@ -382,6 +378,16 @@ static void quarantine_release(sf_heap_t *heap, sf_block_t *b) {
     sf_page_local_free_slow(heap, page, b);
 }
 
+/* The same for a block of the ring (level 3), its bytes uncounted here
+ * (the one-block quarantine sets its own). */
+static void quarantine_release(sf_heap_t *heap, sf_block_t *b) {
+    sf_page_t *page = sf_page_of(sf_segment_of(b), b);
+    SF_OWN_SET(heap->quarantine_bytes, heap->quarantine_bytes - (heap->quarantine_bytes >= page->block_size
+                                                                     ? page->block_size
+                                                                     : heap->quarantine_bytes));
+    quarantine_release_on(heap, page, b);
+}
+
 static void quarantine_release_oldest(sf_heap_t *heap) {
     sf_block_t *b = *qring_at(heap, 0);
     heap->qring_first = (heap->qring_first + 1) & (heap->qring_cap - 1);
@@ -389,31 +395,21 @@ static void quarantine_release_oldest(sf_heap_t *heap) {
     quarantine_release(heap, b);
 }
 
-/* Level 2's quarantine: the one block freed last, held until the next
- * arrives (heap->quarantine_head, count 1), checked as it leaves like a
- * level-3 block.  A FIFO's general code cost each such free some 110
- * instructions more: every free of the checked path at level 2.  Levels
- * 0-1 hold realloc's old block there the same way (sf_hold_moved). */
-static void quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
-    sf_block_t *old = heap->quarantine_head;
-    b->next = NULL;
-    b->cookie = sf_page_cookie(page);
-    heap->quarantine_head = b;
-    SF_OWN_SET(heap->quarantine_count, 1);
-    if (old != NULL) quarantine_release(heap, old);
-    SF_OWN_SET(heap->quarantine_bytes, page->block_size);
-}
-
-/* Levels 0-1: realloc's old block, the owner's, held in the heap's
- * one-block quarantine until the next block realloc moves takes its place
- * (alloc.c, realloc_move), then onto its page's local_free; a write into
- * its first 16 bytes meanwhile is reported then, and the block never
- * reused.  Its page is kept beside it (held_page): level 2's path, which
- * looks the page up and asks the level, cost each move 22 instructions
- * over the plain free onto local_free this replaces, this one 10
- * (bench/fastpath realloc, 16 -> 1024 B in 16 B steps, callgrind: 110.8,
- * 133.4 and 120.8 a realloc). */
-void sf_hold_moved(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
+/* The one-block quarantine: the block freed last, held until the next
+ * arrives (heap->quarantine_head, count 1, its page in held_page), checked
+ * as it leaves like a level-3 block.  Level 2's for the frees of its
+ * checked path (a FIFO's general code cost each such free some 110
+ * instructions more), and levels 0-1's for realloc's old block, the
+ * owner's (alloc.c, realloc_move), which so is not the next block of its
+ * size, and a write into whose first 16 bytes meanwhile is reported.  The
+ * page is kept beside the block rather than looked up again: through
+ * sf_quarantine_push, which looks it up and asks the level, realloc paid
+ * 22 instructions a move over the plain free onto local_free this
+ * replaced, 14 directly (bench/fastpath realloc, 16 -> 1024 B in 16 B
+ * steps, callgrind: 110.8, 133.4 and 124.4 a realloc; 120.8 with a copy
+ * of this function for levels 0-1 that skipped level 3's question on the
+ * way out). */
+void sf_quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     sf_block_t *old = heap->quarantine_head;
     sf_page_t *old_page = heap->held_page;
     b->next = NULL;
@@ -421,18 +417,13 @@ void sf_hold_moved(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     heap->quarantine_head = b;
     heap->held_page = page;
     SF_OWN_SET(heap->quarantine_count, 1);
+    if (old != NULL) quarantine_release_on(heap, old_page, old);
     SF_OWN_SET(heap->quarantine_bytes, page->block_size);
-    if (old == NULL) return;
-    if (SF_UNLIKELY(old->next != NULL || old->cookie != sf_page_cookie(old_page))) {
-        sf_guard_report(SF_GUARD_USE_AFTER_FREE, old); /* (kept out: never reused) */
-        return;
-    }
-    sf_page_local_free_slow(heap, old_page, old);
 }
 
 void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
     if (sf_guard_level == 2) {
-        quarantine_swap_one(heap, page, b);
+        sf_quarantine_swap_one(heap, page, b);
         return;
     }
     b->next = NULL;
@@ -462,11 +453,11 @@ void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b) {
 }
 
 void sf_quarantine_flush(sf_heap_t *heap) {
-    if (heap->quarantine_head != NULL) { /* level 2's */
+    if (heap->quarantine_head != NULL) { /* the one-block quarantine */
         sf_block_t *b = heap->quarantine_head;
         heap->quarantine_head = NULL;
         SF_OWN_SET(heap->quarantine_count, 0);
-        quarantine_release(heap, b);
+        quarantine_release_on(heap, heap->held_page, b);
     }
     while (heap->quarantine_count != 0) quarantine_release_oldest(heap);
     SF_OWN_SET(heap->quarantine_bytes, 0);

@@ -846,7 +846,9 @@ SF_HIDDEN void sf_guarded_delete(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_new_mark(void *p, enum sf_family family);
 SF_HIDDEN bool sf_l2_delete_ok(void *p, enum sf_family family, size_t size);
 SF_HIDDEN void sf_quarantine_push(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
-SF_HIDDEN void sf_hold_moved(sf_heap_t *heap, sf_page_t *page, sf_block_t *b); /* levels 0-1 */
+/* The one-block quarantine (level 2's frees, levels 0-1's realloc): b in,
+ * the block held before out. */
+SF_HIDDEN void sf_quarantine_swap_one(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
 SF_HIDDEN void sf_quarantine_flush(sf_heap_t *heap);
 SF_HIDDEN bool sf_quarantine_holds(const sf_heap_t *heap, const void *b);
 /* The quarantine's i-th block from the oldest, NULL past its end. */

@@ -732,7 +732,7 @@ static SF_NOINLINE void cl_set_up_or_name(sf_heap_t *heap, sf_page_t *page, sf_b
         if (cl->free != NULL && heap->queues[c].first != NULL && (!heap->small || sf_small_heap_class(c) == c))
             sf_page_update_direct(heap, c);
     }
-    sf_free_owned(heap, page, b, true);
+    sf_free_owned(heap, page, b);
 }
 
 /* The same, but first, and short, the case of every free with the lists
@@ -742,7 +742,7 @@ static SF_NOINLINE void cl_full_rare(sf_heap_t *heap, sf_page_t *page, sf_block_
     sf_page_or_list_t *cl = page->cl;
     if (SF_LIKELY(sf_cl_off(page->class_idx) && cl->committed == 0 && cl->free == NULL && cl->in_use)) {
         SF_COUNT(cl->used); /* (back to no room) */
-        sf_free_owned(heap, page, b, true);
+        sf_free_owned(heap, page, b);
         return;
     }
     cl_set_up_or_name(heap, page, b);
@@ -803,7 +803,8 @@ static sf_page_t *listed_page(const sf_block_t *b) {
 /* The page of u if it is one of cl's pages: in a small segment of the
  * heap's, past the segment's header, a page that pushes onto cl; else
  * NULL.  (What a listed block's address must pass before anything of its
- * page is read; its block test follows: cl_block_ok.) */
+ * page is read: the walks then test the block, cl_read with its free mark,
+ * sf_cl_flush_all without.) */
 static sf_page_t *cl_page_at(const sf_heap_t *heap, const sf_page_or_list_t *cl, uintptr_t u) {
     uintptr_t chunk = u >> SF_SEG_SHIFT;
     if (!sf_segmap_is_small_chunk(chunk) || SF_PEEK(((const sf_segment_t *)sf_small_seg(chunk))->heap) != heap ||
@@ -811,11 +812,6 @@ static sf_page_t *cl_page_at(const sf_heap_t *heap, const sf_page_or_list_t *cl,
         return NULL;
     sf_page_t *page = listed_page((const sf_block_t *)u);
     return page->cl == cl ? page : NULL;
-}
-
-/* A free block of page: a carved block start with the page's free mark. */
-static bool cl_block_ok(const sf_page_t *page, const sf_block_t *b) {
-    return sf_page_is_block_start(page, b) && b->cookie == sf_page_cookie(page);
 }
 
 /* The list's blocks, top first, into v and their pages into pg (at most
@@ -837,7 +833,7 @@ static uint32_t cl_read(const sf_heap_t *heap, const sf_page_or_list_t *cl, sf_b
             page = cl_page_at(heap, cl, u);
             if (page == NULL) break;
         }
-        if (!cl_block_ok(page, b)) break;
+        if (!sf_page_is_block_start(page, b) || b->cookie != sf_page_cookie(page)) break;
         pg[n] = page;
         v[n++] = b;
     }
@@ -1004,10 +1000,12 @@ bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page) {
  * live.  Anything else is a link a write after free damaged, in prev (or
  * the list's head). */
 static SF_NOINLINE void cl_flush_damaged(const sf_page_t *page, const sf_block_t *prev, const sf_block_t *b) {
-    uint64_t off = (uint64_t)((uintptr_t)b - (uintptr_t)(page != NULL ? page->block_start : NULL));
-    bool uncarved = page != NULL && off >= sf_page_carved_bytes(page) &&
-                    off < (uint64_t)page->reserved * page->block_size &&
-                    off * sf_page_divmagic(page) < sf_page_divmagic(page);
+    bool uncarved = false;
+    if (page != NULL) { /* (a block start, were the page carved to its end) */
+        uint64_t off = (uint64_t)((uintptr_t)b - (uintptr_t)page->block_start), m = sf_page_divmagic(page);
+        uncarved = off >= sf_page_carved_bytes(page) && off < (uint64_t)page->reserved * page->block_size &&
+                   off * m < m;
+    }
     if (uncarved || prev == NULL) sf_guard_report(SF_GUARD_INVALID, b);
     else sf_guard_report(SF_GUARD_USE_AFTER_FREE, prev);
 }
@@ -1015,10 +1013,9 @@ static SF_NOINLINE void cl_flush_damaged(const sf_page_t *page, const sf_block_t
 /* Every listed block back to its page (owner or collector context: a
  * thread's exit, sefer_trim, a collection, growth): the lists empty,
  * direct[] names the classes' pages.  Each block's address is checked as
- * cl_read checks it first: a link
- * damaged by a write after free, or an address malloc never returned that
- * the free fast path took, is reported and not followed (nothing is
- * written through it, no page counts it). */
+ * cl_read checks it first: a link damaged by a write after free, or an
+ * address malloc never returned that the free fast path took, is reported
+ * and not followed (nothing is written through it, no page counts it). */
 void sf_cl_flush_all(sf_heap_t *heap) {
     for (unsigned c = 1; c <= SF_SMALL_CLASS_MAX; c++) {
         sf_page_or_list_t *cl = sf_cl_of(heap, c);

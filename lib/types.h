@@ -477,12 +477,13 @@ typedef struct sf_heap_s {
     uint64_t exited_counted;  /* of those, counted in sf_gstats.exited_waiting (its thread is gone) */
     uint32_t purge_medium;    /* those of them in medium segments */
     uint32_t memlimit_epoch;  /* the sf_memlimit_epoch its pages were purged for */
-    /* freed blocks held back (guarded.c): level 2's one in quarantine_head,
+    /* freed blocks held back (guarded.c): one in quarantine_head (level 2's
+     * frees, levels 0-1's realloc),
      * level 3's in the ring qring (qring_cap entries, a power of two, the
      * oldest at qring_first; mapped at the heap's first level-3 free); their
      * count and bytes read by the statistics from other threads (SF_GET) */
     sf_block_t *quarantine_head;
-    struct sf_page_s *held_page; /* levels 0-1: quarantine_head's page (sf_hold_moved) */
+    struct sf_page_s *held_page; /* quarantine_head's page (sf_quarantine_swap_one) */
     uint32_t qring_cap, qring_first;
     size_t quarantine_bytes, quarantine_count;
     sf_heap_prof_t prof;                  /* heap profiling: countdowns (profile.c) */
