@@ -372,11 +372,14 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     if ((seg->kind == SF_SEG_SMALL) != (c <= SF_SMALL_CLASS_MAX))
         report("size class in the wrong kind of segment", page);
     uint32_t bs = page->block_size;
-    if (sf_page_divmagic(page) != UINT64_MAX / bs + 1) report("page's block-start constant is wrong", page);
+    if (sf_page_divmagic(page) != UINT64_MAX / bs + 1 + ((bs & (bs - 1)) == 0))
+        report("page's block-start constant is wrong", page);
     /* the level 0-1 free fast path's word: the constant exactly while the
      * page's fast owner is its segment's heap, untagged (types.h) */
     uint64_t gate = (page->fast_heap != NULL && page->fast_heap == seg->heap) ? sf_page_divmagic(page) : 0;
     if (page->fast_divmagic != gate) report("page's fast-path block-start word disagrees with its owner", page);
+    if (page->fast_carved != (gate != 0 ? sf_page_fast_bound(page) : 0))
+        report("page's fast-path bound disagrees with its carved blocks", page);
     uint8_t *end = page->page_start + page->page_bytes;
     if (page->block_start < page->page_start || page->reserved > PAGE_BLOCKS_MAX ||
         page->block_start + (size_t)page->reserved * bs > end || page->capacity > page->reserved) {

@@ -191,20 +191,21 @@ l2_path:
     return sf_malloc_l2(n);
 }
 
-/* off (below 2^32) is a multiple of the page's block size: the exact test
- * off * ceil(2^64/size) < ceil(2^64/size).  On x86-64 written as two
- * instructions that read the constant from memory; compilers load it into a
- * register first, one instruction more on every free. */
-SF_INLINE bool sf_offset_is_block_start(const sf_page_t *page, uint64_t off) {
+/* off (an offset in a small page, below 64 KiB) is the start of one of
+ * the blocks the page has carved, and the page is fast: off * m <
+ * fast_carved (types.h, sf_page_fast_bound: exact, and false for every
+ * offset while the page is not fast, both words 0).  On x86-64 written as
+ * two instructions that read the words from memory; compilers load the
+ * constant into a register first, one instruction more on every free. */
+SF_INLINE bool sf_offset_is_carved_start(const sf_page_t *page, uint64_t off) {
 #if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
     bool below;
-    __asm__("imulq %[m], %[off]\n\tcmpq %[m], %[off]"
+    __asm__("imulq %[m], %[off]\n\tcmpq %[bound], %[off]"
             : "=@ccb"(below), [off] "+r"(off)
-            : [m] "m"(page->fast_divmagic));
+            : [m] "m"(page->fast_divmagic), [bound] "m"(page->fast_carved));
     return below;
 #else
-    uint64_t m = SF_PEEK(page->fast_divmagic);
-    return off * m < m;
+    return off * SF_PEEK(page->fast_divmagic) < SF_PEEK(page->fast_carved);
 #endif
 }
 
@@ -212,11 +213,10 @@ SF_INLINE bool sf_offset_is_block_start(const sf_page_t *page, uint64_t off) {
  * are 64 KiB-aligned and start with their first block, so the page is found
  * with constant shifts and the offset in the page is the pointer's low 16
  * bits.  `owner` is the page ownership word the caller's fast path accepts
- * (sf_page_set_fast_owner).  A multiple of the block size past the last
- * block (the page's tail) needs no bound check here: once the page is fully
- * carved, that one "block" carries the page's free cookie, so a free of it
- * takes the generic path, which rejects it; before that it is among the
- * blocks not yet carved (docs/design.md: what level 1 checks where). */
+ * (sf_page_set_fast_owner).  A multiple of the block size past the blocks
+ * carved (the uncarved part, and the page's tail) fails the block-start
+ * test's bound and takes the generic path, which rejects it
+ * (docs/design.md: what level 1 checks where). */
 /* The descriptor of the small page holding u (in 4 MiB chunk `chunk`, a
  * small segment): &seg->pages[(u >> 16) & 63 - 1], written so the index is
  * scaled once and the segment comes from the chunk already in a register
@@ -228,24 +228,15 @@ SF_INLINE sf_page_t *sf_small_page_desc(uintptr_t chunk, uintptr_t u) {
                          ((u >> (SF_SMALL_PAGE_SHIFT - SF_PAGE_DESC_SHIFT)) & ((SF_SMALL_PAGES - 1) << SF_PAGE_DESC_SHIFT)));
 }
 
-/* The test every owner's free push makes of block p at offset off (from
- * the page's first block) before it trusts the page: owned by `owner` with
- * no flags, a block start, not marked free already (a match is only a
- * reason for the checked path to look). */
-SF_INLINE bool sf_page_takes_free(const sf_page_t *page, const sf_heap_t *owner, const void *p, uint64_t off) {
-    return SF_PEEK(page->fast_heap) == owner && sf_offset_is_block_start(page, off) &&
-           ((const sf_block_t *)p)->cookie != sf_page_cookie(page);
-}
-
-/* The same test on a small page at levels 0-1, without reading fast_heap:
+/* The test of a small block's free at levels 0-1, without reading fast_heap:
  * the segment header says whose the page is (a line written only when
- * pages come and go), and fast_divmagic, 0 unless the page is its owner's
+ * pages come and go), and fast_carved, 0 unless the page is its owner's
  * plain fast page, fails every other page.  A thread freeing another's
  * block so reads nothing the owner writes on every malloc and free (the
  * owner's descriptor line moved between the cores on each such free). */
 SF_INLINE bool sf_small_takes_free(uintptr_t seg, const sf_page_t *page, const sf_heap_t *owner, const void *p,
                                    uint64_t off) {
-    return SF_PEEK(((const sf_segment_t *)seg)->heap) == owner && sf_offset_is_block_start(page, off) &&
+    return SF_PEEK(((const sf_segment_t *)seg)->heap) == owner && sf_offset_is_carved_start(page, off) &&
            ((const sf_block_t *)p)->cookie != sf_page_cookie(page);
 }
 

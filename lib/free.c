@@ -151,7 +151,7 @@ SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
 
 /* Whether off (a pointer's distance from its medium page's first block)
  * is a block start among the blocks carved so far: one multiply by the
- * page's fast_divmagic, ceil(2^64 / size), gives both answers, the low
+ * page's fast_divmagic, floor(2^64 / size) + 1, gives both answers, the low
  * half below the constant for a multiple of the size (as
  * sf_offset_is_block_start) and the high half floor(off / size), the
  * block's index, exact for off below 2^32 and at least 2^14 (past any

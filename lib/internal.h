@@ -782,6 +782,15 @@ SF_INLINE bool sf_page_flags_fast(const sf_page_t *page) {
     uint8_t f = SF_GET(page->flags);
     return f == 0 || (f == SF_PAGE_GUARDED && sf_l2_fast);
 }
+/* The level 0-1 free fast path's two words (types.h, fast_divmagic and
+ * fast_carved), by the page's owner: both set (the page is its segment's
+ * heap's plain fast page) or both 0.  A phase clears them from another
+ * thread (phase.c), the constant first; the owner's later bound then
+ * stays only while the constant does (sf_page_carved_grown). */
+SF_INLINE void sf_page_set_fast_gate(sf_page_t *page, bool fast) {
+    SF_SET(page->fast_divmagic, fast ? sf_class_divmagic[page->class_idx] : 0);
+    SF_SET(page->fast_carved, fast ? sf_page_fast_bound(page) : 0);
+}
 SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     uintptr_t v = !sf_page_flags_fast(page) ? 0
                   : SF_GET(page->flags) == 0 ? (uintptr_t)heap
@@ -791,7 +800,7 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
      * the segment header whose the page is, not fast_heap, whose line the
      * owner writes (a thread freeing another's block then read it) */
     bool plain = v == (uintptr_t)heap && v != 0 && SF_PEEK(sf_segment_of(page)->heap) == heap;
-    SF_SET(page->fast_divmagic, plain ? sf_class_divmagic[page->class_idx] : 0);
+    sf_page_set_fast_gate(page, plain);
     /* a small page: the list the fast path's free pushes the owner's
      * blocks on (the fallback heap's stay empty: no thread's own heap is
      * the fallback, so none of its pages meets a fast free) */
@@ -806,7 +815,7 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     if (v != 0) {
         atomic_thread_fence(memory_order_seq_cst);
         if (sf_phase_on()) {
-            SF_SET(page->fast_divmagic, 0);
+            sf_page_set_fast_gate(page, false);
             SF_SET(page->fast_heap, NULL);
         }
     }

@@ -153,7 +153,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->block_start = start;
     SF_SET(page->block_size, bsize);
     page->reserved = (uint16_t)((size_t)(end - start) / bsize);
-    SF_SET(page->fast_divmagic, 0); /* (sf_page_set_fast_owner: when the page is fast) */
+    sf_page_set_fast_gate(page, false); /* (sf_page_set_fast_owner: when the page is fast) */
     SF_SET(page->capacity, 0);
     page->free = page->local_free = NULL;
     atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
@@ -220,6 +220,22 @@ static sf_block_t *carve_run(const sf_page_t *page, uint8_t *lo, uint8_t *hi, sf
     return next;
 }
 
+/* A fast page's bound (types.h, fast_carved) for `capacity` blocks
+ * carved, written before they are: the fast path then takes their frees,
+ * and no free of a block-aligned address past them.  A phase clears the
+ * page's constant and then its bound from another thread (phase.c); the
+ * fence between this write and the read of the constant after it means
+ * either the phase's clear of the bound comes after this write, or this
+ * read sees the constant cleared and clears the bound itself: a bound
+ * never outlives its constant (with the constant 0, every offset's
+ * product, 0, would be under it). */
+static void carved_bound_follows(sf_page_t *page, uint32_t capacity) {
+    if (SF_GET(page->fast_divmagic) == 0) return;
+    SF_SET(page->fast_carved, sf_page_fast_bound_at(page, capacity));
+    atomic_thread_fence(memory_order_seq_cst);
+    if (SF_GET(page->fast_divmagic) == 0) SF_SET(page->fast_carved, 0);
+}
+
 /* Carves fresh blocks in front of the free list: 4 KiB of them (at least
  * one), or, carving ahead, as many as bring the page to SF_CARVE_MIN. */
 static void page_extend(sf_heap_t *heap, sf_page_t *page) {
@@ -229,6 +245,7 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     if (carves_ahead(heap, page) && want < SF_CARVE_MIN - page->capacity) want = SF_CARVE_MIN - page->capacity;
     if (want < 1) want = 1;
     if (want > avail) want = avail;
+    carved_bound_follows(page, page->capacity + want);
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
     sf_block_t *prev = page->free;
     uint16_t order[SF_OS_PAGE / SF_GUARD_MIN_BLOCK];
@@ -264,14 +281,6 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     }
     page->free = prev;
     SF_SET(page->capacity, (uint16_t)(page->capacity + want));
-    if (page->capacity == page->reserved) {
-        /* mark the tail's would-be block as free so the fast path sends a
-         * free of it to the generic path (the tail is a multiple of 16
-         * bytes, so its second word is inside the page when it exists) */
-        uint8_t *tail = page->block_start + sf_page_carved_bytes(page);
-        if (tail + sizeof(sf_block_t) <= page->page_start + page->page_bytes)
-            ((sf_block_t *)tail)->cookie = sf_page_cookie(page);
-    }
 }
 
 /* One refill more for the carving-ahead threshold (saturating: only the

@@ -93,6 +93,12 @@ static void fast_paths_off(void) {
             SF_SET(seg->pages[p].fast_divmagic, 0);
             SF_SET(seg->pages[p].fast_heap, NULL);
         }
+    /* the bounds after every constant: an owner carving meanwhile sets its
+     * page's bound and then reads the constant again (page.c,
+     * carved_bound_follows), so one of the two sees the other's write */
+    atomic_thread_fence(memory_order_seq_cst);
+    for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)
+        for (unsigned p = 0, n = SF_GET(seg->pages_ready); p < n; p++) SF_SET(seg->pages[p].fast_carved, 0);
     sf_unlock(&sf_seg_lock);
 }
 

@@ -538,7 +538,7 @@ static void purge_queue_remove(sf_heap_t *heap, sf_page_t *page) {
  * decommit, and when segments.max is reached (sf_reserve_segments). */
 static bool segment_waits(const sf_segment_t *seg) {
     for (unsigned i = 0; i < seg->page_count; i++)
-        if (seg->pages[i].purge_at) return true;
+        if (!seg->pages[i].in_use && seg->pages[i].purge_at) return true; /* (in use: the secret) */
     return false;
 }
 
@@ -745,7 +745,7 @@ static void page_free(sf_heap_t *heap, sf_page_t *page) {
     SF_SET(page->in_use, 0);
     page->purge_at = 0;
     SF_SET(page->fast_heap, NULL);
-    SF_SET(page->fast_divmagic, 0);
+    sf_page_set_fast_gate(page, false);
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     if (seg->free_mask == 0) heap_seglist_push(heap, seg);
@@ -1019,7 +1019,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     /* room to grow in place; none at guard level >= 2 (realloc moves there) */
     page->page_bytes = guarded ? rounded : (size_t)((uint8_t *)seg + span - block);
     if (sf_tracked) sf_track_segment_header(seg);
-    SF_SET(page->fast_divmagic, 0); /* (never fast: the generic free) */
+    sf_page_set_fast_gate(page, false); /* (never fast: the generic free) */
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
     segment_link_all(seg);

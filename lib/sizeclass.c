@@ -19,7 +19,10 @@ const uint32_t sf_class_size[SF_CLASS_COUNT] = {
     131072, 163840, 196608, 229376, 262144,
 };
 
-#define SF_DM_(s) ((s) ? UINT64_MAX / (s) + 1 : UINT64_MAX)
+/* floor(2^64 / s) + 1: ceil(2^64 / s), and one more where s divides 2^64,
+ * so that m * s mod 2^64 (the step of the fast path's bound, types.h,
+ * fast_carved) is never 0: in (0, s] for every class */
+#define SF_DM_(s) ((s) ? UINT64_MAX / (s) + 1 + (((s) & ((s) - 1)) == 0) : UINT64_MAX)
 const uint64_t sf_class_divmagic[256] = {
     SF_DM_(0), SF_DM_(16), SF_DM_(32), SF_DM_(48), SF_DM_(64), SF_DM_(80), SF_DM_(96), SF_DM_(112),
     SF_DM_(128), SF_DM_(160), SF_DM_(192), SF_DM_(224), SF_DM_(256), SF_DM_(320), SF_DM_(384), SF_DM_(448),

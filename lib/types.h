@@ -183,13 +183,16 @@ typedef struct sf_page_s {
     uint16_t capacity;   /* blocks carved so far (read by other threads: SF_GET) */
     uint16_t reserved;   /* blocks that fit (at most 4096: 64 KiB / 16 B) */
     uint8_t *block_start;
-    uint64_t fast_divmagic; /* ceil(2^64 / block_size) while the page's fast owner is
-                               its segment's heap itself (levels 0-1), else 0: the
-                               level 0-1 free fast path's block-start test, which a 0
-                               fails for every offset, so it also says "fast page"
+    uint64_t fast_divmagic; /* the class's block-start constant (sf_class_divmagic)
+                               while the page's fast owner is its segment's heap
+                               itself (levels 0-1), else 0: it says "fast page"
                                without a read of fast_heap (sf_page_divmagic: the
                                constant for every other path) */
-    uint64_t purge_at;     /* free pages: delayed decommit deadline (ms), 0: none */
+    uint64_t fast_carved; /* the level 0-1 free fast path's bound, set with
+                             fast_divmagic and else 0: capacity * (fast_divmagic *
+                             block_size mod 2^64).  Its block-start test is
+                             off * fast_divmagic < fast_carved, which only the
+                             blocks carved so far pass (sf_page_fast_bound) */
     /* second cache line: the owner's fast paths never touch it */
     /* Blocks freed by other threads (remote.c): a lock-free stack threaded
      * through the blocks, pushed with a CAS, taken whole by the owner with
@@ -211,7 +214,12 @@ typedef struct sf_page_s {
          * them back and empties (page.c, "Pages only a list keeps") */
         uint16_t cl_seen;
     };
-    uintptr_t secret;  /* guard level >= 2: free-list links are XOR-ed with it (else 0) */
+    union {
+        uintptr_t secret; /* in use, guard level >= 2: free-list links are XOR-ed
+                             with it (else 0; sf_page_init sets it) */
+        uint64_t purge_at; /* free pages: delayed decommit deadline (ms), 0: none
+                              (read only while in_use is 0; page_free clears it) */
+    };
     union {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
         uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
@@ -242,32 +250,33 @@ typedef struct sf_segment_s {
     uint16_t used_pages;
     uint64_t free_mask; /* pages not in use */
     size_t span_size;   /* bytes mapped */
-    size_t committed_bytes; /* counted in stats.bytes_committed */
-    /* Always 0.  A free of a pointer in a small segment's first 64 KiB (its
-     * header's page) finds the header where a page descriptor would be,
-     * and this where that descriptor's fast_divmagic is: the level 0-1
-     * fast path's block-start test then fails, as for any page not fast. */
-    uint64_t not_a_page;
     /* bit i: page i serves sampled blocks (SF_PAGE_SAMPLED), on this line
      * so that a thread freeing another's block asks it with the owner heap
      * (free.c, free_remote_small); written by the owner only */
     uint64_t sampled_mask;
+    /* Always 0.  A free of a pointer in a small segment's first 64 KiB (its
+     * header's page) finds the header where a page descriptor would be,
+     * and these where that descriptor's fast_divmagic and fast_carved are:
+     * the level 0-1 fast path's block-start test then fails, as for any
+     * page not fast. */
+    uint64_t not_a_page, not_a_page_bound;
+    size_t committed_bytes; /* counted in stats.bytes_committed */
     uint64_t id;
     /* heap's list of segments with free pages */
     struct sf_segment_s *heap_next, *heap_prev;
     /* process-wide list of live segments (under sf_seg_lock) */
     struct sf_segment_s *all_next, *all_prev;
+    /* bytes from the segment's start that are accessible: past them the
+     * address no page has taken yet (a span: the slack past its block) is
+     * no-access (segment.c, "The unused part of a segment"); SF_SEG_SIZE
+     * (a span: span_size) when all of it is */
+    size_t open_bytes;
     /* pages[0, pages_ready) hold their page's place (page_start,
      * page_bytes); those past it are all zero, free and never used, and get
      * it when first taken (segment.c, segment_ready_to): a fresh segment's
      * 63 descriptors fill two OS pages, and a heap using fewer than 31
      * pages then touches only the first (SF_SET: snapshots read it) */
     uint16_t pages_ready;
-    /* bytes from the segment's start that are accessible: past them the
-     * address no page has taken yet (a span: the slack past its block) is
-     * no-access (segment.c, "The unused part of a segment"); SF_SEG_SIZE
-     * (a span: span_size) when all of it is */
-    size_t open_bytes;
     bool closed; /* part of it was made no-access (the metadata page's too) */
     /* a large block's span: its second OS page, below the block, is
      * no-access (segment.c, "The unused part of a segment") */
@@ -313,8 +322,11 @@ _Static_assert(offsetof(sf_page_t, xfree) >= 64, "remote frees stay off the fast
  * descriptor of page i (1..63) sits at seg + i * 128: the fast path finds it
  * by OR-ing shifted pointer bits into the segment address. */
 _Static_assert(offsetof(sf_segment_t, pages) == sizeof(sf_page_t), "segment header size");
-_Static_assert(offsetof(sf_segment_t, not_a_page) == offsetof(sf_page_t, fast_divmagic),
+_Static_assert(offsetof(sf_segment_t, not_a_page) == offsetof(sf_page_t, fast_divmagic) &&
+                   offsetof(sf_segment_t, not_a_page_bound) == offsetof(sf_page_t, fast_carved),
                "a small segment's header read as a page descriptor is never a fast page");
+_Static_assert(offsetof(sf_page_t, fast_carved) + sizeof(uint64_t) <= 64,
+               "the free fast path's bound is on the line its block-start constant is");
 /* The value a free block's second word holds: derived from its page, so a
  * block from another page never matches. */
 SF_INLINE uintptr_t sf_page_cookie(const sf_page_t *page) { return (uintptr_t)page; }
@@ -327,11 +339,11 @@ SF_INLINE sf_page_t *sf_page_of(sf_segment_t *seg, const void *p) {
 }
 /* True iff p is the start of a block carved in page (not interior, not
  * padding, not a block the page has not handed out yet).  The divisibility
- * test, off * ceil(2^64/size) < ceil(2^64/size), is exact for off < 2^32. */
+ * test, off * m < m with m = floor(2^64/size) + 1, is exact for off < 2^32. */
 SF_INLINE size_t sf_page_carved_bytes(const sf_page_t *page) {
     return (size_t)SF_GET(page->capacity) * SF_GET(page->block_size);
 }
-/* ceil(2^64 / size) of each class (sizeclass.c); UINT64_MAX for class 0,
+/* floor(2^64 / size) + 1 of each class (sizeclass.c); UINT64_MAX for class 0,
  * and 0 (no offset passes) for every byte value past the last class: a
  * damaged descriptor's class_idx reads inside the table, and its blocks
  * are refused. */
@@ -340,6 +352,23 @@ SF_HIDDEN extern const uint64_t sf_class_divmagic[256];
  * offset 0: only 0 passes UINT64_MAX). */
 SF_INLINE uint64_t sf_page_divmagic(const sf_page_t *page) {
     return page->block_size ? sf_class_divmagic[page->class_idx] : UINT64_MAX;
+}
+/* The level 0-1 free fast path's bound for page's blocks carved so far
+ * (fast_carved while the page is fast).  With m its class's constant and
+ * s its block size, e = m * s mod 2^64 is in (0, s] (sizeclass.c), and an
+ * offset off in the page gives off * m mod 2^64 = k * e for the block
+ * start off = k * s, but at least m for any other offset (m > 2^64 / s,
+ * and no product wraps: k * s stays under 64 KiB, m above 2^46).  So
+ * off * m < capacity * e holds for exactly the starts of the blocks
+ * carved, as off * m < m holds for every block start: the fast path
+ * compares with this word in place of m, no instruction more, and a free
+ * of a block-aligned address not yet carved (never handed out) goes to the
+ * generic path, which refuses it. */
+SF_INLINE uint64_t sf_page_fast_bound_at(const sf_page_t *page, uint32_t capacity) {
+    return (uint64_t)capacity * (sf_class_divmagic[page->class_idx] * (uint64_t)page->block_size);
+}
+SF_INLINE uint64_t sf_page_fast_bound(const sf_page_t *page) {
+    return sf_page_fast_bound_at(page, SF_GET(page->capacity));
 }
 SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
     uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);

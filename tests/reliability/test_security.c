@@ -343,7 +343,7 @@ static const struct probe probes[] = {
     {"free-metadata", "free of a pointer into a segment's header", K_INVALID | K_INTERIOR, 1,
      p_free_metadata},
     {"free-uncarved", "free of a block-aligned address malloc never returned", K_INVALID | K_INTERIOR,
-     2, p_free_uncarved},
+     1, p_free_uncarved},
     {"interior-small", "free of a pointer inside a small block", K_INTERIOR, 1, p_interior_small},
     {"interior-medium", "free of a pointer inside a medium block", K_INTERIOR, 1, p_interior_medium},
     {"interior-large", "free of a pointer inside a large block", K_INTERIOR, 1, p_interior_large},
