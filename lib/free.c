@@ -150,29 +150,16 @@ SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
 }
 
 /* Whether off (a pointer's distance from its medium page's first block)
- * is a block start among the blocks carved so far: one multiply by the
- * page's fast_divmagic, floor(2^64 / size) + 1, gives both answers, the low
- * half below the constant for a multiple of the size (as
- * sf_offset_is_block_start) and the high half floor(off / size), the
- * block's index, exact for off below 2^32 and at least 2^14 (past any
- * page's capacity) for every larger off, a wrapped one included.  A 0
- * constant (not a fast page) fails the start test.  Three instructions fewer than
- * the bound test and the block-start test apart (docs/design.md, "Medium
- * blocks"). */
-SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) {
-#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
-    uint64_t index;
-    bool start;
-    /* (index early-clobbered: mulq writes rdx before cmpq reads the
-     * constant again, so its address must not be in rdx) */
-    __asm__("mulq %[m]\n\tcmpq %[m], %%rax"
-            : "=@ccb"(start), "+a"(off), "=&d"(index)
-            : [m] "m"(page->fast_divmagic));
-    return start && index < SF_GET(page->capacity);
-#else
-    return off < sf_page_carved_bytes(page) && sf_offset_is_block_start(page, off);
-#endif
-}
+ * is a block start among the blocks carved so far, on a fast page: the
+ * small path's one test (fastpath.h, sf_offset_is_carved_start, with the
+ * page's fast_carved), which holds here too.  A medium page's offsets
+ * stay under 4 MiB, far below where a product could wrap (types.h,
+ * sf_page_fast_bound: 2^28 blocks), and a pointer below the first block
+ * (the page's colour, the header) wraps off to 2^64 - d, whose product,
+ * 2^64 less that of d, is above any bound.  Before (to 0ff8b78) a mulq
+ * gave the block's index in its high half, compared with the capacity:
+ * three instructions and a jump more on every medium free. */
+SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) { return sf_offset_is_carved_start(page, off); }
 
 /* The push itself, `how` a constant in each caller (fastpath.h,
  * sf_free_as). */
