@@ -57,6 +57,7 @@
  * are encoded, the owner encodes them as it takes the list (level 3 and
  * valgrind's pages never use it). */
 #include "internal.h"
+#include "fastpath.h"
 
 /* ---- the ring path ---------------------------------------------------------- */
 
@@ -348,7 +349,8 @@ static void drain_block(sf_heap_t *heap, sf_block_t *b, bool suspect) {
  * have waited while its segment went away, or became another heap's: the
  * segment map says first whether it is still one of this heap's small
  * segments (an invalid pointer is reported, never followed).  On a plain
- * page of this heap's (fast_divmagic set: no flags, levels 0-1), or a
+ * page of this heap's (fast_carved set: no flags, levels 0-1; the free
+ * fast path's one compare, fastpath.h, sf_offset_is_carved_start), or a
  * level-2 page that takes fast frees (its fast owner this heap, tagged), a carved
  * block start goes onto local_free as the owner's free pushes it (the
  * generic checks and sf_page_local_free_slow cost 77 instructions a block
@@ -363,8 +365,8 @@ static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
     }
     sf_page_t *page = sf_page_of(seg, b);
     /* (a small page starts with its first block: the offset is the low bits) */
-    uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = SF_PEEK(page->fast_divmagic);
-    if (SF_LIKELY(m != 0 && off * m < m && off < sf_page_carved_bytes(page))) {
+    uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
+    if (SF_LIKELY(sf_offset_is_carved_start(page, off))) {
         b->next = page->local_free; /* (the mark is written: its sender's) */
         page->local_free = b;
         if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
@@ -373,7 +375,7 @@ static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
     /* (level 2's, whose fast_divmagic stays 0: the link encoded, as
      * sf_l2_free_owned pushes; the sender checked the size word and
      * canary, free.c's l2_remote_free) */
-    m = sf_page_divmagic(page);
+    uint64_t m = sf_page_divmagic(page);
     if (sf_l2_fast && SF_PEEK(page->fast_heap) == (sf_heap_t *)((uintptr_t)heap + SF_L2_OWNER_TAG) && off * m < m &&
         off < sf_page_carved_bytes(page)) {
         sf_link_set(page, b, page->local_free);
