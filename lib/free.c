@@ -154,11 +154,13 @@ SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
  * small path's one test (fastpath.h, sf_offset_is_carved_start, with the
  * page's fast_carved), which holds here too.  A medium page's offsets
  * stay under 4 MiB, far below where a product could wrap (types.h,
- * sf_page_fast_bound: 2^28 blocks), and a pointer below the first block
- * (the page's colour, the header) wraps off to 2^64 - d, whose product,
- * 2^64 less that of d, is above any bound.  Before (to 0ff8b78) a mulq
- * gave the block's index in its high half, compared with the capacity:
- * three instructions and a jump more on every medium free. */
+ * sf_page_fast_bound: for a size s, (k + 1) * e must stay under m, about
+ * 2^64 / s^2 blocks, 2^28 at 256 KiB), and a pointer a distance d below
+ * the first block (the page's colour, the header) wraps off to 2^64 - d,
+ * whose product is 2^64 less that of d, at least m less the bounds'
+ * small multiples: above any bound.  Before (in 0e95ef5's library) a
+ * mulq gave the block's index in its high half, compared with the
+ * capacity: three instructions and a jump more on every medium free. */
 SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) { return sf_offset_is_carved_start(page, off); }
 
 /* The push itself, `how` a constant in each caller (fastpath.h,

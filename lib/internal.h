@@ -785,8 +785,9 @@ SF_INLINE bool sf_page_flags_fast(const sf_page_t *page) {
 /* The level 0-1 free fast path's two words (types.h, fast_divmagic and
  * fast_carved), by the page's owner: both set (the page is its segment's
  * heap's plain fast page) or both 0.  A phase clears them from another
- * thread (phase.c), the constant first; the owner's later bound then
- * stays only while the constant does (sf_page_carved_grown). */
+ * thread (phase.c), every bound before any constant, and an owner's
+ * later bound stays only while no phase is on (page.c,
+ * carved_bound_follows; below, the fence after the owner word). */
 SF_INLINE void sf_page_set_fast_gate(sf_page_t *page, bool fast) {
     SF_SET(page->fast_divmagic, fast ? sf_class_divmagic[page->class_idx] : 0);
     SF_SET(page->fast_carved, fast ? sf_page_fast_bound(page) : 0);

@@ -220,20 +220,24 @@ static sf_block_t *carve_run(const sf_page_t *page, uint8_t *lo, uint8_t *hi, sf
     return next;
 }
 
-/* A fast page's bound (types.h, fast_carved) for `capacity` blocks
- * carved, written before they are: the fast path then takes their frees,
- * and no free of a block-aligned address past them.  A phase clears the
- * page's constant and then its bound from another thread (phase.c); the
- * fence between this write and the read of the constant after it means
- * either the phase's clear of the bound comes after this write, or this
- * read sees the constant cleared and clears the bound itself: a bound
- * never outlives its constant (with the constant 0, every offset's
- * product, 0, would be under it). */
-static void carved_bound_follows(sf_page_t *page, uint32_t capacity) {
+/* A fast page's bound (types.h, fast_carved) after its capacity grew: the
+ * fast path then takes the new blocks' frees, and no free of a
+ * block-aligned address past them.  Written after the capacity (a fork
+ * that lands in between leaves a bound behind it, which refuses more, not
+ * less) and before the blocks are handed out.  A phase clears every
+ * page's bound and then its constant from another thread (phase.c) after
+ * raising sf_phase_depth; the fence between this write and the read of
+ * the depth after it means either the phase's clear of the bound comes
+ * after this write, or this read sees the phase and clears the bound
+ * itself, as sf_page_set_fast_owner does: a bound never outlives its
+ * constant (with the constant 0, every offset's product, 0, would be
+ * under it).  Only the owner runs its pages' fast frees, so its own
+ * moment between the two writes is no one's to see. */
+static void carved_bound_follows(sf_page_t *page) {
     if (SF_GET(page->fast_divmagic) == 0) return;
-    SF_SET(page->fast_carved, sf_page_fast_bound_at(page, capacity));
+    SF_SET(page->fast_carved, sf_page_fast_bound(page));
     atomic_thread_fence(memory_order_seq_cst);
-    if (SF_GET(page->fast_divmagic) == 0) SF_SET(page->fast_carved, 0);
+    if (sf_phase_on() || SF_GET(page->fast_divmagic) == 0) SF_SET(page->fast_carved, 0);
 }
 
 /* Carves fresh blocks in front of the free list: 4 KiB of them (at least
@@ -245,7 +249,6 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     if (carves_ahead(heap, page) && want < SF_CARVE_MIN - page->capacity) want = SF_CARVE_MIN - page->capacity;
     if (want < 1) want = 1;
     if (want > avail) want = avail;
-    carved_bound_follows(page, page->capacity + want);
     uint8_t *first = page->block_start + (size_t)page->capacity * page->block_size;
     sf_block_t *prev = page->free;
     uint16_t order[SF_OS_PAGE / SF_GUARD_MIN_BLOCK];
@@ -281,6 +284,19 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     }
     page->free = prev;
     SF_SET(page->capacity, (uint16_t)(page->capacity + want));
+    carved_bound_follows(page);
+    if (page->capacity == page->reserved) {
+        /* mark the tail's would-be block as free: level 2's owner free
+         * (fastpath.h, sf_l2_free_owned_as), whose block-start test has no
+         * bound, would otherwise read its size word, which lies past the
+         * page (on a small segment's last page, in the guard page), and
+         * now sends it to the checked path, which refuses it (the tail is
+         * a multiple of 16 bytes, so its second word is inside the page
+         * when it exists) */
+        uint8_t *tail = page->block_start + sf_page_carved_bytes(page);
+        if (tail + sizeof(sf_block_t) <= page->page_start + page->page_bytes)
+            ((sf_block_t *)tail)->cookie = sf_page_cookie(page);
+    }
 }
 
 /* One refill more for the carving-ahead threshold (saturating: only the
@@ -1002,10 +1018,11 @@ bool sf_cl_take_over(sf_heap_t *heap, const sf_page_t *page) {
 
 /* sf_cl_flush_all met b, not a free block of its list's pages: what
  * follows it stays off every list, never reused.  A block-aligned address
- * in the uncarved part of one of the list's pages is a free of an address
- * malloc never returned, which the free fast path took (docs/design.md,
- * "Guard levels"): given to its page, it would count a block the page
- * never handed out, and the page could empty while one of its blocks is
+ * in the uncarved part of one of the list's pages is an address malloc
+ * never returned, which only a damaged link can list since the free fast
+ * path's test is bounded by the blocks carved (docs/design.md, "Guard
+ * levels"): given to its page, it would count a block the page never
+ * handed out, and the page could empty while one of its blocks is
  * live.  Anything else is a link a write after free damaged, in prev (or
  * the list's head). */
 static SF_NOINLINE void cl_flush_damaged(const sf_page_t *page, const sf_block_t *prev, const sf_block_t *b) {

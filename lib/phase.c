@@ -88,17 +88,21 @@ static void fast_paths_off(void) {
     sf_heap_tables_empty(&sf_heap_fallback);
     sf_unlock(&sf_fallback_lock);
     sf_lock(&sf_seg_lock);
+    /* Every bound first, then every constant: the level 0-1 free fast
+     * path's test, off * constant < bound, fails every offset once the
+     * bound is 0, but passes every offset while the constant is 0 and the
+     * bound is not, so the constants wait for all the bounds.  An owner
+     * carving meanwhile writes its page's bound and then, after a fence,
+     * asks whether a phase is on (page.c, carved_bound_follows), as
+     * sf_page_set_fast_owner does. */
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)
         for (unsigned p = 0, n = SF_GET(seg->pages_ready); p < n; p++) { /* (the rest: 0 and NULL) */
-            SF_SET(seg->pages[p].fast_divmagic, 0);
+            SF_SET(seg->pages[p].fast_carved, 0);
             SF_SET(seg->pages[p].fast_heap, NULL);
         }
-    /* the bounds after every constant: an owner carving meanwhile sets its
-     * page's bound and then reads the constant again (page.c,
-     * carved_bound_follows), so one of the two sees the other's write */
     atomic_thread_fence(memory_order_seq_cst);
     for (sf_segment_t *seg = sf_all_segments; seg != NULL; seg = seg->all_next)
-        for (unsigned p = 0, n = SF_GET(seg->pages_ready); p < n; p++) SF_SET(seg->pages[p].fast_carved, 0);
+        for (unsigned p = 0, n = SF_GET(seg->pages_ready); p < n; p++) SF_SET(seg->pages[p].fast_divmagic, 0);
     sf_unlock(&sf_seg_lock);
 }
 

@@ -163,7 +163,7 @@ static void span_drop(void *base, size_t size) {
 }
 
 static void segment_link_all(sf_segment_t *seg) {
-    seg->not_a_page = 0; /* (types.h) */
+    seg->not_a_page = seg->not_a_page_bound = 0; /* (types.h) */
     seg->sampled_mask = 0;
     sf_lock(&sf_seg_lock);
     seg->id = ++next_segment_id;

@@ -358,7 +358,9 @@ SF_INLINE uint64_t sf_page_divmagic(const sf_page_t *page) {
  * s its block size, e = m * s mod 2^64 is in (0, s] (sizeclass.c), and an
  * offset off in the page gives off * m mod 2^64 = k * e for the block
  * start off = k * s, but at least m for any other offset (m > 2^64 / s,
- * and no product wraps: k * s stays under 64 KiB, m above 2^46).  So
+ * and no product wraps while (k + 1) * e stays under m: a small page's
+ * offsets are under 64 KiB and a medium page's under 4 MiB, m above
+ * 2^46).  So
  * off * m < capacity * e holds for exactly the starts of the blocks
  * carved, as off * m < m holds for every block start: the fast path
  * compares with this word in place of m, no instruction more, and a free

@@ -1181,7 +1181,7 @@ static void fork_while_busy(bool purging)
     pthread_t t[BUSY_THREADS];
     for (uintptr_t i = 0; i < BUSY_THREADS; i++)
         t[i] = st_spawn(busy_thread, (void *)i, 0);
-    static char err[4096];
+    static char err[4096], first_err[4096];
     int bad = 0, bad_status = 0, bad_at = -1;
     for (int i = 0; i < 20; i++) {
         inherited = malloc(200 + (size_t)i);
@@ -1194,8 +1194,10 @@ static void fork_while_busy(bool purging)
         int st = st_run_child(child_after_fork, (void *)(intptr_t)(i % 4 == 0), err, sizeof err,
                               10);
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-            if (!bad)
+            if (!bad) {
                 bad_status = st, bad_at = i;
+                snprintf(first_err, sizeof first_err, "%s", err);
+            }
             bad++;
         }
         free(inherited);
@@ -1206,8 +1208,8 @@ static void fork_while_busy(bool purging)
     for (int i = 0; i < 64; i++)
         free(atomic_exchange(&exchange[i], NULL));
     ck_assert_msg(bad == 0, "%d of 20 forked children failed; first (fork %d): %s (SIGALRM = "
-                  "deadlock; exit 10-16 = an allocation failed in the child)",
-                  bad, bad_at, st_describe_status(bad_status));
+                  "deadlock; exit 10-16 = an allocation failed in the child); its stderr: %s",
+                  bad, bad_at, st_describe_status(bad_status), first_err);
     ck_assert_int_eq(atomic_load(&failures), 0);
 }
 
