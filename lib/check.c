@@ -374,13 +374,16 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     uint32_t bs = page->block_size;
     if (sf_page_divmagic(page) != UINT64_MAX / bs + 1 + ((bs & (bs - 1)) == 0))
         report("page's block-start constant is wrong", page);
-    /* the level 0-1 free fast path's word: the constant exactly while the
-     * page's fast owner is its segment's heap, untagged (types.h) */
-    uint64_t gate = (page->fast_heap != NULL && page->fast_heap == seg->heap) ? sf_page_divmagic(page) : 0;
-    if (page->fast_divmagic != gate) report("page's fast-path block-start word disagrees with its owner", page);
+    /* the free fast paths' words: the constant exactly while the page's
+     * fast owner is its segment's heap, untagged or (level 2) tagged; the
+     * bound only untagged (types.h) */
+    bool plain = page->fast_heap != NULL && page->fast_heap == seg->heap;
+    bool tagged = seg->heap != NULL && page->fast_heap == (sf_heap_t *)((uintptr_t)seg->heap | SF_L2_OWNER_TAG);
+    if (page->fast_divmagic != (plain || tagged ? sf_page_divmagic(page) : 0))
+        report("page's fast-path block-start word disagrees with its owner", page);
     /* (at most the carved blocks' bound: a fork that landed between the
      * capacity and the bound leaves it behind, never ahead, page.c) */
-    if (gate != 0 ? page->fast_carved > sf_page_fast_bound(page) : page->fast_carved != 0)
+    if (plain ? page->fast_carved > sf_page_fast_bound(page) : page->fast_carved != 0)
         report("page's fast-path bound passes blocks not carved", page);
     uint8_t *end = page->page_start + page->page_bytes;
     if (page->block_start < page->page_start || page->reserved > PAGE_BLOCKS_MAX ||

@@ -782,15 +782,18 @@ SF_INLINE bool sf_page_flags_fast(const sf_page_t *page) {
     uint8_t f = SF_GET(page->flags);
     return f == 0 || (f == SF_PAGE_GUARDED && sf_l2_fast);
 }
-/* The level 0-1 free fast path's two words (types.h, fast_divmagic and
- * fast_carved), by the page's owner: both set (the page is its segment's
- * heap's plain fast page) or both 0.  A phase clears them from another
- * thread (phase.c), every bound before any constant, and an owner's
- * later bound stays only while no phase is on (page.c,
- * carved_bound_follows; below, the fence after the owner word). */
-SF_INLINE void sf_page_set_fast_gate(sf_page_t *page, bool fast) {
-    SF_SET(page->fast_divmagic, fast ? sf_class_divmagic[page->class_idx] : 0);
-    SF_SET(page->fast_carved, fast ? sf_page_fast_bound(page) : 0);
+/* The free fast paths' two words (types.h, fast_divmagic and
+ * fast_carved), by the page's owner: the constant while a fast free path
+ * of its segment's heap takes the page (levels 0-1's plain page, or level
+ * 2's tagged one, whose free reads the constant here rather than look the
+ * class's up), the bound only on a plain page (level 0-1's test fails
+ * every offset while it is 0).  A phase clears them from another thread
+ * (phase.c), every bound before any constant, and an owner's later bound
+ * stays only while no phase is on (page.c, carved_bound_follows; below,
+ * the fence after the owner word). */
+SF_INLINE void sf_page_set_fast_gate(sf_page_t *page, bool constant, bool bound) {
+    SF_SET(page->fast_divmagic, constant ? sf_class_divmagic[page->class_idx] : 0);
+    SF_SET(page->fast_carved, bound ? sf_page_fast_bound(page) : 0);
 }
 SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     uintptr_t v = !sf_page_flags_fast(page) ? 0
@@ -800,8 +803,9 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     /* the level 0-1 free fast path's word (types.h, fast_divmagic): it asks
      * the segment header whose the page is, not fast_heap, whose line the
      * owner writes (a thread freeing another's block then read it) */
-    bool plain = v == (uintptr_t)heap && v != 0 && SF_PEEK(sf_segment_of(page)->heap) == heap;
-    sf_page_set_fast_gate(page, plain);
+    bool own = v != 0 && SF_PEEK(sf_segment_of(page)->heap) == heap;
+    bool plain = own && v == (uintptr_t)heap;
+    sf_page_set_fast_gate(page, own, plain);
     /* a small page: the list the fast path's free pushes the owner's
      * blocks on (the fallback heap's stay empty: no thread's own heap is
      * the fallback, so none of its pages meets a fast free) */
@@ -816,7 +820,7 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
     if (v != 0) {
         atomic_thread_fence(memory_order_seq_cst);
         if (sf_phase_on()) {
-            sf_page_set_fast_gate(page, false);
+            sf_page_set_fast_gate(page, false, false);
             SF_SET(page->fast_heap, NULL);
         }
     }

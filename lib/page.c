@@ -153,7 +153,7 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->block_start = start;
     SF_SET(page->block_size, bsize);
     page->reserved = (uint16_t)((size_t)(end - start) / bsize);
-    sf_page_set_fast_gate(page, false); /* (sf_page_set_fast_owner: when the page is fast) */
+    sf_page_set_fast_gate(page, false, false); /* (sf_page_set_fast_owner: when the page is fast) */
     SF_SET(page->capacity, 0);
     page->free = page->local_free = NULL;
     atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
@@ -234,10 +234,11 @@ static sf_block_t *carve_run(const sf_page_t *page, uint8_t *lo, uint8_t *hi, sf
  * under it).  Only the owner runs its pages' fast frees, so its own
  * moment between the two writes is no one's to see. */
 static void carved_bound_follows(sf_page_t *page) {
-    if (SF_GET(page->fast_divmagic) == 0) return;
+    sf_heap_t *plain = SF_PEEK(sf_segment_of(page)->heap); /* (the fast owner a plain page has) */
+    if (plain == NULL || SF_GET(page->fast_heap) != plain) return;
     SF_SET(page->fast_carved, sf_page_fast_bound(page));
     atomic_thread_fence(memory_order_seq_cst);
-    if (sf_phase_on() || SF_GET(page->fast_divmagic) == 0) SF_SET(page->fast_carved, 0);
+    if (sf_phase_on() || SF_GET(page->fast_heap) != plain) SF_SET(page->fast_carved, 0);
 }
 
 /* Carves fresh blocks in front of the free list: 4 KiB of them (at least

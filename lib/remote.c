@@ -372,7 +372,7 @@ static void drain_batched(sf_heap_t *heap, sf_block_t *b) {
         if (SF_UNLIKELY(SF_UNCOUNT(page->used) == 0)) sf_page_on_empty(heap, page);
         return;
     }
-    /* (level 2's, whose fast_divmagic stays 0: the link encoded, as
+    /* (level 2's, whose fast_carved stays 0: the link encoded, as
      * sf_l2_free_owned pushes; the sender checked the size word and
      * canary, free.c's l2_remote_free) */
     uint64_t m = sf_page_divmagic(page);

@@ -745,7 +745,7 @@ static void page_free(sf_heap_t *heap, sf_page_t *page) {
     SF_SET(page->in_use, 0);
     page->purge_at = 0;
     SF_SET(page->fast_heap, NULL);
-    sf_page_set_fast_gate(page, false);
+    sf_page_set_fast_gate(page, false, false);
     page->free = page->local_free = NULL;
     SF_SET(page->used, 0);
     if (seg->free_mask == 0) heap_seglist_push(heap, seg);
@@ -1019,7 +1019,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     /* room to grow in place; none at guard level >= 2 (realloc moves there) */
     page->page_bytes = guarded ? rounded : (size_t)((uint8_t *)seg + span - block);
     if (sf_tracked) sf_track_segment_header(seg);
-    sf_page_set_fast_gate(page, false); /* (never fast: the generic free) */
+    sf_page_set_fast_gate(page, false, false); /* (never fast: the generic free) */
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
     segment_link_all(seg);

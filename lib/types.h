@@ -184,15 +184,17 @@ typedef struct sf_page_s {
     uint16_t reserved;   /* blocks that fit (at most 4096: 64 KiB / 16 B) */
     uint8_t *block_start;
     uint64_t fast_divmagic; /* the class's block-start constant (sf_class_divmagic)
-                               while the page's fast owner is its segment's heap
-                               itself (levels 0-1), else 0: it says "fast page"
-                               without a read of fast_heap (sf_page_divmagic: the
+                               while the page's fast owner is its segment's heap,
+                               plain (levels 0-1) or tagged (level 2's fast free,
+                               which reads it here), else 0 (sf_page_divmagic: the
                                constant for every other path) */
-    uint64_t fast_carved; /* the level 0-1 free fast path's bound, set with
-                             fast_divmagic and else 0: capacity * (fast_divmagic *
+    uint64_t fast_carved; /* the level 0-1 free fast path's bound, on a plain fast
+                             page only, else 0: capacity * (fast_divmagic *
                              block_size mod 2^64).  Its block-start test is
                              off * fast_divmagic < fast_carved, which only the
-                             blocks carved so far pass (sf_page_fast_bound) */
+                             blocks carved so far pass (sf_page_fast_bound), and
+                             no offset of any other page (0: it says "plain fast
+                             page" without a read of fast_heap) */
     /* second cache line: the owner's fast paths never touch it */
     /* Blocks freed by other threads (remote.c): a lock-free stack threaded
      * through the blocks, pushed with a CAS, taken whole by the owner with
@@ -224,7 +226,8 @@ typedef struct sf_page_s {
         size_t requested;     /* spans at guard level >= 2: the size asked for */
         uintptr_t canary_key; /* blocks at guard level >= 2: canary = address ^ key */
         struct sf_page_s *cl; /* levels 0-1, a small page its owner frees into on the fast
-                                 path (fast_divmagic set): the owner's class list of its
+                                 path (fast_divmagic set, at levels 0-1 a plain page's
+                                 only): the owner's class list of its
                                  class (page.c, "Class lists"; read into an
                                  sf_page_or_list_t *, below) */
     };
