@@ -682,6 +682,17 @@ void sf_heaps_after_fork_child(void) {
          * half, so its count cannot be trusted; its blocks stay out (a
          * leak of at most SF_BATCH_BLOCKS per thread of the parent) */
         heap->outbox = NULL;
+        /* the block its realloc or level 2's free held (the quarantine of
+         * one): the fork may have cut the swap in half, the block written
+         * and its page not, and the release would then report a write
+         * after free that never happened; it stays out (one block a thread
+         * of the parent) */
+        if (heap->quarantine_head != NULL) {
+            heap->quarantine_head = NULL;
+            heap->held_page = NULL;
+            SF_OWN_SET(heap->quarantine_count, 0);
+            SF_OWN_SET(heap->quarantine_bytes, 0);
+        }
         /* a sample its thread was taking: not its adopter's next allocation */
         heap->prof.force = SF_PROF_FORCE_NONE;
         int st = atomic_load(&heap->state);
