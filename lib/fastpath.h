@@ -191,10 +191,12 @@ l2_path:
     return sf_malloc_l2(n);
 }
 
-/* off (an offset in a small page, below 64 KiB) is the start of one of
- * the blocks the page has carved, and the page is fast: off * m <
- * fast_carved (types.h, sf_page_fast_bound: exact, and false for every
- * offset while the page is not fast, both words 0).  On x86-64 written as
+/* off (a pointer's distance from its page's first block: a small page's,
+ * below 64 KiB, or a medium page's, below 4 MiB or wrapped below the
+ * first block) is the start of one of the blocks the page has carved, and
+ * the page is a plain fast page: off * m < fast_carved (types.h,
+ * sf_page_fast_bound: exact, and false for every offset while the bound
+ * is 0).  On x86-64 written as
  * two instructions that read the words from memory; compilers load the
  * constant into a register first, one instruction more on every free. */
 SF_INLINE bool sf_offset_is_carved_start(const sf_page_t *page, uint64_t off) {

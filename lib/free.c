@@ -149,20 +149,6 @@ SF_INLINE sf_page_t *medium_page_desc(sf_segment_t *seg, uintptr_t u) {
     return (sf_page_t *)((uintptr_t)seg + offsetof(sf_segment_t, pages) + index);
 }
 
-/* Whether off (a pointer's distance from its medium page's first block)
- * is a block start among the blocks carved so far, on a fast page: the
- * small path's one test (fastpath.h, sf_offset_is_carved_start, with the
- * page's fast_carved), which holds here too.  A medium page's offsets
- * stay under 4 MiB, far below where a product could wrap (types.h,
- * sf_page_fast_bound: for a size s, (k + 1) * e must stay under m, about
- * 2^64 / s^2 blocks, 2^28 at 256 KiB), and a pointer a distance d below
- * the first block (the page's colour, the header) wraps off to 2^64 - d,
- * whose product is 2^64 less that of d, at least m less the bounds'
- * small multiples: above any bound.  Before (in 0e95ef5's library) a
- * mulq gave the block's index in its high half, compared with the
- * capacity: three instructions and a jump more on every medium free. */
-SF_INLINE bool medium_carved_start(const sf_page_t *page, uint64_t off) { return sf_offset_is_carved_start(page, off); }
-
 /* The push itself, `how` a constant in each caller (fastpath.h,
  * sf_free_as). */
 SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, enum sf_free_how how) {
@@ -171,10 +157,16 @@ SF_INLINE bool medium_push_owned(sf_heap_t *heap, sf_segment_t *seg, void *p, en
     /* the fast owner first: under valgrind's tracking no page has one, and
      * block_start is no-access to memcheck (track.c) */
     if (SF_PEEK(page->fast_heap) != heap) return false;
-    /* (below the first block, the header included, off wraps: no index
-     * passes) */
+    /* A carved block's start: the small path's one compare with the page's
+     * bound (fastpath.h, sf_offset_is_carved_start), which holds for a
+     * medium page's offsets too (types.h, sf_page_fast_bound).  Below the
+     * first block (the page's colour, the header) off wraps, and its
+     * product lies above any bound.  Before (in 0e95ef5's library) a mulq
+     * gave the block's index in its high half, compared with the
+     * capacity: three instructions and a jump more on every medium free. */
     uint64_t off = (uint64_t)(u - (uintptr_t)page->block_start);
-    if (!medium_carved_start(page, off) || ((const sf_block_t *)p)->cookie == sf_page_cookie(page)) return false;
+    if (!sf_offset_is_carved_start(page, off) || ((const sf_block_t *)p)->cookie == sf_page_cookie(page))
+        return false;
     /* (a fast owner means level 0-1: the mark is there) */
     if (SF_UNLIKELY(*sf_segment_end_mark(seg) != sf_segment_end_mark_value(seg))) return false;
     if (how == SF_FREE_TOP) sf_free_owned(heap, page, p);

@@ -363,17 +363,15 @@ SF_INLINE uint64_t sf_page_divmagic(const sf_page_t *page) {
  * start off = k * s, but at least m for any other offset (m > 2^64 / s,
  * and no product wraps while (k + 1) * e stays under m: a small page's
  * offsets are under 64 KiB and a medium page's under 4 MiB, m above
- * 2^46).  So
+ * 2^46; an offset wrapped below the first block by d gives 2^64 less the
+ * product of d, at least m less small multiples of e).  So
  * off * m < capacity * e holds for exactly the starts of the blocks
  * carved, as off * m < m holds for every block start: the fast path
  * compares with this word in place of m, no instruction more, and a free
  * of a block-aligned address not yet carved (never handed out) goes to the
  * generic path, which refuses it. */
-SF_INLINE uint64_t sf_page_fast_bound_at(const sf_page_t *page, uint32_t capacity) {
-    return (uint64_t)capacity * (sf_class_divmagic[page->class_idx] * (uint64_t)page->block_size);
-}
 SF_INLINE uint64_t sf_page_fast_bound(const sf_page_t *page) {
-    return sf_page_fast_bound_at(page, SF_GET(page->capacity));
+    return (uint64_t)SF_GET(page->capacity) * (sf_class_divmagic[page->class_idx] * (uint64_t)page->block_size);
 }
 SF_INLINE bool sf_page_is_block_start(const sf_page_t *page, const void *p) {
     uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)page->block_start);
