@@ -375,11 +375,12 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     if (sf_page_divmagic(page) != UINT64_MAX / bs + 1 + ((bs & (bs - 1)) == 0))
         report("page's block-start constant is wrong", page);
     /* the free fast paths' words: the constant exactly while the page's
-     * fast owner is its segment's heap, untagged or (level 2) tagged; the
-     * bound only untagged (types.h) */
+     * fast owner is its segment's heap, untagged or (level 2) tagged, but
+     * for a tagged page at the guard page; the bound only untagged
+     * (types.h) */
     bool plain = page->fast_heap != NULL && page->fast_heap == seg->heap;
     bool tagged = seg->heap != NULL && page->fast_heap == (sf_heap_t *)((uintptr_t)seg->heap | SF_L2_OWNER_TAG);
-    if (page->fast_divmagic != (plain || tagged ? sf_page_divmagic(page) : 0))
+    if (page->fast_divmagic != (plain || (tagged && sf_page_tagged_keeps_constant(page)) ? sf_page_divmagic(page) : 0))
         report("page's fast-path block-start word disagrees with its owner", page);
     /* (at most the carved blocks' bound: a fork that landed between the
      * capacity and the bound leaves it behind, never ahead, page.c) */

@@ -531,9 +531,10 @@ SF_INLINE bool sf_l2_free_owned_as(void *p, uint32_t mark, size_t size) {
     if (!sf_segmap_is_small_chunk(chunk)) return false;
     sf_page_t *page = sf_small_page_desc(chunk, u);
     /* (the class's constant, which a tagged page keeps in fast_divmagic,
-     * 0 on every other: level 2's block-start test, without the bound,
-     * which is level 0-1's and 0 here, so that their test fails every
-     * offset of this page) */
+     * 0 on every other and on the page at the segment's end guard page,
+     * internal.h, sf_page_tagged_keeps_constant: level 2's block-start
+     * test, without the bound, which is level 0-1's and 0 here, so that
+     * their test fails every offset of this page) */
     uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = SF_PEEK(page->fast_divmagic);
     if (SF_LIKELY(SF_PEEK(page->fast_heap) == tagged && off * m < m &&
                   ((const sf_block_t *)p)->cookie != sf_page_cookie(page) &&

@@ -791,6 +791,16 @@ SF_INLINE bool sf_page_flags_fast(const sf_page_t *page) {
  * (phase.c), every bound before any constant, and an owner's later bound
  * stays only while no phase is on (page.c, carved_bound_follows; below,
  * the fence after the owner word). */
+/* Whether a page level 2's fast free takes (tagged) keeps the class's
+ * constant.  That free tests a small block's start with the constant
+ * alone, no bound, and then reads the block: on a small page that ends
+ * early at its segment's end guard page, offsets in the guard page pass.
+ * Such a page keeps none, and its frees take the checked path, which
+ * bounds the offset first (one small page in 63; test class-lists-l2,
+ * guard_page_free_refused). */
+SF_INLINE bool sf_page_tagged_keeps_constant(const sf_page_t *page) {
+    return page->class_idx > SF_SMALL_CLASS_MAX || page->page_bytes == ((size_t)1 << SF_SMALL_PAGE_SHIFT);
+}
 SF_INLINE void sf_page_set_fast_gate(sf_page_t *page, bool constant, bool bound) {
     SF_SET(page->fast_divmagic, constant ? sf_class_divmagic[page->class_idx] : 0);
     SF_SET(page->fast_carved, bound ? sf_page_fast_bound(page) : 0);
@@ -805,7 +815,7 @@ SF_INLINE void sf_page_set_fast_owner(sf_page_t *page, sf_heap_t *heap) {
      * owner writes (a thread freeing another's block then read it) */
     bool own = v != 0 && SF_PEEK(sf_segment_of(page)->heap) == heap;
     bool plain = own && v == (uintptr_t)heap;
-    sf_page_set_fast_gate(page, own, plain);
+    sf_page_set_fast_gate(page, own && (plain || sf_page_tagged_keeps_constant(page)), plain);
     /* a small page: the list the fast path's free pushes the owner's
      * blocks on (the fallback heap's stay empty: no thread's own heap is
      * the fallback, so none of its pages meets a fast free) */

@@ -186,8 +186,10 @@ typedef struct sf_page_s {
     uint64_t fast_divmagic; /* the class's block-start constant (sf_class_divmagic)
                                while the page's fast owner is its segment's heap,
                                plain (levels 0-1) or tagged (level 2's fast free,
-                               which reads it here), else 0 (sf_page_divmagic: the
-                               constant for every other path) */
+                               which reads it here; not at the guard page:
+                               sf_page_tagged_keeps_constant), else 0
+                               (sf_page_divmagic: the constant for every other
+                               path) */
     uint64_t fast_carved; /* the level 0-1 free fast path's bound, on a plain fast
                              page only, else 0: capacity * (fast_divmagic *
                              block_size mod 2^64).  Its block-start test is

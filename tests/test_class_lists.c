@@ -647,9 +647,8 @@ static void expect_flush_report(void (*fn)(void *), const char *what)
  * free to the checked path first.  100-byte requests take 112-byte blocks
  * at both levels (level 2 adds 12 bytes of canary and size word), which
  * leave a tail of 16 bytes on a 64 KiB page and of 64 on a 60 KiB one.
- * (A class that fills the 60 KiB page exactly, 128 bytes, has its tail at
- * the guard page itself: level 2's free of that address faults reading
- * its free mark, not covered here.) */
+ * (A class that fills the 60 KiB page exactly has its tail at the guard
+ * page itself: guard_page_free_refused.) */
 static void tail_free_on_last_page(void *unused)
 {
     (void)unused;
@@ -670,6 +669,42 @@ static void tail_free_on_last_page(void *unused)
 START_TEST(test_tail_free_refused)
 {
     expect_flush_report(tail_free_on_last_page, "free of a pointer inside a block");
+}
+END_TEST
+
+/* Level 2: a free of an address in a small segment's end guard page (the
+ * last 4 KiB of its last 64 KiB page slot) is refused with a report, not a
+ * fault.  The offsets there pass level 2's block-start test for every class
+ * under 4 KiB (some multiple of the block size falls in it; for 128-byte
+ * blocks, 116-byte requests at level 2, the page's tail is the guard page's
+ * first byte), and that test has no bound of the page's bytes: the
+ * guard page's owner takes no fast frees (internal.h,
+ * sf_page_set_fast_owner), so the checked path, which bounds the offset by
+ * the blocks carved before it reads a byte, refuses it. */
+static void guard_page_free(void *unused)
+{
+    (void)unused;
+    for (unsigned i = 0; i < 200000; i++) {
+        uint8_t *p = sefer_malloc(116);
+        if (p == NULL)
+            _exit(4);
+        if (((uintptr_t)p >> SF_SMALL_PAGE_SHIFT & (SF_SMALL_PAGES - 1)) == SF_SMALL_PAGES - 1) {
+            uintptr_t seg_end = ((uintptr_t)p | (((uintptr_t)1 << SF_SEG_SHIFT) - 1)) + 1;
+            const sf_page_t *page = page_of(p);
+            if (page->page_start + page->page_bytes != (uint8_t *)seg_end - SF_OS_PAGE)
+                _exit(5); /* (no guard page where level 2 puts one) */
+            sefer_free((uint8_t *)seg_end - SF_OS_PAGE);
+            _exit(0);
+        }
+    }
+    _exit(3); /* (no block on a segment's last page) */
+}
+
+START_TEST(test_guard_page_free_refused)
+{
+    if (listing())
+        return; /* (levels 0-1 have no guard page there: a block lies at that address) */
+    expect_flush_report(guard_page_free, "free of a pointer");
 }
 END_TEST
 
@@ -994,6 +1029,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_damaged_head_reported);
     tcase_add_test(tc, test_flush_checks_addresses);
     tcase_add_test(tc, test_tail_free_refused);
+    tcase_add_test(tc, test_guard_page_free_refused);
     tcase_add_test(tc, test_exit_gives_back);
     tcase_add_test(tc, test_others_frees_not_listed);
     suite_add_tcase(s, tc);
