@@ -201,14 +201,19 @@ SF_INLINE unsigned sf_class_of(size_t n) {
 }
 /* The class a small heap (docs/design.md, "Small heaps") serves class c's
  * requests from: up to SF_SMALL_HEAP_MAX bytes, the smallest power of two
- * at least c's size (every alignment c's blocks have, these have too);
- * above it, c.  (Power-of-two classes above 512 B ran bursts of 2-8 KiB at
- * 0.78x: their blocks all start on the same few cache sets.) */
+ * at least c's size and SF_SMALL_HEAP_MIN (every alignment c's blocks
+ * have, these have too); above it, c.  (Power-of-two classes above 512 B
+ * ran bursts of 2-8 KiB at 0.78x: their blocks all start on the same few
+ * cache sets.  Below 64 B, the classes of 16 and 32 B each held an OS page
+ * for a few blocks: 1000 threads of bench/manythreads peaked 8 % higher.
+ * A small heap whose 64-byte class carves past one OS page leaves small
+ * mode: page.c, page_extend.) */
 #define SF_SMALL_HEAP_MAX 512u
+#define SF_SMALL_HEAP_MIN 64u
 SF_INLINE unsigned sf_small_heap_class(unsigned c) {
     uint32_t s = sf_class_size[c];
     if (s > SF_SMALL_HEAP_MAX) return c;
-    uint32_t p = s <= 16 ? 16 : (uint32_t)1 << (32 - __builtin_clz(s - 1));
+    uint32_t p = s <= SF_SMALL_HEAP_MIN ? SF_SMALL_HEAP_MIN : (uint32_t)1 << (32 - __builtin_clz(s - 1));
     return sf_class_of(p);
 }
 /* mdirect[]'s index of a medium request (SF_SMALL_MAX < n <= SF_MEDIUM_MAX):

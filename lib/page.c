@@ -121,7 +121,7 @@ void sf_page_update_direct(sf_heap_t *heap, unsigned class_idx) {
              * other classes up to there have no entries */
             if (sf_small_heap_class(class_idx) != class_idx) return;
             if (sf_class_size[class_idx] <= SF_SMALL_HEAP_MAX) /* (above half its size) */
-                lo = class_idx == 1 ? 0 : sf_class_size[class_idx] / 2 / 16 + 1;
+                lo = sf_class_size[class_idx] == SF_SMALL_HEAP_MIN ? 0 : sf_class_size[class_idx] / 2 / 16 + 1;
         }
     }
     sf_page_t *page = heap->queues[class_idx].first;
@@ -286,6 +286,14 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     page->free = prev;
     SF_SET(page->capacity, (uint16_t)(page->capacity + want));
     carved_bound_follows(page);
+    /* a small heap's smallest class, which serves every request up to
+     * SF_SMALL_HEAP_MIN, past one OS page of blocks: the heap leaves small
+     * mode, so that a thread of many tiny blocks pays at most that page
+     * for their rounding up (1024 blocks of 16 B would otherwise fill a
+     * 64 KiB page where their own class takes 16 KiB) */
+    if (SF_UNLIKELY(heap->small) && page->block_size == SF_SMALL_HEAP_MIN &&
+        (size_t)page->capacity * SF_SMALL_HEAP_MIN > SF_OS_PAGE && !(page->flags & SF_PAGE_SAMPLED))
+        sf_page_set_small(heap, false);
     if (page->capacity == page->reserved) {
         /* mark the tail's would-be block as free: level 2's owner free
          * (fastpath.h, sf_l2_free_owned_as), whose block-start test has no

@@ -5,12 +5,15 @@
  * class a block came from is its usable size.  Most cases set the knob to 1
  * (every thread's heap but the first thread's starts small).
  *
- *   - a new thread's requests up to 512 B get power-of-two blocks, larger
- *     ones their own class, aligned ones stay aligned; the first thread's and
- *     a thread's with the knob off get their own classes;
+ *   - a new thread's requests up to 512 B get power-of-two blocks of at
+ *     least 64 B, larger ones their own class, aligned ones stay aligned;
+ *     the first thread's and a thread's with the knob off get their own
+ *     classes;
  *   - pages of 8000-byte blocks filled: the heap stays small; a page of
- *     64-byte blocks filled: it leaves small mode (33 B then gets a 48-byte
- *     block), not before half a page was handed out;
+ *     128-byte blocks filled: it leaves small mode (33 B then gets a 48-byte
+ *     block), not before half a page was handed out; the 64-byte class,
+ *     which serves every request up to 64 B, past one OS page of blocks: it
+ *     leaves small mode then, not before;
  *     every block written before and after keeps its bytes, and the
  *     consistency checker (which knows which page each direct-table entry
  *     may name in each mode) is clean in both modes;
@@ -21,7 +24,8 @@
  *     them) keep every class and the 16th and later start small. */
 #include "sefer_test.h"
 
-#define PAGE_BLOCKS_64 1024 /* 64 KiB page / 64 B */
+#define PAGE_BLOCKS_128 512 /* 64 KiB page / 128 B */
+#define OS_PAGE_BLOCKS_64 64 /* 4 KiB / 64 B */
 
 static size_t usable_of(size_t n)
 {
@@ -35,8 +39,8 @@ static size_t usable_of(size_t n)
 static void *small_classes(void *arg)
 {
     (void)arg;
-    ck_assert_uint_eq(usable_of(1), 16);
-    ck_assert_uint_eq(usable_of(17), 32);
+    ck_assert_uint_eq(usable_of(1), 64);
+    ck_assert_uint_eq(usable_of(17), 64);
     ck_assert_uint_eq(usable_of(33), 64);
     ck_assert_uint_eq(usable_of(48), 64);
     ck_assert_uint_eq(usable_of(100), 128);
@@ -79,16 +83,20 @@ END_TEST
 
 #define MIXED 64
 
+/* arg: the size of the blocks the heap grows by, 128 (a page of them
+ * fills) or 64 (the smallest class past one OS page). */
 static void *grows(void *arg)
 {
-    (void)arg;
+    size_t size = (size_t)(uintptr_t)arg;
     /* blocks of many sizes while small */
     unsigned char *mixed[MIXED];
+    size_t tiny = 0; /* of them, in the 64-byte class */
     for (unsigned i = 0; i < MIXED; i++) {
         size_t n = 16 + (size_t)i * 61 % 2000;
         mixed[i] = sefer_malloc(n);
         ck_assert_ptr_nonnull(mixed[i]);
         st_pat_fill(mixed[i], n, i);
+        tiny += n <= 64;
     }
     ck_assert_int_eq(sefer_check(), 0);
     /* pages of a class above 512 B fill with 8 blocks of 8000 B: no
@@ -100,23 +108,31 @@ static void *grows(void *arg)
         st_pat_fill(large[i], 8000, i);
     }
     ck_assert_uint_eq(usable_of(33), 64);
-    /* 64-byte blocks until 33 B gets its own class */
-    static unsigned char *b[4 * PAGE_BLOCKS_64];
+    /* blocks of `size` until 33 B gets its own class */
+    static unsigned char *b[4 * PAGE_BLOCKS_128];
     size_t n = 0, left_at = 0;
-    while (n < 4 * PAGE_BLOCKS_64) {
-        b[n] = sefer_malloc(64);
+    while (n < 4 * PAGE_BLOCKS_128) {
+        b[n] = sefer_malloc(size);
         ck_assert_ptr_nonnull(b[n]);
-        st_pat_fill(b[n], 64, (unsigned)n);
+        st_pat_fill(b[n], size, (unsigned)n);
         n++;
         if (usable_of(33) == 48) {
             left_at = n;
             break;
         }
     }
-    ck_assert_msg(left_at != 0, "still small after %zu blocks of 64 B", n);
-    ck_assert_msg(left_at >= PAGE_BLOCKS_64 / 2, "left small mode after only %zu blocks of 64 B", left_at);
+    ck_assert_msg(left_at != 0, "still small after %zu blocks of %zu B", n, size);
+    if (size == 128) {
+        ck_assert_msg(left_at >= PAGE_BLOCKS_128 / 2, "left small mode after only %zu blocks of 128 B", left_at);
+    } else {
+        /* (the 65th block carved is past 4 KiB: this loop's, or the one
+         * usable_of takes for a moment, or the class list keeps) */
+        ck_assert_msg(left_at + tiny + 2 >= OS_PAGE_BLOCKS_64 && left_at + tiny <= OS_PAGE_BLOCKS_64 + 1,
+                      "left small mode with %zu blocks of 64 B in use", left_at + tiny);
+    }
     ck_assert_int_eq(sefer_check(), 0);
     /* every size its own class now, the blocks of before intact */
+    ck_assert_uint_eq(usable_of(1), 16);
     ck_assert_uint_eq(usable_of(100), 112);
     ck_assert_uint_eq(usable_of(300), 320);
     ck_assert_uint_eq(usable_of(600), 640);
@@ -125,7 +141,7 @@ static void *grows(void *arg)
         sefer_free(mixed[i]);
     }
     for (size_t i = 0; i < n; i++) {
-        ck_assert(st_pat_ok(b[i], 64, (unsigned)i));
+        ck_assert(st_pat_ok(b[i], size, (unsigned)i));
         sefer_free(b[i]);
     }
     for (unsigned i = 0; i < 3 * 8; i++) {
@@ -140,7 +156,15 @@ START_TEST(test_filled_page_leaves_small_mode)
 {
     ST_KNOB_SET("threads.heap_after", "0");
     ST_KNOB_SET("threads.small_from", "1");
-    st_on_thread(grows, NULL);
+    st_on_thread(grows, (void *)(uintptr_t)128);
+}
+END_TEST
+
+START_TEST(test_tiny_blocks_leave_small_mode)
+{
+    ST_KNOB_SET("threads.heap_after", "0");
+    ST_KNOB_SET("threads.small_from", "1");
+    st_on_thread(grows, (void *)(uintptr_t)64);
 }
 END_TEST
 
@@ -233,6 +257,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_new_thread_starts_small);
     tcase_add_test(tc, test_filled_page_leaves_small_mode);
+    tcase_add_test(tc, test_tiny_blocks_leave_small_mode);
     tcase_add_test(tc, test_knob_moves_later_heaps);
     tcase_add_test(tc, test_small_from_the_sixteenth_heap);
     suite_add_tcase(s, tc);
