@@ -312,10 +312,9 @@ static SF_NOINLINE void free_special(void *p) {
     if (sf_segmap_is_small_chunk(chunk) && ((u >> SF_SMALL_PAGE_SHIFT) & (SF_SMALL_PAGES - 1)) != 0 &&
         SF_PEEK(((sf_segment_t *)(chunk << SF_SEG_SHIFT))->heap) == me && !sf_pages_checked()) {
         sf_page_t *page = sf_small_page_desc(chunk, u);
-        uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1);
         sf_block_t *b = p;
-        if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && off < sf_page_carved_bytes(page) &&
-            off * sf_page_divmagic(page) < sf_page_divmagic(page) && b->cookie != sf_page_cookie(page)) {
+        if (SF_GET(page->flags) == 0 && SF_GET(page->in_use) && sf_page_is_block_start(page, p) &&
+            b->cookie != sf_page_cookie(page)) {
             sf_phase_count(SF_PHASE_FREE, -(int64_t)page->block_size);
             sf_free_owned(me, page, b);
             return;
