@@ -206,10 +206,11 @@ SF_INLINE unsigned sf_class_of(size_t n) {
  * ran bursts of 2-8 KiB at 0.78x: their blocks all start on the same few
  * cache sets.  Below 64 B, the classes of 16 and 32 B each held an OS page
  * for a few blocks: 1000 threads of bench/manythreads peaked 8 % higher.
- * A small heap whose 64-byte class carves past one OS page leaves small
- * mode: page.c, page_extend.) */
+ * A small heap whose 64-byte class carves past SF_SMALL_HEAP_MIN_CARVED
+ * bytes leaves small mode: page.c, page_extend.) */
 #define SF_SMALL_HEAP_MAX 512u
 #define SF_SMALL_HEAP_MIN 64u
+#define SF_SMALL_HEAP_MIN_CARVED ((size_t)16 << 10)
 SF_INLINE unsigned sf_small_heap_class(unsigned c) {
     uint32_t s = sf_class_size[c];
     if (s > SF_SMALL_HEAP_MAX) return c;

@@ -45,7 +45,7 @@ enum sf_knob_source { SF_SRC_DEFAULT, SF_SRC_FILE, SF_SRC_ENV, SF_SRC_RUNTIME };
     X(THREADS_CLASS_LIST_BYTES, "threads.class_list_bytes", SF_KNOB_SIZE, 64ull << 10, 0, 512ull << 10, 1, NULL, \
       "freed blocks up to 8 KiB a heap keeps on each class's list, ahead of their pages, for its next mallocs of the class: at most this many bytes and 64 blocks a class (0: no lists; a change reaches a list when it next runs dry, at sefer_trim or at its thread's exit)") \
     X(THREADS_SMALL_FROM, "threads.small_from", SF_KNOB_UINT, 16, 0, 1u << 20, 1, NULL,              \
-      "once the process has had this many heaps at once, a thread's new heap serves requests up to 512 B from power-of-two classes until a page of a class fills (0: never)") \
+      "once the process has had this many heaps at once, a thread's new heap serves requests up to 512 B from power-of-two classes of at least 64 B until a page of a class fills or 16 KiB of 64-byte blocks are carved (0: never)") \
     X(MEMORY_LIMIT, "memory.limit", SF_KNOB_SIZE, SF_KNOB_AUTO, 0, 1ull << 50, 1, sf_auto_names,     \
       "the process's memory limit: auto (its cgroup's memory.max or memory.limit_in_bytes), a size, or 0 for none") \
     X(MEMORY_SOFT_PERCENT, "memory.soft_percent", SF_KNOB_UINT, 90, 10, 100, 1, NULL,                \

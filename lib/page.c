@@ -287,12 +287,13 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     SF_SET(page->capacity, (uint16_t)(page->capacity + want));
     carved_bound_follows(page);
     /* a small heap's smallest class, which serves every request up to
-     * SF_SMALL_HEAP_MIN, past one OS page of blocks: the heap leaves small
-     * mode, so that a thread of many tiny blocks pays at most that page
-     * for their rounding up (1024 blocks of 16 B would otherwise fill a
-     * 64 KiB page where their own class takes 16 KiB) */
+     * SF_SMALL_HEAP_MIN, past SF_SMALL_HEAP_MIN_CARVED: the heap leaves
+     * small mode, so that a thread of many tiny blocks pays at most 12
+     * KiB for their rounding up (256 blocks of 16 B in 16 KiB where their
+     * own class takes 4; a full page, 1024 of them, would take 64 KiB for
+     * 16), and one of a few hundred blocks of 33-64 B stays small */
     if (SF_UNLIKELY(heap->small) && page->block_size == SF_SMALL_HEAP_MIN &&
-        (size_t)page->capacity * SF_SMALL_HEAP_MIN > SF_OS_PAGE && !(page->flags & SF_PAGE_SAMPLED))
+        (size_t)page->capacity * SF_SMALL_HEAP_MIN > SF_SMALL_HEAP_MIN_CARVED && !(page->flags & SF_PAGE_SAMPLED))
         sf_page_set_small(heap, false);
     if (page->capacity == page->reserved) {
         /* mark the tail's would-be block as free: level 2's owner free
@@ -381,7 +382,8 @@ static bool page_retire_full(sf_heap_t *heap, sf_page_queue_t *q, sf_page_t *pag
     /* a small heap whose page of one of its power-of-two classes filled
      * (64 KiB of that class in use) is small no more: every size its own
      * class from now on.  Not for the classes above, whose pages fill with
-     * a few blocks (8 of 8 KiB), nor a page of sampled blocks. */
+     * a few blocks (8 of 8 KiB), nor a page of sampled blocks.  (Its
+     * 64-byte class leaves sooner: page_extend.) */
     if (SF_UNLIKELY(heap->small) && q == &heap->queues[page->class_idx] &&
         sf_class_size[page->class_idx] <= SF_SMALL_HEAP_MAX)
         sf_page_set_small(heap, false);

@@ -545,8 +545,10 @@ typedef struct sf_heap_s {
                                         halved each time the class looks for a page, cleared
                                         at claim (page.c, "Picky page switches") */
     /* a small heap (docs/design.md, "Small heaps"): its requests up to
-     * SF_SMALL_HEAP_MAX take the power-of-two classes until a page of a
-     * class fills (page.c, sf_page_set_small); written by the owner only */
+     * SF_SMALL_HEAP_MAX take the power-of-two classes of at least
+     * SF_SMALL_HEAP_MIN until a page of a class fills, or the smallest
+     * carves past SF_SMALL_HEAP_MIN_CARVED (page.c, page_retire_full and
+     * page_extend); written by the owner only */
     uint8_t small;
     /* read by other threads: written once, or rarely (at thread start and exit) */
     uint8_t kind __attribute__((aligned(64)));

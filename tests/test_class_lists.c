@@ -677,10 +677,11 @@ END_TEST
  * fault.  The offsets there pass level 2's block-start test for every class
  * under 4 KiB (some multiple of the block size falls in it; for 128-byte
  * blocks, 116-byte requests at level 2, the page's tail is the guard page's
- * first byte), and that test has no bound of the page's bytes: the
- * guard page's owner takes no fast frees (internal.h,
- * sf_page_set_fast_owner), so the checked path, which bounds the offset by
- * the blocks carved before it reads a byte, refuses it. */
+ * first byte), and that test has no bound of the page's bytes: the page
+ * before the guard page keeps no block-start constant (internal.h,
+ * sf_page_tagged_keeps_constant), so its owner's frees take the checked
+ * path, which bounds the offset by the blocks carved before it reads a
+ * byte, and refuses it. */
 static void guard_page_free(void *unused)
 {
     (void)unused;

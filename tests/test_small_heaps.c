@@ -12,8 +12,8 @@
  *   - pages of 8000-byte blocks filled: the heap stays small; a page of
  *     128-byte blocks filled: it leaves small mode (33 B then gets a 48-byte
  *     block), not before half a page was handed out; the 64-byte class,
- *     which serves every request up to 64 B, past one OS page of blocks: it
- *     leaves small mode then, not before;
+ *     which serves every request up to 64 B, past 16 KiB of blocks carved:
+ *     it leaves small mode then, not before;
  *     every block written before and after keeps its bytes, and the
  *     consistency checker (which knows which page each direct-table entry
  *     may name in each mode) is clean in both modes;
@@ -25,7 +25,7 @@
 #include "sefer_test.h"
 
 #define PAGE_BLOCKS_128 512 /* 64 KiB page / 128 B */
-#define OS_PAGE_BLOCKS_64 64 /* 4 KiB / 64 B */
+#define CARVED_BLOCKS_64 256 /* SF_SMALL_HEAP_MIN_CARVED / 64 B */
 
 static size_t usable_of(size_t n)
 {
@@ -125,9 +125,9 @@ static void *grows(void *arg)
     if (size == 128) {
         ck_assert_msg(left_at >= PAGE_BLOCKS_128 / 2, "left small mode after only %zu blocks of 128 B", left_at);
     } else {
-        /* (the 65th block carved is past 4 KiB: this loop's, or the one
-         * usable_of takes for a moment, or the class list keeps) */
-        ck_assert_msg(left_at + tiny + 2 >= OS_PAGE_BLOCKS_64 && left_at + tiny <= OS_PAGE_BLOCKS_64 + 1,
+        /* (the 257th block carved is past 16 KiB: this loop's, or the
+         * one usable_of takes for a moment, or one the class list keeps) */
+        ck_assert_msg(left_at + tiny + 2 >= CARVED_BLOCKS_64 && left_at + tiny <= CARVED_BLOCKS_64 + 1,
                       "left small mode with %zu blocks of 64 B in use", left_at + tiny);
     }
     ck_assert_int_eq(sefer_check(), 0);
