@@ -280,10 +280,12 @@ static void check_page_owner(const sf_page_t *page, const sf_heap_t *heap) {
         report("page's guarded flag disagrees with guard.level", page);
     if ((sf_guard_level < 2) != (page->secret == 0))
         report("page's free-list secret disagrees with guard.level", page);
-    /* flags 0: the owner; full: none; guarded: none, or (level 2's fast
-     * path) the owner tagged with bit 0 */
+    /* flags 0: the owner, or none (a phase took every page off the fast
+     * paths, phase.c, and the owner puts a page back when it next takes it
+     * up: until then its frees take the generic path); full: none;
+     * guarded: none, or (level 2's fast path) the owner tagged with bit 0 */
     uintptr_t owner = fast & ~(uintptr_t)1;
-    bool ok = flags == 0                                    ? fast == (uintptr_t)heap
+    bool ok = flags == 0                                    ? fast == (uintptr_t)heap || fast == 0
               : (flags & (SF_PAGE_FULL | SF_PAGE_SAMPLED)) ? fast == 0
                                                             : owner == 0 || owner == (uintptr_t)heap;
     if (!ok) report("page's fast-path owner disagrees with its flags", page);

@@ -16,7 +16,10 @@
  *   (that the fast paths come back after a phase is an instruction count:
  *   bench/instructions' pair64-after-phase row equals pair64's)
  *   errors       sefer_phase_end without a phase: -1 ENOENT; 17 nested
- *                begins: the 17th -1 EBUSY; out->size limits the copy */
+ *                begins: the 17th -1 EBUSY; out->size limits the copy
+ *   consistent   the consistency checker finds nothing wrong in a phase, or
+ *                after it on pages the phase took off the fast paths and no
+ *                one has touched since (it reported every such page) */
 #include "sefer_test.h"
 
 #include <pthread.h>
@@ -205,6 +208,23 @@ START_TEST(test_errors)
 }
 END_TEST
 
+START_TEST(test_consistent)
+{
+    void *a = sefer_malloc(40), *b = sefer_malloc(3000);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(sefer_check(), 0);
+    NOTE(sefer_phase_begin("consistent") == 0);
+    NOTE(sefer_check() == 0);
+    end_phase();
+    ck_assert_int_eq(sefer_check(), 0); /* (the pages untouched since) */
+    sefer_free(a);
+    ck_assert_int_eq(sefer_check(), 0);
+    sefer_free(b);
+    ck_assert_int_eq(sefer_check(), 0);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     Suite *s = suite_create("phase");
@@ -216,6 +236,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_realloc);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_consistent);
     suite_add_tcase(s, tc);
     return st_main(s, argc, argv);
 }
