@@ -297,10 +297,13 @@ static SF_NOINLINE bool span_resize_in_place(sf_segment_t *seg, sf_page_t *page,
 }
 
 /* Resizes in place when the block can hold n and would not waste more than
- * half of itself; large spans grow and shrink in place within their span. */
+ * half of itself, or when the calling thread's heap would hand out a block
+ * of the same size (a small heap's smallest class: every request up to
+ * SF_SMALL_HEAP_MIN); large spans grow and shrink in place within their
+ * span. */
 SF_INLINE bool resize_in_place(sf_segment_t *seg, sf_page_t *page, size_t n, size_t usable) {
     if (SF_GET(page->flags) & SF_PAGE_SPAN) return span_resize_in_place(seg, page, n, usable);
-    return n <= usable && n >= usable / 2;
+    return n <= usable && (n >= usable / 2 || (usable <= SF_SMALL_HEAP_MIN && sf_tls_heap->small));
 }
 
 /* Moves the block at p (usable bytes) to a new one of n bytes.  The old

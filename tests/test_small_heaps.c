@@ -56,6 +56,14 @@ static void *small_classes(void *arg)
     ck_assert_uint_eq((uintptr_t)a % 32, 0);
     ck_assert_uint_eq(sefer_usable_size(a), 128);
     sefer_free(a);
+    /* a shrink within the smallest class stays where it is (a move would
+     * take another 64-byte block) */
+    char *r = sefer_malloc(60);
+    ck_assert_ptr_nonnull(r);
+    memset(r, 7, 60);
+    ck_assert_ptr_eq(sefer_realloc(r, 10), r);
+    ck_assert_uint_eq(r[9], 7);
+    sefer_free(r);
     ck_assert_int_eq(sefer_check(), 0);
     return NULL;
 }
