@@ -95,15 +95,18 @@ static SF_NOINLINE bool on_sampled_page(const sf_segment_t *seg, uintptr_t u) {
 
 /* A small block of another thread's heap, freed by a thread that does not
  * own it (the free fast path's ownership test failed): straight onto its
- * page's remote-free list (remote.c).  This path reads nothing of the page
- * but the line that list lives on: the owner's heap comes from the segment
- * header, which changes only when pages come and go, and the guard level is
- * global, so the freeing thread does not pull the owner's hot descriptor
- * line (free list, counts) away from it on every free of a producer's
- * blocks.  Whether p is a block start is checked by the owner when it takes
- * the list in (sf_page_collect_remote: reported and dropped there).  False:
- * the generic path sorts it out (the caller's own heap, the fallback heap,
- * guarded pages, a segment's header). */
+ * page's remote-free list (remote.c), or into this thread's batch for its
+ * owner.  This path reads nothing of the page but its second line, where
+ * that list lives: the owner's heap comes from the segment header, which
+ * changes only when pages come and go, the block-start test from the
+ * page's remote_carved and remote_class (types.h), which the owner writes
+ * only as it carves, and the guard level is global, so the freeing thread
+ * does not pull the owner's hot descriptor line (free list, counts) away
+ * from it on every free of a producer's blocks.  The owner checks again
+ * when it takes the block in (drain_batched, sf_page_collect_remote).
+ * False: the generic path sorts it out (the caller's own heap, the fallback
+ * heap, guarded pages, a segment's header, a pointer that is not a carved
+ * block start, which it reports). */
 SF_INLINE bool free_remote_small(void *p) {
     uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
     if (!sf_segmap_is_small_chunk(chunk) ||
@@ -122,6 +125,12 @@ SF_INLINE bool free_remote_small(void *p) {
         (sf_prof_is_armed() && on_sampled_page(seg, u)))
         return false;
     sf_page_t *page = sf_small_page_desc(chunk, u);
+    /* a carved block start of a page in use, before p is read or written:
+     * an interior pointer would have its mark and link written into the
+     * live block around it, and an address in a part of the segment no page
+     * has opened would fault (the checked path reports both) */
+    uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = sf_class_divmagic[SF_PEEK(page->remote_class)];
+    if (off >= SF_PEEK(page->remote_carved) || off * m >= m) return false;
     if (me->kind == SF_HEAP_REAL) {
         SF_COUNT(me->remote_frees);
         if (sf_outbox_put(me, owner, p, sf_page_cookie(page))) return true;

@@ -216,7 +216,18 @@ typedef struct sf_page_s {
          * page past a full list that leaves no more blocks out than that
          * counts again, and a page whose only blocks out are listed takes
          * them back and empties (page.c, "Pages only a list keeps") */
-        uint16_t cl_seen;
+        struct {
+            uint16_t cl_seen;
+            uint8_t remote_class; /* a page in use: its class (for remote_carved's test) */
+            uint8_t remote_pad;
+            /* a page in use: the bytes its blocks carved so far span
+             * (capacity * block_size), else 0.  Another thread's free at
+             * levels 0-1 (free.c, free_remote_small) tests a pointer
+             * against it and remote_class's constant before it writes into
+             * the block: this line, not the owner's first (types.h's "hot"
+             * line), and written by the owner only as it carves */
+            uint32_t remote_carved;
+        };
     };
     union {
         uintptr_t secret; /* in use, guard level >= 2: free-list links are XOR-ed

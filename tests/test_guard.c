@@ -44,6 +44,8 @@ enum scenario {
     SC_XRING_OWNER,  /* another thread frees a block of a full page (through the ring), then its owner */
     SC_UAF_EMPTY,    /* a write into a freed block, then every other block of its page freed */
     SC_HELD,         /* a write into the first word of a block the quarantine holds, then more frees */
+    SC_XINTERIOR_LIVE, /* a pointer 16 B inside a live block, freed by another thread: the block keeps its bytes */
+    SC_XUNOPENED,    /* another thread frees an address in a part of the owner's segment no page has opened */
     SC_COUNT
 };
 
@@ -53,16 +55,17 @@ static const char *const sc_name[SC_COUNT] = {"double", "foreign", "interior", "
                                               "cross-overflow", "cross-overflow-medium",
                                               "cross-interior-full", "xdouble-owner",
                                               "xdouble-heaps", "xdouble-full", "cross-odd",
-                                              "xdouble-ring-owner", "uaf-empty-page", "held-write"};
+                                              "xdouble-ring-owner", "uaf-empty-page", "held-write",
+                                              "cross-interior-live", "cross-unopened"};
 /* the text sefer writes for the kind each scenario should be reported as */
 static const char *const sc_text[SC_COUNT] = {
     "double free", "does not own", "inside a block", "write past the end",
     "write past the end", "write past the end", "write into a freed block", "double free",
     "write into a freed block", "write past the end", "double free", "write past the end",
     "write past the end", "inside a block", "double free", "double free", "double free", "inside a block", "double free",
-    "write into a freed block", "write into a freed block"};
+    "write into a freed block", "write into a freed block", "inside a block", "does not own"};
 /* lowest level that promises the detection */
-static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 1, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1, 3, 2};
+static const int sc_level[SC_COUNT] = {1, 1, 1, 2, 2, 2, 3, 1, 2, 2, 1, 2, 2, 1, 1, 1, 1, 1, 1, 3, 2, 1, 1};
 
 /* ---- the child side ------------------------------------------------------ */
 
@@ -299,6 +302,32 @@ static void run_scenario(enum scenario sc)
         CHILD_CHECK(times_handed(held[5], 64) <= 1);
         break;
     }
+    case SC_XINTERIOR_LIVE: {
+        /* levels 0-1 once wrote the free mark and a batch or list link
+         * into the pointer's 16 bytes before the owner refused it: the
+         * live block around it lost them (found in review) */
+        unsigned char *a = malloc(100);
+        st_escape(a);
+        memset(a, 0x5a, 100);
+        run_in_thread(free_it_with_heap, a + 16);
+        run_in_thread(free_it, a + 16); /* (and from a thread without a heap: the page's list) */
+        for (int i = 0; i < 100; i++)
+            CHILD_CHECK(a[i] == 0x5a);
+        free(a);
+        break;
+    }
+    case SC_XUNOPENED: {
+        /* an address in a page slot of the owner's first small segment no
+         * page has taken: no-access at levels 0-1 (guard.unused_no_access),
+         * where another thread's free once wrote into it and faulted
+         * (found in review) */
+        char *a = malloc(40);
+        st_escape(a);
+        uintptr_t seg = (uintptr_t)a & ~(((uintptr_t)1 << 22) - 1);
+        run_in_thread(free_it_with_heap, (void *)(seg + ((uintptr_t)40 << 16)));
+        free(a);
+        break;
+    }
     case SC_XODD: {
         /* an odd pointer's low bit once read as the ring's suspect tag:
          * reported as a double free of the block, which it is not */
@@ -442,7 +471,7 @@ static unsigned long long counter_of(const char *out, enum scenario sc)
                                               "overflow=", "overflow=", "uaf=", "double=",
                                               "uaf=", "overflow=", "double=", "overflow=", "overflow=",
                                               "interior=", "double=", "double=", "double=", "interior=", "double=",
-                                              "uaf=", "uaf="};
+                                              "uaf=", "uaf=", "interior=", "invalid="};
     const char *at = strstr(out, key[sc]);
     return at ? strtoull(at + strlen(key[sc]), NULL, 10) : 0;
 }
