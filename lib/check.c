@@ -384,11 +384,9 @@ static void check_page(const sf_segment_t *seg, const sf_page_t *page, const sf_
     bool tagged = seg->heap != NULL && page->fast_heap == (sf_heap_t *)((uintptr_t)seg->heap | SF_L2_OWNER_TAG);
     if (page->fast_divmagic != (plain || (tagged && sf_page_tagged_keeps_constant(page)) ? sf_page_divmagic(page) : 0))
         report("page's fast-path block-start word disagrees with its owner", page);
-    /* another thread's free's bound (types.h, remote_carved): the blocks
-     * carved, or (a fork between the capacity and it) fewer */
-    if (page->remote_class != c || page->remote_carved > (uint32_t)page->capacity * bs ||
-        page->remote_carved % bs != 0)
-        report("page's remote-free bound disagrees with its blocks carved", page);
+    /* another thread's free's bound (types.h, remote_bytes) */
+    if (page->remote_class != c || page->remote_bytes != (uint32_t)page->reserved * bs)
+        report("page's remote-free bound disagrees with its blocks", page);
     /* (at most the carved blocks' bound: a fork that landed between the
      * capacity and the bound leaves it behind, never ahead, page.c) */
     if (plain ? page->fast_carved > sf_page_fast_bound(page) : page->fast_carved != 0)

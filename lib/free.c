@@ -99,8 +99,8 @@ static SF_NOINLINE bool on_sampled_page(const sf_segment_t *seg, uintptr_t u) {
  * owner.  This path reads nothing of the page but its second line, where
  * that list lives: the owner's heap comes from the segment header, which
  * changes only when pages come and go, the block-start test from the
- * page's remote_carved and remote_class (types.h), which the owner writes
- * only as it carves, and the guard level is global, so the freeing thread
+ * page's remote_bytes and remote_class (types.h), written when the page
+ * is taken, and the guard level is global, so the freeing thread
  * does not pull the owner's hot descriptor line (free list, counts) away
  * from it on every free of a producer's blocks.  The owner checks again
  * when it takes the block in (drain_batched, sf_page_collect_remote).
@@ -125,12 +125,12 @@ SF_INLINE bool free_remote_small(void *p) {
         (sf_prof_is_armed() && on_sampled_page(seg, u)))
         return false;
     sf_page_t *page = sf_small_page_desc(chunk, u);
-    /* a carved block start of a page in use, before p is read or written:
-     * an interior pointer would have its mark and link written into the
-     * live block around it, and an address in a part of the segment no page
-     * has opened would fault (the checked path reports both) */
+    /* a block start of a page in use, before p is read or written: an
+     * interior pointer would have its mark and link written into the live
+     * block around it, and an address in a part of the segment no page has
+     * opened would fault (the checked path reports both) */
     uint64_t off = u & (((uintptr_t)1 << SF_SMALL_PAGE_SHIFT) - 1), m = sf_class_divmagic[SF_PEEK(page->remote_class)];
-    if (off >= SF_PEEK(page->remote_carved) || off * m >= m) return false;
+    if (off >= SF_PEEK(page->remote_bytes) || off * m >= m) return false;
     if (me->kind == SF_HEAP_REAL) {
         SF_COUNT(me->remote_frees);
         if (sf_outbox_put(me, owner, p, sf_page_cookie(page))) return true;

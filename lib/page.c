@@ -155,8 +155,8 @@ void sf_page_init(sf_page_t *page, unsigned class_idx) {
     page->reserved = (uint16_t)((size_t)(end - start) / bsize);
     sf_page_set_fast_gate(page, false, false); /* (sf_page_set_fast_owner: when the page is fast) */
     SF_SET(page->capacity, 0);
-    SF_SET(page->remote_carved, 0);
     SF_SET(page->remote_class, (uint8_t)class_idx);
+    SF_SET(page->remote_bytes, (uint32_t)page->reserved * bsize);
     page->free = page->local_free = NULL;
     atomic_store_explicit(&page->xfree, 0, memory_order_relaxed);
     SF_SET(page->used, 0);
@@ -288,10 +288,6 @@ static void page_extend(sf_heap_t *heap, sf_page_t *page) {
     page->free = prev;
     SF_SET(page->capacity, (uint16_t)(page->capacity + want));
     carved_bound_follows(page);
-    /* (after the blocks' links and marks: a free from another thread that
-     * passes the bound finds them written) */
-    atomic_thread_fence(memory_order_release);
-    SF_SET(page->remote_carved, (uint32_t)page->capacity * page->block_size);
     /* a small heap's smallest class, which serves every request up to
      * SF_SMALL_HEAP_MIN, past SF_SMALL_HEAP_MIN_CARVED: the heap leaves
      * small mode, so that a thread of many tiny blocks pays at most 12

@@ -743,7 +743,7 @@ static void page_free(sf_heap_t *heap, sf_page_t *page) {
     sf_segment_t *seg = sf_segment_of(page);
     unsigned idx = (unsigned)(page - seg->pages);
     SF_SET(page->in_use, 0);
-    SF_SET(page->remote_carved, 0);
+    SF_SET(page->remote_bytes, 0);
     page->purge_at = 0;
     SF_SET(page->fast_heap, NULL);
     sf_page_set_fast_gate(page, false, false);

@@ -218,15 +218,20 @@ typedef struct sf_page_s {
          * them back and empties (page.c, "Pages only a list keeps") */
         struct {
             uint16_t cl_seen;
-            uint8_t remote_class; /* a page in use: its class (for remote_carved's test) */
+            uint8_t remote_class; /* a page in use: its class (for remote_bytes' test) */
             uint8_t remote_pad;
-            /* a page in use: the bytes its blocks carved so far span
-             * (capacity * block_size), else 0.  Another thread's free at
-             * levels 0-1 (free.c, free_remote_small) tests a pointer
-             * against it and remote_class's constant before it writes into
-             * the block: this line, not the owner's first (types.h's "hot"
-             * line), and written by the owner only as it carves */
-            uint32_t remote_carved;
+            /* a page in use: the bytes its blocks span (reserved *
+             * block_size), else 0.  Another thread's free at levels 0-1
+             * (free.c, free_remote_small) tests a pointer against it and
+             * remote_class's constant before it writes into the block:
+             * this line, not the owner's first (the "hot" one above), and
+             * written only when the page is taken and given back (a bound
+             * of the blocks carved, written as the owner carves, cost the
+             * producer/consumer rows 5-18 %: the consumer's copy of the
+             * line went stale at each carve).  An uncarved block start
+             * passes: the mark and link written there are the carving's
+             * to overwrite, and the owner refuses the block */
+            uint32_t remote_bytes;
         };
     };
     union {
