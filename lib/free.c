@@ -105,8 +105,8 @@ static SF_NOINLINE bool on_sampled_page(const sf_segment_t *seg, uintptr_t u) {
  * from it on every free of a producer's blocks.  The owner checks again
  * when it takes the block in (drain_batched, sf_page_collect_remote).
  * False: the generic path sorts it out (the caller's own heap, the fallback
- * heap, guarded pages, a segment's header, a pointer that is not a carved
- * block start, which it reports). */
+ * heap, guarded pages, a segment's header, a pointer that is not a block
+ * start of a page in use, which it reports). */
 SF_INLINE bool free_remote_small(void *p) {
     uintptr_t u = (uintptr_t)p, chunk = u >> SF_SEG_SHIFT;
     if (!sf_segmap_is_small_chunk(chunk) ||

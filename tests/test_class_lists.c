@@ -649,21 +649,29 @@ static void expect_flush_report(void (*fn)(void *), const char *what)
  * leave a tail of 16 bytes on a 64 KiB page and of 64 on a 60 KiB one.
  * (A class that fills the 60 KiB page exactly has its tail at the guard
  * page itself: guard_page_free_refused.) */
-static void tail_free_on_last_page(void *unused)
+/* (child side) Blocks of n bytes, kept, until one lies on a small
+ * segment's last page, on a page carved to its end if `carved`: that
+ * block; the child exits 3 if none does. */
+static uint8_t *block_on_last_page(size_t n, bool carved)
 {
-    (void)unused;
     for (unsigned i = 0; i < 200000; i++) {
-        uint8_t *p = sefer_malloc(100);
+        uint8_t *p = sefer_malloc(n);
         if (p == NULL)
             _exit(4);
         const sf_page_t *page = page_of(p);
         if (((uintptr_t)p >> SF_SMALL_PAGE_SHIFT & (SF_SMALL_PAGES - 1)) == SF_SMALL_PAGES - 1 &&
-            page->capacity == page->reserved) {
-            sefer_free(page->block_start + (size_t)page->reserved * page->block_size);
-            _exit(0);
-        }
+            (!carved || page->capacity == page->reserved))
+            return p;
     }
-    _exit(3); /* (no block on a segment's last page) */
+    _exit(3);
+}
+
+static void tail_free_on_last_page(void *unused)
+{
+    (void)unused;
+    const sf_page_t *page = page_of(block_on_last_page(100, true));
+    sefer_free(page->block_start + (size_t)page->reserved * page->block_size);
+    _exit(0);
 }
 
 START_TEST(test_tail_free_refused)
@@ -685,20 +693,13 @@ END_TEST
 static void guard_page_free(void *unused)
 {
     (void)unused;
-    for (unsigned i = 0; i < 200000; i++) {
-        uint8_t *p = sefer_malloc(116);
-        if (p == NULL)
-            _exit(4);
-        if (((uintptr_t)p >> SF_SMALL_PAGE_SHIFT & (SF_SMALL_PAGES - 1)) == SF_SMALL_PAGES - 1) {
-            uintptr_t seg_end = ((uintptr_t)p | (((uintptr_t)1 << SF_SEG_SHIFT) - 1)) + 1;
-            const sf_page_t *page = page_of(p);
-            if (page->page_start + page->page_bytes != (uint8_t *)seg_end - SF_OS_PAGE)
-                _exit(5); /* (no guard page where level 2 puts one) */
-            sefer_free((uint8_t *)seg_end - SF_OS_PAGE);
-            _exit(0);
-        }
-    }
-    _exit(3); /* (no block on a segment's last page) */
+    uint8_t *p = block_on_last_page(116, false);
+    uintptr_t seg_end = ((uintptr_t)p | (((uintptr_t)1 << SF_SEG_SHIFT) - 1)) + 1;
+    const sf_page_t *page = page_of(p);
+    if (page->page_start + page->page_bytes != (uint8_t *)seg_end - SF_OS_PAGE)
+        _exit(5); /* (no guard page where level 2 puts one) */
+    sefer_free((uint8_t *)seg_end - SF_OS_PAGE);
+    _exit(0);
 }
 
 START_TEST(test_guard_page_free_refused)
