@@ -26,11 +26,13 @@
  *
  * The pages of a heap whose thread is running are that thread's alone: for
  * them only the segment header and the segment map are checked (a running
- * owner changes its pages without telling anyone).  A segment another
- * thread is creating or releasing this instant may have only part of its
- * segment-map bytes.  Such a finding is not reported at once: the check
- * runs again (up to 8 passes, 1 ms, 2 ms, ... 64 ms apart) and it is
- * reported only if the same address is found in every pass.
+ * owner changes its pages without telling anyone).  The segment list and
+ * the segment map change together under sf_seg_lock (segment.c,
+ * segment_link_all), which a pass holds: a listed segment missing from the
+ * map, or a map byte that names no listed segment, is damage, never
+ * another thread's work half done.  (It once was: the two changed one
+ * after the other, and a checker that retried its findings for 127 ms
+ * still reported a free preempted between them on a loaded machine.)
  *
  * Nothing here calls malloc (the checker holds locks malloc takes): scratch
  * memory comes from the OS layer and messages are built in a fixed buffer. */
@@ -38,11 +40,8 @@
 
 #include <limits.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #define FALLBACK_IDX ((int64_t)ck.nheaps) /* heap indexes: registry slots, then the fallback */
-#define MAX_PASSES 8
-#define PENDING_MAX 16 /* findings that may be another thread mid-change */
 #define PAGE_BLOCKS_MAX ((1u << SF_SMALL_PAGE_SHIFT) / 16) /* most blocks a page can hold */
 
 struct heap_tally {
@@ -57,14 +56,6 @@ static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     sf_str_t out;
     size_t problems;
-    /* findings that may be a moment in another thread's work: this pass's,
-     * and those seen in every pass so far */
-    struct pending {
-        const char *what;
-        const void *at;
-    } pend[PENDING_MAX], kept[PENDING_MAX];
-    size_t npend, nkept;
-    bool overflowed;       /* more than PENDING_MAX of them */
     int64_t mine;          /* the calling thread's heap index, or -1 */
     uint32_t nheaps;       /* registry slots made when this pass began */
     bool *full;            /* [nheaps + 1]: heaps whose pages and lists are checked */
@@ -92,28 +83,6 @@ static void report(const char *what, const void *at) {
     sf_str_add(&ck.out, what);
     sf_str_add(&ck.out, " at ");
     sf_str_addx(&ck.out, (uintptr_t)at);
-}
-
-/* A finding that may be another thread mid-change: kept for this pass. */
-static void report_maybe(const char *what, const void *at) {
-    if (ck.npend < PENDING_MAX)
-        ck.pend[ck.npend++] = (struct pending){what, at};
-    else
-        ck.overflowed = true;
-}
-
-/* Keeps the findings seen in this pass and in every one before it (all of
- * this pass's on the first); returns how many remain. */
-static size_t keep_persistent(int pass) {
-    size_t n = 0;
-    for (size_t i = 0; i < ck.npend; i++) {
-        bool before = pass == 1;
-        for (size_t j = 0; j < ck.nkept && !before; j++)
-            before = ck.kept[j].at == ck.pend[i].at;
-        if (before) ck.kept[n++] = ck.pend[i];
-    }
-    ck.nkept = n;
-    return n;
 }
 
 /* ---- heaps ------------------------------------------------------------------- */
@@ -462,16 +431,11 @@ static void check_segment_pages(const sf_segment_t *seg, int64_t hi) {
 
 /* ---- segments ---------------------------------------------------------------- */
 
-/* One segment-map byte.  For a segment whose creation or release may be
- * under way in another thread (settled: false), 0 is only a finding to
- * look at again on the next pass. */
-static void check_map_byte(uintptr_t chunk, uint8_t want, bool settled, const void *seg) {
-    uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_acquire);
+/* One segment-map byte of a listed segment. */
+static void check_map_byte(uintptr_t chunk, uint8_t want, const void *seg) {
+    uint8_t v = atomic_load_explicit(&sf_segmap[chunk], memory_order_relaxed);
     if (v == want) return;
-    if (v == SF_SEGMAP_NONE && !settled)
-        report_maybe("segment missing from the segment map", seg);
-    else
-        report("segment map disagrees with the segment", seg);
+    report(v == SF_SEGMAP_NONE ? "segment missing from the segment map" : "segment map disagrees with the segment", seg);
 }
 
 static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
@@ -487,7 +451,7 @@ static void check_small_medium(const sf_segment_t *seg, uintptr_t chunk) {
         report("segment's owner is not a heap", seg);
         return;
     }
-    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD, heap_checked(hi), seg);
+    check_map_byte(chunk, small ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD, seg);
     ck.listed_units++;
     if (heap_checked(hi)) check_segment_pages(seg, hi);
 }
@@ -509,9 +473,7 @@ static void check_span(const sf_segment_t *seg, uintptr_t chunk) {
         SF_GET(page->span_bytes) > page->page_bytes)
         report("span's block does not fit its mapping", seg);
     for (size_t i = 0; i < units; i++)
-        check_map_byte(chunk + i,
-                       i == 0 ? SF_SEGMAP_OTHER_HEAD : sf_segmap_back_value(i), false,
-                       seg);
+        check_map_byte(chunk + i, i == 0 ? SF_SEGMAP_OTHER_HEAD : sf_segmap_back_value(i), seg);
     /* a live large block's canary (spans have no owner: only when no other
      * thread can be freeing it this instant) */
     if (ck.sweep && ck.sweep_spans && sf_page_used(page) != 0 && !sf_guarded_tail_intact(seg, page, page->block_start))
@@ -573,8 +535,8 @@ static void check_map_entry(uintptr_t chunk, uint8_t v) {
         v = atomic_load_explicit(&sf_segmap[head], memory_order_acquire);
     }
     void *at = (void *)(chunk << SF_SEG_SHIFT);
-    if (v == SF_SEGMAP_NONE) { /* a span's head cleared first on release */
-        report_maybe("segment map's back-distance leads to no segment", at);
+    if (v == SF_SEGMAP_NONE) {
+        report("segment map's back-distance leads to no segment", at);
         return;
     }
     if (!set_has(head)) {
@@ -877,8 +839,7 @@ static void check_pass(char *why, size_t len) {
     static char scratch[8];
     sf_str_init(&ck.out, why != NULL && len > 0 ? why : scratch,
                 why != NULL && len > 0 ? len : sizeof scratch);
-    ck.problems = ck.npend = 0;
-    ck.overflowed = false;
+    ck.problems = 0;
     ck.listed = 0;
     ck.listed_units = 0;
     if (!claim_heaps()) {
@@ -902,19 +863,7 @@ none:
 size_t sf_check_heap_consistency(char *why, size_t len) {
     sf_ensure_init();
     sf_lock(&check_lock);
-    ck.nkept = 0;
-    for (int pass = 1;; pass++) {
-        check_pass(why, len);
-        size_t maybe = keep_persistent(pass);
-        if (ck.problems > 0 || (maybe == 0 && !ck.overflowed)) break;
-        if (pass == MAX_PASSES) { /* still there after about 127 ms: real */
-            for (size_t i = 0; i < ck.nkept; i++)
-                report(ck.kept[i].what, ck.kept[i].at);
-            break;
-        }
-        struct timespec ts = {0, (1L << (pass - 1)) * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    check_pass(why, len);
     size_t n = ck.problems;
     sf_unlock(&check_lock);
     return n;
@@ -927,7 +876,6 @@ void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
     char why[256];
     *overflow = *uaf = NULL;
     if (!sf_lock_bounded(&check_lock)) return;
-    ck.nkept = 0;
     ck.sweep = true;
     ck.sweep_spans = spans;
     ck.sweep_overflow = ck.sweep_uaf = NULL;
@@ -939,7 +887,7 @@ void sf_guard_sweep(bool spans, const void **overflow, const void **uaf) {
 }
 
 /* fork's child: a thread of the parent may have been inside a check (it
- * holds check_lock for up to about 127 ms); the child has only the
+ * holds check_lock for one pass); the child has only the
  * forking thread, which was not.  (Registered here, not among init.c's
  * handlers: the core does not call up into the checker.) */
 static void check_after_fork_child(void) { pthread_mutex_init(&check_lock, NULL); }

@@ -162,7 +162,16 @@ static void span_drop(void *base, size_t size) {
     span_unmap(base, size, 0, 0, (sf_span_access_t){size, 0, false}, false, false);
 }
 
-static void segment_link_all(sf_segment_t *seg) {
+/* The list of all segments and the segment map change together, under
+ * sf_seg_lock: sefer_check (check.c) walks the one and reads the other
+ * holding it.  Each changed alone, a thread that had cleared a span's map
+ * bytes and then waited for the lock (a check holds it for a whole pass),
+ * or was preempted between the two, showed the checker a listed segment
+ * missing from the map; under load that lasted through every one of the
+ * checker's passes and was reported as damage.  (The free paths read the
+ * map without the lock, as before: no pointer into a segment exists
+ * before it is linked, and none may be freed after it is unlinked.) */
+static void segment_link_all(sf_segment_t *seg, size_t chunks, uint8_t head) {
     seg->not_a_page = seg->not_a_page_bound = 0; /* (types.h) */
     seg->sampled_mask = 0;
     sf_lock(&sf_seg_lock);
@@ -171,11 +180,13 @@ static void segment_link_all(sf_segment_t *seg) {
     seg->all_next = sf_all_segments;
     if (sf_all_segments) sf_all_segments->all_prev = seg;
     sf_all_segments = seg;
+    sf_segmap_mark(seg, chunks, head);
     sf_unlock(&sf_seg_lock);
 }
 
-static void segment_unlink_all(sf_segment_t *seg) {
+static void segment_unlink_all(sf_segment_t *seg, size_t chunks) {
     sf_lock(&sf_seg_lock);
+    sf_segmap_mark(seg, chunks, SF_SEGMAP_NONE);
     if (seg->all_prev) seg->all_prev->all_next = seg->all_next;
     else sf_all_segments = seg->all_next;
     if (seg->all_next) seg->all_next->all_prev = seg->all_prev;
@@ -451,16 +462,14 @@ static sf_segment_t *segment_create(sf_heap_t *heap, unsigned kind) {
     if (sf_tracked) sf_track_segment_header(seg);
     if (resident != 0) mark_resident_pages(seg, resident);
     segment_close_unused(seg, resident);
-    segment_link_all(seg);
+    segment_link_all(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
     heap_seglist_push(heap, seg);
-    sf_segmap_mark(seg, 1, kind == SF_SEG_SMALL ? SF_SEGMAP_SMALL_HEAD : SF_SEGMAP_MEDIUM_HEAD);
     return seg;
 }
 
 static void segment_release(sf_heap_t *heap, sf_segment_t *seg) {
     heap_seglist_remove(heap, seg);
-    sf_segmap_mark(seg, 1, SF_SEGMAP_NONE);
-    segment_unlink_all(seg);
+    segment_unlink_all(seg, 1);
     /* the cache knows a resident prefix, not a set of pages: up to the end
      * of the last committed page */
     size_t end = header_pages_bytes(seg->page_count);
@@ -1023,8 +1032,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     sf_page_set_fast_gate(page, false, false); /* (never fast: the generic free) */
     page->capacity = page->reserved = 1;
     page->span_bytes = rounded;
-    segment_link_all(seg);
-    sf_segmap_mark(seg, span >> SF_SEG_SHIFT, SF_SEGMAP_OTHER_HEAD);
+    segment_link_all(seg, span >> SF_SEG_SHIFT, SF_SEGMAP_OTHER_HEAD);
     *block_out = block;
     return seg;
 }
@@ -1032,8 +1040,7 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
 /* A large or huge block is freed: at guard level >= 2 it waits in the span
  * quarantine first (guarded_span.c), which releases it later. */
 void sf_span_free(sf_segment_t *seg) {
-    sf_segmap_mark(seg, seg->span_size >> SF_SEG_SHIFT, SF_SEGMAP_NONE);
-    segment_unlink_all(seg);
+    segment_unlink_all(seg, seg->span_size >> SF_SEG_SHIFT);
     if (guard_pages() && sf_span_quarantine_put(seg)) return;
     sf_span_release(seg, true);
 }
