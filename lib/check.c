@@ -26,7 +26,10 @@
  *
  * The pages of a heap whose thread is running are that thread's alone: for
  * them only the segment header and the segment map are checked (a running
- * owner changes its pages without telling anyone).  The segment list and
+ * owner changes its pages without telling anyone), and so are those of a
+ * heap whose owner was another thread when the process forked (in the
+ * child: the fork may have cut one of its changes in half; heap.c,
+ * sf_heaps_after_fork_child).  The segment list and
  * the segment map change together under sf_seg_lock (segment.c,
  * segment_link_all), which a pass holds: a listed segment missing from the
  * map, or a map byte that names no listed segment, is damage, never
@@ -116,8 +119,11 @@ static bool claim_heaps(void) {
     for (uint32_t i = 0; i < ck.nheaps; i++) {
         sf_heap_t *heap = sf_heap_at(i);
         int expected = SF_HEAP_ABANDONED;
-        ck.full[i] = heap != NULL && ((int64_t)i == ck.mine ||
-                                      atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING));
+        /* (a heap a fork cut: its counts may be a change behind its lists,
+         * heap.c, sf_heaps_after_fork_child; not a finding) */
+        ck.full[i] = heap != NULL && !heap->cut_by_fork &&
+                     ((int64_t)i == ck.mine ||
+                      atomic_compare_exchange_strong(&heap->state, &expected, SF_HEAP_COLLECTING));
         /* and its segment lock: another thread may be purging its waiting
          * pages (before the pass locks, which such a purge takes; the exit
          * sweep waits a bounded time, and skips the heap past it) */

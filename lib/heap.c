@@ -697,6 +697,14 @@ void sf_heaps_after_fork_child(void) {
         heap->prof.force = SF_PROF_FORCE_NONE;
         int st = atomic_load(&heap->state);
         if (st == SF_HEAP_LIVE || st == SF_HEAP_COLLECTING) {
+            /* its owner changes its pages and lists without locks, and the
+             * fork may have cut one change in half: a page's count a block
+             * off, a class list's room, a segment's free mask.  Nothing
+             * reachable is damaged (the block in flight went to a thread the
+             * child does not have), but the counts may disagree for as long
+             * as the heap lives, so sefer_check reads it as it reads a
+             * running thread's (check.c) */
+            heap->cut_by_fork = true;
             atomic_store(&heap->tid, 0);
             atomic_store(&heap->state, SF_HEAP_ABANDONED);
         }

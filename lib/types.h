@@ -573,6 +573,7 @@ typedef struct sf_heap_s {
     _Atomic int tid;
     _Atomic uint32_t next_ownerless; /* link in the stack of ownerless heaps (slot + 1) */
     _Atomic bool in_ownerless;       /* on that stack (maybe stale: adopted by a free, heap.c) */
+    bool cut_by_fork; /* in a fork child: another thread of the parent owned it (heap.c) */
     _Atomic(sf_block_t *) overflow;  /* remote frees that found the ring full */
     sf_ring_t ring;
     /* batches of this heap's blocks freed by other threads: pushed by them,

@@ -1126,6 +1126,8 @@ static void child_after_fork(void *argp)
 {
     int with_thread = (int)(intptr_t)argp;
     /* alarm() was set by st_run_child: a deadlock becomes SIGALRM. */
+    if (sefer_check() != 0) /* (what it found is on stderr) */
+        _exit(17);
     unsigned char *p = malloc(100);
     if (!p)
         _exit(10);
@@ -1158,6 +1160,8 @@ static void child_after_fork(void *argp)
         if (ret)
             _exit(16);
     }
+    if (sefer_check() != 0)
+        _exit(18);
     _exit(0);
 }
 
@@ -1208,7 +1212,8 @@ static void fork_while_busy(bool purging)
     for (int i = 0; i < 64; i++)
         free(atomic_exchange(&exchange[i], NULL));
     ck_assert_msg(bad == 0, "%d of 20 forked children failed; first (fork %d): %s (SIGALRM = "
-                  "deadlock; exit 10-16 = an allocation failed in the child); its stderr: %s",
+                  "deadlock; exit 10-16 = an allocation failed in the child, 17-18 = sefer_check "
+                  "found a problem in it); its stderr: %s",
                   bad, bad_at, st_describe_status(bad_status), first_err);
     ck_assert_int_eq(atomic_load(&failures), 0);
 }
