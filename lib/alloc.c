@@ -260,7 +260,11 @@ void *sf_malloc_aligned_slow(size_t align, size_t n) {
     return p != NULL ? p : sf_alloc_class(c);
 }
 
-/* Size the block at p can hold, or 0 if p is not the start of a live block. */
+/* Size the block at p can hold, or 0 if p is not the start of a block in a
+ * page in use (or a span's block).  A block already freed is not told apart
+ * from a live one: that would mean walking its page's free lists and the
+ * class list, or trusting the free mark, which a live block's data may
+ * hold by chance; it returns its size too (glibc returns 0 for most). */
 size_t sf_usable_size(const void *p) {
     if (SF_UNLIKELY(sf_tracked)) { /* reads fields memcheck must not see (track.c) */
         sf_track_quiet_begin();
