@@ -389,7 +389,7 @@ cJSON *sf_knob_json_value(const struct sf_knob_def *d, uint64_t v, const char *t
     switch (d->type) {
     case SF_KNOB_BOOL: return cJSON_CreateBool(v != 0);
     case SF_KNOB_ENUM: return cJSON_CreateString(d->choices[v]);
-    case SF_KNOB_STRING: return cJSON_CreateString(text);
+    case SF_KNOB_STRING: return sf_json_string_item(text); /* (a path need not be UTF-8) */
     case SF_KNOB_SIZE:
         if (v == SF_KNOB_AUTO) return cJSON_CreateString("auto");
         return sf_json_u64_item(v);

@@ -131,6 +131,7 @@ SF_HIDDEN void sf_loop_on_connection(void *cls, struct MHD_Connection *c, void *
  * with fields missing. */
 SF_HIDDEN void sf_json_u64(cJSON *obj, const char *key, uint64_t v);
 SF_HIDDEN cJSON *sf_json_u64_item(uint64_t v);
+SF_HIDDEN cJSON *sf_json_string_item(const char *s);
 SF_HIDDEN void sf_json_str(cJSON *obj, const char *key, const char *s);
 SF_HIDDEN void sf_json_bool(cJSON *obj, const char *key, bool v);
 SF_HIDDEN void sf_json_null(cJSON *obj, const char *key);

@@ -341,14 +341,14 @@ static cJSON *frame_name(uintptr_t a) {
     char text[1200];
     size_t nmaps;
     const sf_mapping_t *maps = sf_sym_mappings(&nmaps);
-    if (s->function) return cJSON_CreateString(s->function);
+    if (s->function) return sf_json_string_item(s->function);
     if (s->mapping != UINT32_MAX) {
         const char *base = strrchr(maps[s->mapping].path, '/');
         snprintf(text, sizeof text, "%s+0x%" PRIxPTR, base ? base + 1 : maps[s->mapping].path, s->module_offset);
     } else {
         snprintf(text, sizeof text, "0x%" PRIxPTR, a);
     }
-    return cJSON_CreateString(text);
+    return sf_json_string_item(text); /* (a module's path need not be UTF-8) */
 }
 
 /* Every stack with its bytes, frames from the outermost (main) in: the

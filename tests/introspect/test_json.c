@@ -3,7 +3,8 @@
  * raw decimal text.  This links introspect/json.c itself (with cjson.c,
  * which loads libcjson.so.1 for it) and checks the printed text of values a
  * double cannot hold; and that a reply with an item that could not be made
- * has no body (the server answers 503). */
+ * has no body (the server answers 503); and that strings that are not
+ * UTF-8 come out as UTF-8 all the same. */
 #include "../sefer_test.h"
 
 #include "introspect.h"
@@ -91,6 +92,43 @@ START_TEST(test_missing_item_means_no_reply)
 }
 END_TEST
 
+/* Text from the process or the request need not be UTF-8 (a thread name,
+ * a phase name cut at 63 bytes, a path, a query parameter named "%ff"): what
+ * is printed must be, or no JSON parser takes the reply.  A byte that
+ * starts no well-formed character becomes U+FFFD; valid text is kept. */
+START_TEST(test_strings_are_utf8)
+{
+    static const char *const in[] = {
+        "plain", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", /* valid: kept as is */
+        "bad\xff\xfename",      /* bytes that start nothing */
+        "aaa\xc3",               /* a character cut by the end */
+        "\xe2\x82x",             /* cut by the next character */
+        "\xc0\xaf",              /* overlong '/' */
+        "\xed\xa0\x80",          /* a surrogate */
+        "\xf4\x90\x80\x80",      /* above U+10FFFF */
+    };
+    static const char *const out[] = {
+        "plain", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+        "bad\xef\xbf\xbd\xef\xbf\xbdname",
+        "aaa\xef\xbf\xbd",
+        "\xef\xbf\xbd\xef\xbf\xbdx",
+        "\xef\xbf\xbd\xef\xbf\xbd",
+        "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
+        "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
+    };
+    load_cjson();
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+        cJSON *o = cJSON_CreateObject();
+        sf_json_str(o, "s", in[i]);
+        char *text = cJSON_PrintUnformatted(o), want[128];
+        snprintf(want, sizeof want, "{\"s\":\"%s\"}", out[i]);
+        ck_assert_msg(strcmp(text, want) == 0, "string %zu: %s", i, text);
+        free(text);
+        cJSON_Delete(o);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("introspect-json");
@@ -98,6 +136,7 @@ int main(void)
     tcase_add_test(tc, test_u64_exact);
     tcase_add_test(tc, test_other_helpers);
     tcase_add_test(tc, test_missing_item_means_no_reply);
+    tcase_add_test(tc, test_strings_are_utf8);
     suite_add_tcase(s, tc);
     return st_run_suite(s);
 }
