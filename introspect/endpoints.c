@@ -458,8 +458,23 @@ static const char *errno_name(int e) {
     return e == ENOENT ? "ENOENT" : e == EPERM ? "EPERM" : e == EINVAL ? "EINVAL" : "error";
 }
 
+/* Whether the body has a \u0000 escape.  cJSON puts the NUL in the string,
+ * whose C text then ends there: {"value": "report\u0000junk"} would set
+ * "report", and a name with one would change the knob its first part
+ * names. */
+static bool has_nul_escape(const char *body, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (body[i] != '\\') continue;
+        if (body[i + 1] == 'u' && memcmp(body + i + 2, "0000", 4) == 0) return true;
+        i++; /* the escaped character ("\\\\u0000" is a backslash, then text) */
+    }
+    return false;
+}
+
 void sf_ep_config_set(const sf_query_t *q, const char *body, size_t len, sf_reply_t *r) {
     (void)q;
+    if (has_nul_escape(body, len))
+        return sf_reply_error(r, 400, "bad request", "a knob's name or value cannot hold a NUL (\\u0000)");
     cJSON *in = cJSON_ParseWithLength(body, len);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
     const cJSON *value = cJSON_GetObjectItemCaseSensitive(in, "value");

@@ -284,6 +284,12 @@ START_TEST(test_config_refusals_say_why)
     refused(port, "[1,2]", 400, "expected a JSON object");
     refused(port, "{\"name\":\"large_cache.slots\",\"value\":1.5}", 400, "expected a JSON object");
     ck_assert_str_eq(st_knob_get("guard.level"), "1");
+    /* a NUL would end the C text early: "report\u0000junk" is not "report" */
+    refused(port, "{\"name\":\"guard.on_error\",\"value\":\"report\\u0000junk\"}", 400, "NUL");
+    refused(port, "{\"name\":\"guard.on_error\\u0000x\",\"value\":\"report\"}", 400, "NUL");
+    ck_assert_str_eq(st_knob_get("guard.on_error"), "abort");
+    /* an escaped backslash before u0000 is text, not a NUL */
+    refused(port, "{\"name\":\"guard.on_error\",\"value\":\"\\\\u0000\"}", 400, "guard.on_error: expected");
 
     /* a body past 4 KiB: 413, announced or not */
     char *big = malloc(8192);
