@@ -368,6 +368,18 @@ static void parse_header(struct parser *ps) {
     }
 }
 
+/* A key whose value could not be read (a float, text after the value) still
+ * counts as given: a key given twice leaves the knob at its default whichever
+ * of the two is malformed, and a good first value does not stay behind a
+ * second, malformed one reported as "(default kept)". */
+static void count_unread(struct parser *ps, const char *full, size_t len, bool too_long) {
+    int id = ps->table == TABLE_BAD || too_long ? -1 : sf_knob_lookup(full, len);
+    if (id < 0) return;
+    if (ps->first_line[id] == 0) ps->first_line[id] = ps->line;
+    else if (ps->applied[id] && ps->sink && ps->sink->unset) ps->sink->unset(ps->sink->ctx, id, ps->line);
+    ps->applied[id] = false;
+}
+
 static void parse_keyval(struct parser *ps) {
     const char *msg = NULL;
     char rel[KEY_MAX], full[2 * KEY_MAX + 4];
@@ -390,10 +402,12 @@ static void parse_keyval(struct parser *ps) {
     skip_ws(ps);
     if (!parse_value(ps, &msg)) {
         error(ps, full, msg);
+        count_unread(ps, full, f.len, too_long);
         return;
     }
     if (!rest_is_blank(ps)) {
         error(ps, full, "unexpected text after the value");
+        count_unread(ps, full, f.len, too_long);
         return;
     }
     if (ps->table == TABLE_BAD) return; /* reported with its header */

@@ -587,10 +587,13 @@ START_TEST(test_precedence)
 END_TEST
 
 /* A duplicate reverts the knob to its default even though the first value
- * was fine, and the environment still wins over that. */
+ * was fine, and the environment still wins over that.  A malformed value
+ * counts as given too, first or second (a float, text after the value):
+ * the other value does not apply behind a report saying "(default kept)". */
 START_TEST(test_duplicate_then_env)
 {
-    static const char text[] = "[guard]\non_error = \"report\"\non_error = \"report\"\nlevel = 2\n";
+    static const char text[] = "[guard]\non_error = \"report\"\non_error = \"report\"\nlevel = 2\n"
+                               "[large_cache]\nslots = 5\nslots = 1.5\nttl = 3 s\nttl = 500\n";
     const char *path = write_config("dup.toml", text, sizeof text - 1);
     char *env[] = {config_env(path), NULL};
     static struct run r;
@@ -598,6 +601,16 @@ START_TEST(test_duplicate_then_env)
     assert_ran(&r);
     ASSERT_KNOB(&r, "guard.on_error", default_of("guard.on_error"), "default");
     ASSERT_KNOB(&r, "guard.level", "2", "file");
+    ASSERT_KNOB(&r, "large_cache.slots", default_of("large_cache.slots"), "default");
+    ASSERT_KNOB(&r, "large_cache.ttl", default_of("large_cache.ttl"), "default");
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s:3: guard.on_error: set twice (first on line 2): both ignored (default kept)\n"
+             "%s:7: large_cache.slots: floats are not supported (default kept)\n"
+             "%s:8: large_cache.ttl: unexpected text after the value (default kept)\n"
+             "%s:9: large_cache.ttl: set twice (first on line 8): both ignored (default kept)\n",
+             path, path, path, path);
+    ck_assert_msg(!strcmp(r.err, want), "stderr\n%s\nexpected\n%s", r.err, want);
     char *env2[] = {config_env(path), "SEFER_GUARD_ON_ERROR=report", NULL};
     run_helper(&r, env2, NULL);
     assert_ran(&r);
