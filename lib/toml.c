@@ -101,7 +101,9 @@ static bool parse_key(struct parser *ps, char *out, bool *long_out, const char *
         if (n + seg + 1 < KEY_MAX) {
             memcpy(out + n, start, seg);
             n += seg;
-        } else {
+        } else { /* as much as fits, so that the report shows which key */
+            memcpy(out + n, start, KEY_MAX - 2 - n);
+            n = KEY_MAX - 2;
             *long_out = true;
         }
         const char *save = ps->p;
@@ -310,7 +312,7 @@ static bool convert_value(struct parser *ps, int id, uint64_t *out, sf_str_t *wh
 
 static void parse_header(struct parser *ps) {
     const char *msg = NULL;
-    char name[KEY_MAX], key[KEY_MAX + 2];
+    char name[KEY_MAX], key[KEY_MAX + 5]; /* "[" name "...]" */
     bool too_long = false;
     ps->p++;
     ps->table = TABLE_BAD;

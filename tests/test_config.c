@@ -262,6 +262,11 @@ static const struct bad_line {
     {"[introspect]\ntoken = \"a\x01" "b\"\n", 2, "introspect.token: control character in string", "introspect.token"},
     {"[introspect]\ntoken = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n",
      2, "introspect.token: too long (max 127 bytes)", "introspect.token"},
+    /* a key or table name too long to be a knob's: its start is shown */
+    {"[guard]\nllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll = 3\n", 2, "guard.llllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll...: unknown key", "guard.level"},
+    {"[gggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggg]\nlevel = 3\n", 1,
+     "[gggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggg...]: unknown table (known: segments, large_cache, decommit, threads, memory, rings, guard, valgrind, profile, introspect); keys up to the next [table] are ignored",
+     "guard.level"},
     {"[guard]\nlevel = 2 3\n", 2, "guard.level: unexpected text after the value", "guard.level"},
     {"[guard]\nlevel = 2 # fine\non_error = \"report\" \"abort\"\n", 3, "guard.on_error: unexpected text after the value", "guard.on_error"},
     {"[guard] x\nlevel = 3\n", 1, "[guard]: unexpected text after the table header; keys up to the next [table] are ignored", "guard.level"},
