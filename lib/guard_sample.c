@@ -360,6 +360,15 @@ int64_t sf_gsample_draw(void) {
     return draw > INT64_MAX ? INT64_MAX : (int64_t)draw;
 }
 
+/* The calling thread's allocations are not sampled while on (sefer's own
+ * work that allocates through the program's malloc: loading libgcc's
+ * unwinder, profile_stack.c); the old state back when off. */
+bool sf_gsample_quiet(bool on) {
+    bool was = busy;
+    busy = on;
+    return was;
+}
+
 void *sf_gsample_take(size_t n) {
     if (busy || n > SLOT_PAGE || !rate_allows()) return NULL;
     busy = true; /* (the unwinder may allocate) */

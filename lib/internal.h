@@ -890,6 +890,7 @@ SF_HIDDEN void sf_gsample_init(void);
 /* A sampled block of n bytes in a slot, or NULL (too big, no slot free,
  * guard.sample_max_rate, or the thread inside a sample already). */
 SF_HIDDEN void *sf_gsample_take(size_t n);
+SF_HIDDEN bool sf_gsample_quiet(bool on); /* sampling off for the thread (on), or back (the old state) */
 /* Bytes to the next sampled allocation: uniform in [1, 2 guard.sample_bytes]. */
 SF_HIDDEN int64_t sf_gsample_draw(void);
 /* The thread's own count of its requests' bytes (entry.c,
@@ -934,7 +935,7 @@ SF_INLINE bool sf_pages_checked(void) { return sf_guard_level >= 2 || sf_tracked
 SF_HIDDEN extern bool sf_prof_armed;
 SF_INLINE bool sf_prof_is_armed(void) { return SF_PEEK(sf_prof_armed); }
 SF_HIDDEN void sf_prof_init(void);         /* after the knobs are read */
-SF_HIDDEN void sf_prof_constructor(void);  /* warms the unwinder up (outside malloc) */
+SF_HIDDEN void sf_prof_constructor(void);  /* loads and warms libgcc's unwinder if wanted (outside malloc) */
 SF_HIDDEN void sf_prof_knob_changed(void); /* profile.sample_bytes set at run time */
 /* The countdown word (sf_heap_t.countdown).  The counted fast paths (the
  * armed profile's malloc and the sampled guard's; fastpath.h,
@@ -1018,6 +1019,12 @@ SF_HIDDEN void sf_prof_freed(const void *p); /* a block of a SAMPLED page is fre
 SF_HIDDEN void sf_prof_span_resized(sf_page_t *page); /* realloc resized its span in place */
 SF_HIDDEN void sf_prof_fork_prepare(void);
 SF_HIDDEN void sf_prof_fork_parent(void);
+
+/* ---- profile_stack.c: the call stack of a sample --------------------------- */
+/* libgcc's unwinder found or (load_it) loaded, outside malloc: before
+ * profile.sample_bytes or profile.unwinder turns stack walks on at run
+ * time (config.c); whether it is there */
+SF_HIDDEN bool sf_prof_libgcc_load(bool load_it);
 
 /* ---- phase_count.c: what the generic paths count for open phases --------- */
 /* what: ALLOC, FREE or REALLOC (not ALLOCATED); bytes: the change in bytes

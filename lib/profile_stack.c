@@ -24,8 +24,18 @@
  * exception: its first lookup sorts its tables with malloc.  Whatever the
  * unwinder allocates is never sampled (sf_prof_quiet), and the capture runs
  * with no lock of sefer's held, so such a malloc cannot wait for itself.
- * libgcc's one-time set-up (a pthread_once inside it) is done from the
- * library constructor, outside malloc, by a first walk (warm-up).
+ * libgcc's one-time set-up (a pthread_once inside it) is done where it is
+ * loaded, outside malloc, by a first walk (warm-up).
+ *
+ * libgcc_s is looked up, not linked (sf_prof_libgcc_load): a C program
+ * does not load it by itself, and as a NEEDED of libsefer.so it cost every
+ * process 120 KiB of resident pages for a walk that only the heap profile
+ * and the sampled guard take, and only where the table walk gives up.  It
+ * is loaded by the library constructor when the process starts with one
+ * of them on (or profile.unwinder other than "table"), or by
+ * sefer_config_set before it turns one on; a program that already has it
+ * (C++: libstdc++ needs it) shares that copy.  Without it, a stack the table
+ * walk gives up on has no frames.
  *
  * Frames in sefer's own code at the top of the stack are dropped, so
  * profile.depth counts the program's frames.  That code's range comes from
@@ -75,9 +85,16 @@ struct walk {
     uintptr_t lo, hi;
 };
 
+/* libgcc's two entry points, once loaded (set before gcc_backtrace is
+ * published: whoever reads that pointer reads gcc_getip after it) */
+typedef _Unwind_Reason_Code backtrace_fn(_Unwind_Trace_Fn, void *);
+typedef _Unwind_Ptr getip_fn(struct _Unwind_Context *);
+static backtrace_fn *gcc_backtrace;
+static getip_fn *gcc_getip;
+
 static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
     struct walk *w = arg;
-    uintptr_t ip = _Unwind_GetIP(ctx);
+    uintptr_t ip = gcc_getip(ctx);
     if (ip == 0) return _URC_END_OF_STACK;
     if (w->top && ip >= w->lo && ip < w->hi) return _URC_NO_REASON;
     w->top = false;
@@ -85,10 +102,44 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg) {
     return w->n < w->max ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-static SF_NOINLINE unsigned capture_libgcc(uintptr_t *out, unsigned max, uintptr_t lo, uintptr_t hi) {
+/* The frames libgcc's walk found, or -1 if it is not loaded (not wanted
+ * when the process started, or not yet: allocations made before the
+ * library constructor ran, by other libraries' constructors) */
+static SF_NOINLINE int capture_libgcc(uintptr_t *out, unsigned max, uintptr_t lo, uintptr_t hi) {
+    backtrace_fn *backtrace = __atomic_load_n(&gcc_backtrace, __ATOMIC_ACQUIRE);
+    if (backtrace == NULL) return -1;
     struct walk w = {out, 0, max, true, lo, hi};
-    _Unwind_Backtrace(walk_frame, &w);
-    return w.n;
+    backtrace(walk_frame, &w);
+    return (int)w.n;
+}
+
+/* Finds libgcc's unwinder in the process, or loads libgcc_s.so.1 if
+ * load_it, and sets it up.  Calls the dynamic loader, which may call
+ * malloc: only from outside malloc (the constructor, sefer_config_set).
+ * Two threads at once both look it up and store the same pointers; the
+ * handle is never closed.  Whether it is there now. */
+bool sf_prof_libgcc_load(bool load_it) {
+    if (__atomic_load_n(&gcc_backtrace, __ATOMIC_ACQUIRE) != NULL) return true;
+    /* (what the loader allocates is sefer's, not the program's: neither
+     * profiled nor given a sampled guard's slot, where it would stay) */
+    sf_prof_quiet(true);
+    bool guard_was = sf_gsample_quiet(true);
+    void *bt = dlsym(RTLD_DEFAULT, "_Unwind_Backtrace"), *ip = dlsym(RTLD_DEFAULT, "_Unwind_GetIP");
+    if ((bt == NULL || ip == NULL) && load_it) {
+        void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (h != NULL) {
+            bt = dlsym(h, "_Unwind_Backtrace");
+            ip = dlsym(h, "_Unwind_GetIP");
+        }
+    }
+    sf_gsample_quiet(guard_was);
+    sf_prof_quiet(false);
+    if (bt == NULL || ip == NULL) return false;
+    __atomic_store_n(&gcc_getip, (getip_fn *)ip, __ATOMIC_RELAXED);
+    __atomic_store_n(&gcc_backtrace, (backtrace_fn *)bt, __ATOMIC_RELEASE);
+    uintptr_t warm[4];
+    if (can_unwind()) (void)capture_libgcc(warm, 4, 0, 0); /* libgcc's set-up, for the fallbacks too */
+    return true;
 }
 
 static uint64_t unwind_fallbacks, unwind_disagreements;
@@ -129,28 +180,31 @@ SF_NOINLINE unsigned sf_prof_capture(uintptr_t *out, unsigned max) {
     uintptr_t lo, hi;
     sf_prof_self_range(&lo, &hi);
     unsigned walk = (unsigned)sf_knob(SF_KNOB_PROFILE_UNWINDER);
-    unsigned n;
+    int n;
     sf_prof_quiet(true);
     if (walk == SF_UNWINDER_LIBGCC) {
         n = capture_libgcc(out, max, lo, hi);
+        if (n < 0) n = sf_unwind_table(out, max, lo, hi); /* (libgcc not loaded yet) */
     } else if (walk == SF_UNWINDER_CHECK) {
         uintptr_t mine[SF_PROF_DEPTH_MAX];
         int nt = sf_unwind_table(mine, max < SF_PROF_DEPTH_MAX ? max : SF_PROF_DEPTH_MAX, lo, hi);
         if (nt < 0) __atomic_fetch_add(&unwind_fallbacks, 1, __ATOMIC_RELAXED);
         n = capture_libgcc(out, max, lo, hi);
-        /* (with sefer's range unknown each walk keeps its own top frames) */
-        if (lo != hi) check_walks(mine, nt, out, n);
+        if (n < 0) { /* (libgcc not loaded yet: nothing to compare with) */
+            n = nt;
+            if (nt > 0) memcpy(out, mine, (size_t)nt * sizeof *out);
+        } else if (lo != hi) { /* (with sefer's range unknown each walk keeps its own top frames) */
+            check_walks(mine, nt, out, (unsigned)n);
+        }
     } else {
-        int nt = sf_unwind_table(out, max, lo, hi);
-        if (nt >= 0) {
-            n = (unsigned)nt;
-        } else {
+        n = sf_unwind_table(out, max, lo, hi);
+        if (n < 0) {
             __atomic_fetch_add(&unwind_fallbacks, 1, __ATOMIC_RELAXED);
             n = capture_libgcc(out, max, lo, hi);
         }
     }
     sf_prof_quiet(false);
-    return n;
+    return n > 0 ? (unsigned)n : 0;
 }
 
 /* The executable PT_LOAD of the object holding this function; left empty
@@ -175,6 +229,6 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 
 void sf_prof_stack_init(void) {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)sf_prof_capture);
-    uintptr_t warm[4];
-    if (can_unwind()) capture_libgcc(warm, 4, 0, 0); /* libgcc's set-up, for the fallbacks too */
+    sf_prof_libgcc_load(sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0 || sf_gsample_on ||
+                        sf_knob(SF_KNOB_PROFILE_UNWINDER) != SF_UNWINDER_TABLE);
 }

@@ -30,7 +30,12 @@
  *     place, p = 0.97, then shrunk back; the live samples follow, within 5
  *     deviations, where they stayed near 25 before);
  *   - the spread of the estimates over 24 seeds is the binomial's (fresh
- *     processes at 64 KiB per sample, profile.seed 1 to 24). */
+ *     processes at 64 KiB per sample, profile.seed 1 to 24);
+ *   - libgcc's unwinder is loaded only when stacks are wanted: not in a
+ *     process with the profile off (this C test does not link libgcc_s),
+ *     and once profile.sample_bytes is set at run time, before the first
+ *     sample (test_unwind has libgcc's walk give a signal frame's
+ *     stack). */
 #include "sefer_test.h"
 
 #include <math.h>
@@ -450,6 +455,52 @@ START_TEST(test_seeds_spread) {
 }
 END_TEST
 
+/* Whether libgcc_s is mapped in this process. */
+static bool libgcc_mapped(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f) != NULL) found = strstr(line, "libgcc_s") != NULL;
+    fclose(f);
+    return found;
+}
+
+/* A child with the profile off at start-up: libgcc_s is not mapped; armed
+ * at run time, it is, and the walks agree on what is sampled next. */
+START_TEST(test_libgcc_child_body) {
+    printf("at-start=%d\n", libgcc_mapped());
+    ck_assert_int_eq(sefer_config_set("profile.unwinder", "check"), 0);
+    ck_assert_int_eq(sefer_config_set("profile.sample_bytes", "1"), 0);
+    printf("armed=%d\n", libgcc_mapped());
+    uint64_t s0 = st_stats().profile_samples;
+    for (int i = 0; i < 100; i++) sefer_free(sefer_malloc(100));
+    printf("samples=%llu disagreements=%llu\n", (unsigned long long)(st_stats().profile_samples - s0),
+           (unsigned long long)st_stats().profile_unwind_disagreements);
+    fflush(stdout);
+}
+END_TEST
+
+START_TEST(test_libgcc_only_when_wanted) {
+    char out[4096];
+    char *const extra_env[] = {"SEFER_PROFILE_SAMPLE_BYTES=0", NULL}, *const args[] = {"libgcc-child", NULL};
+    int status = st_run_self(extra_env, args, out, sizeof out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x: %s", status, out);
+    /* (a sanitizer's runtime maps it in every build but the release one) */
+    const char *san = getenv("ST_B_SANITIZE");
+    if (san == NULL || strcmp(san, "none") == 0)
+        ck_assert_msg(strstr(out, "at-start=0") != NULL, "libgcc_s mapped with the profile off: %s", out);
+    ck_assert_msg(strstr(out, "armed=1") != NULL, "libgcc_s not loaded when the profile was armed: %s", out);
+    unsigned long long samples = 0, differ = 1;
+    const char *at = strstr(out, "samples=");
+    ck_assert_msg(at != NULL && sscanf(at, "samples=%llu disagreements=%llu", &samples, &differ) == 2 &&
+                      samples >= 50 && differ == 0,
+                  "sampled after arming: %s", out);
+    /* and in this process, armed from the start, it is there */
+    ck_assert(libgcc_mapped());
+}
+END_TEST
+
 int main(int argc, char **argv) {
     Suite *s = suite_create("profile");
     TCase *tc = tcase_create("rate1");
@@ -470,7 +521,10 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, test_aligned_child_body);
     } else if (argc > 1 && strcmp(argv[1], "seed-child") == 0) {
         tcase_add_test(tc, test_seed_child_body);
+    } else if (argc > 1 && strcmp(argv[1], "libgcc-child") == 0) {
+        tcase_add_test(tc, test_libgcc_child_body);
     } else {
+        tcase_add_test(tc, test_libgcc_only_when_wanted);
         tcase_add_test(tc, test_seeds_spread);
         tcase_add_test(tc, test_steady_class);
         tcase_add_test(tc, test_realloc_in_place);
