@@ -940,7 +940,11 @@ sf_segment_t *sf_span_alloc(size_t size, size_t align, void **block_out) {
     size_t first = guarded ? SF_SEG_META_SIZE : closes ? 2 * SF_OS_PAGE : SF_OS_PAGE;
     size_t lead = balign > first ? balign : first;     /* room before the block, at most */
     size_t tail = guarded ? SF_OS_PAGE : 0;
-    size_t rounded = sf_align_up(size, SF_OS_PAGE);
+    /* (a request of 0 bytes, aligned_alloc(4 MiB, 0), still takes a page:
+     * a block of no bytes aligned to the segment size lay at its span's
+     * end, in a chunk the segment map does not give to the span, and its
+     * free was refused as foreign) */
+    size_t rounded = sf_align_up(size != 0 ? size : 1, SF_OS_PAGE);
     if (rounded < size || rounded + lead < rounded || rounded + lead > ((size_t)1 << 46)) {
         errno = ENOMEM;
         return NULL;

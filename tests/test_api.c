@@ -413,6 +413,36 @@ START_TEST(test_alignment_all_powers)
 }
 END_TEST
 
+/* Loop test: _i selects the function.  A request of 0 bytes with an
+ * alignment no class has (a span's): a block sefer owns like any other,
+ * one of its own, that malloc_usable_size sees and realloc and free take.
+ * (aligned_alloc(4 MiB, 0) returned the address just past its span,
+ * which every free then refused as not sefer's, aborting at level 1.) */
+START_TEST(test_alignment_zero_size)
+{
+    enum alloc_fn fn = (enum alloc_fn)_i;
+    for (unsigned shift = 18; shift <= 24; shift++) {
+        size_t align = (size_t)1 << shift;
+        int rc;
+        void *p = alloc_aligned(fn, align, 0, &rc), *q = alloc_aligned(fn, align, 0, &rc);
+        ck_assert_msg(rc == 0 && p != NULL && q != NULL, "%s(align %zu, 0) failed: rc %d",
+                      fn_names[fn], align, rc);
+        ck_assert_ptr_ne(p, q);
+        ck_assert_msg((uintptr_t)p % align == 0, "%s(align %zu, 0) = %p: misaligned",
+                      fn_names[fn], align, p);
+        ck_assert_msg(malloc_usable_size(p) > 0, "%s(align %zu, 0) = %p: usable 0, not a block",
+                      fn_names[fn], align, p);
+        errno = 0;
+        void *r = realloc(p, 100);
+        ck_assert_msg(r != NULL, "realloc of %s(align %zu, 0) = %p: NULL errno %d",
+                      fn_names[fn], align, p, errno);
+        memset(r, 1, 100);
+        free(r);
+        free(q);
+    }
+}
+END_TEST
+
 /* The failure mode of the Rust original: 640-byte cells aligned to 128 must
  * come from a size class, not a segment each. */
 START_TEST(test_alignment_from_classes)
@@ -1988,6 +2018,7 @@ static Suite *api_suite(void)
     tc = tcase_create("alignment");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_alignment_all_powers, 0, FN_COUNT);
+    tcase_add_loop_test(tc, test_alignment_zero_size, 0, FN_COUNT);
     tcase_add_test(tc, test_alignment_from_classes);
     tcase_add_test(tc, test_alignment_invalid);
     tcase_add_test(tc, test_memalign_rounds_up);
