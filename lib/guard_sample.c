@@ -435,7 +435,17 @@ size_t sf_gsample_usable(const void *p) {
 }
 
 void *sf_gsample_realloc(void *p, size_t n) {
-    size_t old = sf_gsample_usable(p);
+    int i = slot_of_block(p);
+    /* not a live sampled block (freed, inside one, a guard page): free
+     * reports it, and realloc refuses it as it does any bad pointer
+     * (docs/api.md), where it handed out a new block as if p were one of
+     * 0 bytes */
+    if (i < 0 || slots[i].state != SLOT_LIVE || slots[i].addr != (uintptr_t)p) {
+        sf_gsample_free(p);
+        errno = EINVAL;
+        return NULL;
+    }
+    size_t old = slots[i].size;
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;
     memcpy(q, p, old < n ? old : n);

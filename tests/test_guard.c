@@ -1010,6 +1010,8 @@ enum sample_case {
     GS_NO_HEAP,  /* a thread still on the shared heap (threads.heap_after; at level 1:
                     levels 2-3 give a thread its heap at once) is sampled too */
     GS_PHASE,    /* and allocations made while a phase is open (sefer_phase_begin) */
+    GS_REALLOC_BAD, /* realloc of a pointer inside a sampled block, or of a freed one,
+                       with guard.on_error = report: refused, NULL and EINVAL */
     GS_COUNT
 };
 
@@ -1151,6 +1153,20 @@ static void run_sample_case(enum sample_case c)
         printf("not sampled\n");
         exit(3);
     }
+    if (c == GS_REALLOC_BAD) {
+        /* (a new block, errno untouched, before: the pointer was read as
+         * a sampled block of 0 bytes) */
+        sefer_config_set("guard.on_error", "report");
+        errno = 0;
+        void *inside = realloc(p + 16, 200);
+        int e_inside = errno;
+        sample_free(p);
+        errno = 0;
+        void *freed = realloc(p, 200);
+        int e_freed = errno;
+        printf("inside=%p/%d freed=%p/%d\n", inside, e_inside, freed, e_freed);
+        exit(inside == NULL && e_inside == EINVAL && freed == NULL && e_freed == EINVAL ? 0 : 6);
+    }
     volatile unsigned char *v = st_launder(p);
     if (c == GS_OVERFLOW)
         v[112] = 1;
@@ -1226,6 +1242,11 @@ START_TEST(test_sampled_guard)
         int sampled = sm != NULL ? atoi(sm + 8) : -1;
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && sampled >= 6, "case %d %s: child %s: %s",
                       (int)c, env_level, st_describe_status(st), out);
+        return;
+    }
+    if (c == GS_REALLOC_BAD) {
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "double free") != NULL,
+                      "%s: child %s: %s", env_level, st_describe_status(st), out);
         return;
     }
     if (c == GS_CAPPED) {
