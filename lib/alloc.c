@@ -425,9 +425,11 @@ void *sf_aligned_alloc(size_t align, size_t n) {
     return sf_malloc_aligned(align, n);
 }
 
-/* glibc's memalign: a non-power-of-two alignment is rounded up. */
+/* glibc's memalign: a non-power-of-two alignment is rounded up.  Only
+ * one above 2^63, with no power of two to round to, is EINVAL (as in
+ * glibc); up to 2^63 the request fails as any unplaceable one, ENOMEM. */
 void *sf_memalign(size_t align, size_t n) {
-    if (align > ((size_t)1 << 62)) {
+    if (align > SIZE_MAX / 2 + 1) {
         errno = EINVAL;
         return NULL;
     }

@@ -575,6 +575,22 @@ START_TEST(test_memalign_rounds_up)
             free(p);
         }
     }
+    /* alignments up to SIZE_MAX/2+1 are taken and rounded up as glibc
+     * does (2^63 and those that round to it included): no process has the
+     * room, so ENOMEM, not EINVAL (that is for those above, which have no
+     * power of two to round to: test_alignment_invalid) */
+    static const size_t unplaceable[] = {((size_t)1 << 62) + 1, (size_t)3 << 61, SIZE_MAX / 2 + 1};
+    for (size_t i = 0; i < sizeof unplaceable / sizeof unplaceable[0]; i++) {
+        for (int f = 0; f < 3; f++) {
+            errno = 0;
+            void *p = f == 0 ? memalign(unplaceable[i], 300)
+                      : f == 1 ? __libc_memalign(unplaceable[i], 300)
+                               : sefer_memalign(unplaceable[i], 300);
+            int e = errno;
+            ck_assert_msg(p == NULL && e == ENOMEM, "memalign variant %d(%#zx, 300) = %p errno %d, not ENOMEM",
+                          f, unplaceable[i], p, e);
+        }
+    }
 }
 END_TEST
 
