@@ -2,7 +2,7 @@
  * spans, calloc and realloc.  The fast path is in fastpath.h. */
 #include "fastpath.h"
 
-static void *fail_enomem(size_t size) {
+void *sf_alloc_refused(size_t size) {
     sf_event_enomem(atomic_fetch_add_explicit(&sf_gstats.enomem, 1, memory_order_relaxed) + 1, size);
     errno = ENOMEM;
     return NULL;
@@ -42,13 +42,13 @@ void *sf_alloc_class(unsigned c) {
     return SF_LIKELY(p != NULL) ? p : sf_alloc_class_refused(c);
 }
 
-void *sf_alloc_class_refused(unsigned c) { return fail_enomem(sf_class_size[c]); }
+void *sf_alloc_class_refused(unsigned c) { return sf_alloc_refused(sf_class_size[c]); }
 
 /* Sizes beyond the address space are refused inside sf_span_alloc. */
 void *sf_alloc_span(size_t n, size_t align) {
     sf_ensure_init();
     void *block = NULL;
-    if (sf_span_alloc(n, align, &block) == NULL) return fail_enomem(n);
+    if (sf_span_alloc(n, align, &block) == NULL) return sf_alloc_refused(n);
     sf_stat_add(&sf_gstats.shared_allocs, 1);
     return SF_UNLIKELY(sf_prof_is_armed()) ? sf_prof_span(block) : block;
 }
@@ -243,10 +243,7 @@ static SF_NOINLINE void *aligned_special(size_t align, size_t n) {
 
 void *sf_malloc_aligned_slow(size_t align, size_t n) {
     if (SF_UNLIKELY(sf_guard_level >= 2)) return sf_guarded_malloc(n, align);
-    if (n > PTRDIFF_MAX) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (n > PTRDIFF_MAX) return sf_alloc_refused(n);
     /* the common aligned request is a plain malloc */
     if (aligned_is_malloc(align, n)) return sf_malloc(align);
     unsigned c = sf_class_for_aligned(n, align);
@@ -399,10 +396,7 @@ void *sf_realloc(void *p, size_t n) {
 
 void *sf_reallocarray(void *p, size_t count, size_t size) {
     size_t n;
-    if (__builtin_mul_overflow(count, size, &n)) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (__builtin_mul_overflow(count, size, &n)) return sf_alloc_refused(SIZE_MAX);
     return sf_realloc(p, n);
 }
 
@@ -442,10 +436,7 @@ void *sf_valloc(size_t n) { return sf_malloc_aligned(SF_OS_PAGE, n); }
 
 void *sf_pvalloc(size_t n) {
     size_t rounded = sf_align_up(n ? n : 1, SF_OS_PAGE);
-    if (rounded < n) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (rounded < n) return sf_alloc_refused(n);
     return sf_malloc_aligned(SF_OS_PAGE, rounded);
 }
 

@@ -596,10 +596,7 @@ SF_INLINE void *sf_cl_pop(sf_heap_t *heap, unsigned c) {
 
 SF_INLINE void *sf_calloc(size_t count, size_t size) {
     size_t n;
-    if (SF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (SF_UNLIKELY(__builtin_mul_overflow(count, size, &n))) return sf_alloc_refused(SIZE_MAX);
     void *p = sf_malloc(n);
     if (SF_UNLIKELY(p == NULL)) return p;
     if (n > SF_MEDIUM_MAX && sf_segmap_header(p)->fresh_zero) {

@@ -618,6 +618,7 @@ SF_HIDDEN void *sf_valloc(size_t n);
 SF_HIDDEN void *sf_pvalloc(size_t n);
 SF_HIDDEN size_t sf_trim(void);
 SF_HIDDEN void *sf_alloc_class(unsigned c);              /* a block of class c, any guard level */
+SF_HIDDEN void *sf_alloc_refused(size_t size); /* NULL, errno ENOMEM, counted (enomem) and an event */
 SF_HIDDEN void *sf_alloc_class_refused(unsigned c);      /* its NULL: counted (enomem), an event, errno */
 SF_HIDDEN void *sf_alloc_span(size_t n, size_t align);   /* a large or huge block */
 /* Bytes of the allocated block at p (its class size or span), 0 if p is no

@@ -37,11 +37,27 @@ static void touch(void *p, size_t n, int c)
     }
 }
 
+/* Refusals since the test's last expect_refusals_counted: each one is
+ * counted in sefer_stats' enomem, wherever it was refused (before, calloc's
+ * and reallocarray's overflows and aligned requests above PTRDIFF_MAX were
+ * not). */
+static uint64_t refusals, enomem_before;
+
 static void expect_enomem_ptr(void *p, const char *what)
 {
     int e = errno;
     ck_assert_msg(p == NULL, "%s: expected NULL, got %p", what, p);
     ck_assert_msg(e == ENOMEM, "%s: expected errno ENOMEM, got %d (%s)", what, e, strerror(e));
+    refusals++;
+}
+
+static void expect_refusals_counted(void)
+{
+    uint64_t now = st_stats().enomem;
+    ck_assert_msg(now - enomem_before == refusals, "%llu refusals, %llu counted in enomem",
+                  (unsigned long long)refusals, (unsigned long long)(now - enomem_before));
+    refusals = 0;
+    enomem_before = now;
 }
 
 /* ======================================================================
@@ -114,6 +130,7 @@ static const size_t huge_sizes[] = {
 
 START_TEST(test_malloc_huge_enomem)
 {
+    expect_refusals_counted();
     char what[96];
     for (size_t i = 0; i < sizeof huge_sizes / sizeof huge_sizes[0]; i++) {
         size_t n = huge_sizes[i];
@@ -156,7 +173,9 @@ START_TEST(test_malloc_huge_enomem)
         int rc = posix_memalign(&out, 64, n);
         ck_assert_msg(rc == ENOMEM, "posix_memalign(64, %zu) returned %d, expected ENOMEM", n, rc);
         ck_assert_ptr_eq(out, (void *)0x1234);
+        refusals++;
     }
+    expect_refusals_counted();
     /* The allocator still works. */
     void *p = malloc(100);
     ck_assert_ptr_nonnull(p);
@@ -176,6 +195,7 @@ START_TEST(test_calloc_overflow)
         {(SIZE_MAX / 2 + 1) / 2, 2}, /* no overflow but PTRDIFF_MAX + 1 */
         {3, SIZE_MAX / 3 + 1},
     };
+    expect_refusals_counted();
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         char what[96];
         snprintf(what, sizeof what, "calloc(%zu, %zu)", pairs[i][0], pairs[i][1]);
@@ -188,6 +208,7 @@ START_TEST(test_calloc_overflow)
         errno = 0;
         expect_enomem_ptr(__libc_calloc(pairs[i][0], pairs[i][1]), what);
     }
+    expect_refusals_counted();
 }
 END_TEST
 
@@ -196,6 +217,7 @@ START_TEST(test_reallocarray_overflow)
     unsigned char *p = malloc(64);
     ck_assert_ptr_nonnull(p);
     st_pat_fill(p, 64, 11);
+    expect_refusals_counted();
 
     errno = 0;
     expect_enomem_ptr(reallocarray(p, SIZE_MAX / 2 + 1, 2), "reallocarray(p, SIZE_MAX/2+1, 2)");
@@ -207,6 +229,7 @@ START_TEST(test_reallocarray_overflow)
     errno = 0;
     expect_enomem_ptr(sefer_reallocarray(p, SIZE_MAX / 2 + 1, 2),
                       "sefer_reallocarray(p, SIZE_MAX/2+1, 2)");
+    expect_refusals_counted();
     /* The original block is untouched and still owned by the caller. */
     ck_assert(st_pat_ok(p, 64, 11));
 
