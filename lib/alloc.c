@@ -185,7 +185,28 @@ SF_NOINLINE static void *malloc_slow_guarded(size_t n, sf_heap_t *heap) {
     return sf_guarded_malloc(n, 16);
 }
 
+/* The process's first allocation, when it comes before our constructor (the
+ * constructor of a library the program links, which runs before ours:
+ * libselinux's fopen in sed, tar, find, ls; libjq's in jq).  Every
+ * entry point took levels 0-1's way here, the knobs unread, and only
+ * sf_heap_for_thread (sf_alloc_class, sf_alloc_span) would initialise:
+ * the block came from a level-1 page, with no canary and size word, and
+ * its free at levels 2-3 reported an overflow and aborted (level 3 even
+ * crashed).  So initialise, and start again from the entry with the
+ * level now known.  The request may be an aligned one that levels 0-1
+ * serve as a plain malloc of its alignment (aligned_is_malloc, n <= align
+ * and n a power of two): keep n's own alignment, which a level-2 malloc
+ * would not give (a plain malloc served aligned costs nothing but a
+ * little room, once).  An operator new comes back as a malloc, its block
+ * then unmarked, which delete does not check (guarded.c). */
+static SF_NOINLINE void *malloc_first(size_t n) {
+    sf_init_slow();
+    size_t align = n & (~n + 1); /* (n's lowest set bit; 0 for 0) */
+    return align > 16 ? sf_malloc_aligned(align, n) : sf_malloc(n);
+}
+
 SF_NOINLINE void *sf_malloc_slow(size_t n, sf_heap_t *heap) {
+    if (SF_UNLIKELY(!atomic_load_explicit(&sf_initialized, memory_order_acquire))) return malloc_first(n);
     /* a thread without a heap of its own (threads.heap_after, none left, at
      * exit): the sampled guard counts its bytes itself (entry.c) */
     if (SF_UNLIKELY(sf_gsample_on) && heap->kind != SF_HEAP_REAL && sf_guard_level < 3) {
@@ -242,6 +263,12 @@ static SF_NOINLINE void *aligned_special(size_t align, size_t n) {
 }
 
 void *sf_malloc_aligned_slow(size_t align, size_t n) {
+    /* the process's first allocation, before our constructor (see
+     * malloc_first): the level known, from the entry again */
+    if (SF_UNLIKELY(!atomic_load_explicit(&sf_initialized, memory_order_acquire))) {
+        sf_init_slow();
+        return sf_malloc_aligned(align, n);
+    }
     if (SF_UNLIKELY(sf_guard_level >= 2)) return sf_guarded_malloc(n, align);
     if (n > PTRDIFF_MAX) return sf_alloc_refused(n);
     /* the common aligned request is a plain malloc */

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int first_alloc_release(void); /* first_alloc.c: what its constructor kept */
+
 static const char *owner(const char *name)
 {
     void *addr = dlsym(RTLD_DEFAULT, name);
@@ -36,6 +38,9 @@ int main(int argc, char **argv)
         printf("symbol %s %s\n", sym, fn());
     else
         printf("symbol %s %s\n", sym, fn ? "present" : "absent");
+
+    if (first_alloc_release() != 0)
+        return 4;
 
     /* And the calls work: a few sizes through the interposed functions. */
     for (size_t sz = 1; sz < ((size_t)1 << 24); sz *= 3) {

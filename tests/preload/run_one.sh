@@ -140,6 +140,27 @@ probe)
     bad=$(grep -Ev "^symbol " "$tmp/preload/out" | grep -v " $lib\$" || true)
     [ -z "$bad" ] || fail "not served by $lib: $bad"
     grep -q "^symbol $sym absent" "$tmp/preload/out" && fail "$sym not found under the preload"
+    # The process's first allocation before sefer's constructor (first_alloc.c,
+    # a library's constructor, as libselinux's in sed): at every level the
+    # block is that level's, the free of it reports nothing, and at levels
+    # 2-3 a write one byte past it is still found.
+    for level in 0 1 2 3; do
+        for first in malloc calloc realloc aligned page medium span overflow; do
+            out=$(env LD_PRELOAD="$lib" SEFER_GUARD_LEVEL=$level SEFER_GUARD_ON_ERROR=report \
+                FIRST_ALLOC=$first "$exe" "$sym" 2>&1)
+            rc=$?
+            [ $rc = 0 ] || fail "level $level, first allocation $first: the probe exited $rc: $out"
+            reports=$(printf '%s\n' "$out" | grep -c "^$stem:" || true)
+            if [ $first = overflow ] && [ $level -ge 2 ]; then
+                # (the free refused, the block is found again at exit)
+                printf '%s\n' "$out" | grep -q "^$stem: write past the end of a block" ||
+                    fail "level $level: the overflow of the first block was not reported: $out"
+            else
+                [ "$reports" = 0 ] || fail "level $level, first allocation $first: $out"
+            fi
+        done
+    done
+    echo "PASS: the first allocation, before $libname's constructor, at levels 0-3"
     echo "PASS: the malloc family resolves to $lib and $sym is visible"
     exit 0
     ;;
