@@ -11,7 +11,8 @@
  * order: the defaults, the SEFER_CONFIG file, the SEFER_* variables.  A
  * runtime sefer_config_set comes last.  None of it calls malloc or stdio:
  * secure_getenv, open, fstat, read, close, write and _exit only; the file goes into
- * a static buffer.  Every bad input is reported once on stderr as
+ * a static buffer (and, before libc has set environ, the SEFER_* entries of
+ * /proc/self/environ: knob_getenv).  Every bad input is reported once on stderr as
  *   FILE:LINE: KEY: what is wrong (default kept)
  *   SEFER_X=value: KEY: what is wrong (default kept)
  * and with SEFER_CONFIG_STRICT=1 refuses the start (exit status 78).
@@ -20,6 +21,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,6 +174,63 @@ static void report_env(const char *var, size_t var_len, const char *value, const
 
 extern char **environ;
 
+/* The SEFER_* entries of the environment execve gave, when sefer starts
+ * before libc has set environ: a program whose first allocation is made
+ * by a function of its .preinit_array (libc sets environ in its own
+ * initialiser, which runs after those).  getenv and secure_getenv then
+ * answer NULL for everything, and sefer ran on its defaults, silently
+ * ignoring SEFER_GUARD_LEVEL and SEFER_CONFIG.  /proc/self/environ holds
+ * what environ will hold; its SEFER_* entries are kept in static memory
+ * (what does not fit in it is left out, as no program sets that much).
+ * Empty in a process running with AT_SECURE (set-user-ID), where
+ * secure_getenv would answer NULL too. */
+#define EARLY_VARS 64
+static char early_bytes[8192];
+static char *early_vars[EARLY_VARS + 1];
+
+static char **early_environ(void) {
+    static bool read_once;
+    if (read_once) return early_vars;
+    read_once = true;
+    if (getauxval(AT_SECURE)) return early_vars;
+    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return early_vars;
+    char chunk[1024];
+    size_t used = 0, start = 0, pos = 0, n = 0;
+    bool keep = true; /* the entry being read may still be a SEFER_ one that fits */
+    ssize_t got;
+    while ((got = read(fd, chunk, sizeof chunk)) > 0) {
+        for (ssize_t i = 0; i < got; i++) {
+            char c = chunk[i];
+            if (keep && ((pos < 6 && c != "SEFER_"[pos]) || used == sizeof early_bytes)) keep = false;
+            if (keep) early_bytes[used++] = c;
+            if (c != '\0') {
+                pos++;
+                continue;
+            }
+            if (keep && n < EARLY_VARS) early_vars[n++] = early_bytes + start;
+            else used = start; /* (dropped: its bytes are taken back) */
+            start = used;
+            pos = 0;
+            keep = true;
+        }
+    }
+    close(fd);
+    return early_vars;
+}
+
+/* The environment the SEFER_* variables are read from (above). */
+static char **knob_environ(void) { return environ != NULL ? environ : early_environ(); }
+
+/* secure_getenv, or its answer from early_environ before libc set environ. */
+static const char *knob_getenv(const char *name) {
+    if (environ != NULL) return secure_getenv(name);
+    size_t len = strlen(name);
+    for (char **e = early_environ(); *e != NULL; e++)
+        if (strncmp(*e, name, len) == 0 && (*e)[len] == '=') return *e + len + 1;
+    return NULL;
+}
+
 /* Variables in a knob table's name space that sefer itself sets and that
  * are not knobs: `sefer run` exports SEFER_INTROSPECT_PID
  * (introspect/autostart.c). */
@@ -182,7 +241,7 @@ static bool sefer_own_variable(const char *var, size_t len) {
 /* A SEFER_<TABLE>_... variable that names no knob is a typo, not someone
  * else's variable: report it. */
 static void check_unknown_env(void) {
-    for (char **e = environ; e && *e; e++) {
+    for (char **e = knob_environ(); e && *e; e++) {
         const char *var = *e, *eq = strchr(var, '=');
         if (eq == NULL || strncmp(var, "SEFER_", 6) != 0) continue;
         size_t len = (size_t)(eq - var);
@@ -202,7 +261,7 @@ static void check_unknown_env(void) {
 /* SEFER_CONFIG_STRICT takes what a boolean knob takes; anything else is
  * reported, and counts as strict (the safe reading). */
 static bool strict_mode(void) {
-    const char *v = secure_getenv("SEFER_CONFIG_STRICT");
+    const char *v = knob_getenv("SEFER_CONFIG_STRICT");
     if (v == NULL || *v == '\0') return false;
     uint64_t on = 0;
     char why[96];
@@ -215,13 +274,13 @@ void sf_knobs_init(void) {
     startup_errors = 0;
     for (int i = 0; i < SF_KNOB_COUNT; i++) set_default(i);
 
-    const char *path = secure_getenv("SEFER_CONFIG");
+    const char *path = knob_getenv("SEFER_CONFIG");
     if (path != NULL && *path != '\0') load_file(path);
 
     for (int i = 0; i < SF_KNOB_COUNT; i++) {
         char var[64], why[160];
         size_t var_len = sf_knob_env_name(i, var, sizeof var);
-        const char *value = secure_getenv(var);
+        const char *value = knob_getenv(var);
         if (value == NULL) continue;
         uint64_t v = 0;
         if (sf_knob_from_text(i, value, &v, why, sizeof why))
@@ -234,7 +293,7 @@ void sf_knobs_init(void) {
 
     bool strict = strict_mode();
     if (strict && startup_errors) {
-        const char *v = secure_getenv("SEFER_CONFIG_STRICT");
+        const char *v = knob_getenv("SEFER_CONFIG_STRICT");
         char buf[128];
         sf_str_t s;
         sf_str_init(&s, buf, sizeof buf);

@@ -53,6 +53,19 @@ static int helper_main(int argc, char **argv)
     return 0;
 }
 
+/* --helper --preinit-alloc: the process's first allocation is made by a
+ * function of .preinit_array, before libc has set environ, so sefer starts
+ * with getenv answering NULL (lib/knobs.c, early_environ).  (strcmp only:
+ * nothing here may need libc initialised.) */
+static void preinit_alloc(int argc, char **argv, char **envp)
+{
+    (void)envp;
+    if (argc >= 3 && !strcmp(argv[1], "--helper") && !strcmp(argv[2], "--preinit-alloc"))
+        sefer_free(sefer_malloc(24));
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_hook)(int, char **, char **) =
+    preinit_alloc;
+
 /* ---- the test side --------------------------------------------------------- */
 
 struct run {
@@ -591,6 +604,27 @@ START_TEST(test_precedence)
 }
 END_TEST
 
+/* sefer started by an allocation in .preinit_array, before libc set
+ * environ: the variables and the file they name still apply, and a typo is
+ * still reported (before, every one was ignored in silence: a program
+ * asked for level 2 ran at level 1). */
+START_TEST(test_env_before_libc)
+{
+    static const char text[] = "[segments]\nmax = 100\n";
+    const char *path = write_config("preinit.toml", text, sizeof text - 1);
+    char *env[] = {config_env(path), "SEFER_GUARD_LEVEL=2", "SEFER_LARGE_CACHE_SLOTS=6", "SEFER_GUARD_LEVLE=3",
+                   NULL};
+    char *args[] = {"--preinit-alloc", NULL};
+    static struct run r;
+    run_helper(&r, env, args);
+    assert_ran(&r);
+    ck_assert_msg(!strcmp(r.err, "SEFER_GUARD_LEVLE=3: -: no such knob (ignored)\n"), "stderr: %s", r.err);
+    ASSERT_KNOB(&r, "guard.level", "2", "env");
+    ASSERT_KNOB(&r, "large_cache.slots", "6", "env");
+    ASSERT_KNOB(&r, "segments.max", "100", "file");
+}
+END_TEST
+
 /* A duplicate reverts the knob to its default even though the first value
  * was fine, and the environment still wins over that.  A malformed value
  * counts as given too, first or second (a float, text after the value):
@@ -893,6 +927,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_env_errors);
     tcase_add_test(tc, test_env_values);
     tcase_add_test(tc, test_precedence);
+    tcase_add_test(tc, test_env_before_libc);
     tcase_add_test(tc, test_duplicate_then_env);
     tcase_add_test(tc, test_strict_file_error);
     tcase_add_test(tc, test_strict_env_error);
