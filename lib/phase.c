@@ -229,11 +229,15 @@ SEFER_EXPORT int sefer_phase_end(struct sefer_phase *out) {
     sf_unlock(&phase_lock);
     sf_event_phase(false, r.name, r.block_bytes_entry, r.block_bytes_peak, r.block_bytes_exit);
     if (out != NULL) {
-        /* size 0: a caller of this version that left it unset; below 4
-         * bytes there is no room to say how much was written */
+        /* size 0: a caller of this version that left it unset.  Below 4
+         * bytes nothing is written: those bytes are the size field's own,
+         * and r's would tell the caller that all of r was written (1 byte
+         * of it read back as 192) */
         size_t n = out->size && out->size < sizeof r ? out->size : sizeof r;
-        memcpy(out, &r, n);
-        if (n >= sizeof out->size) out->size = (uint32_t)n;
+        if (n >= sizeof out->size) {
+            memcpy(out, &r, n);
+            out->size = (uint32_t)n;
+        }
     }
     return 0;
 }

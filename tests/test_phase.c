@@ -202,6 +202,14 @@ START_TEST(test_errors)
     ck_assert_uint_eq(small.size, offsetof(struct sefer_phase, name));
     ck_assert_uint_eq(small.depth, 16);
     ck_assert_uint_eq(small.name[0], 0); /* not copied */
+    /* a size below the size field's own: nothing written (before, the
+     * field's low byte took r's, and read 192: "all written") */
+    memset(&small, 0, sizeof small);
+    small.size = 1;
+    ck_assert_int_eq(sefer_phase_end(&small), 0);
+    ck_assert_uint_eq(small.size, 1);
+    ck_assert_uint_eq(small.depth, 0);
+    ck_assert_int_eq(sefer_phase_begin("deep"), 0);
     for (int i = 0; i < 15; i++)
         ck_assert_int_eq(sefer_phase_end(NULL), 0);
     ck_assert_int_eq(sefer_phase_end(NULL), -1);
