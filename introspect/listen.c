@@ -80,12 +80,17 @@ bool sf_listen_parse(const char *text, sf_listen_t *out, char *why, size_t whyle
     if (strcmp(out->host, "localhost") == 0) strcpy(out->host, "127.0.0.1");
     out->loopback = sf_addr_is_loopback((struct sockaddr *)&out->addr);
     return true;
-bad:
-    snprintf(why, whylen,
-             "introspect.listen \"%.64s\": expected HOST:PORT, [IPV6]:PORT or PORT, with an "
-             "optional '+' after the port (next free port) and PORT 0 for any free port",
-             text);
+bad: {
+    /* the text as the variable gave it, control bytes as '?' (it goes to
+     * stderr: an escape sequence there would drive the terminal) */
+    sf_str_t s;
+    sf_str_init(&s, why, whylen);
+    sf_str_add(&s, "introspect.listen \"");
+    sf_str_add_clean(&s, text, strlen(text), 64);
+    sf_str_add(&s, "\": expected HOST:PORT, [IPV6]:PORT or PORT, with an optional '+' after the port (next "
+                   "free port) and PORT 0 for any free port");
     errno = EINVAL;
+}
     return false;
 }
 

@@ -856,6 +856,11 @@ START_TEST(test_start_stop_api)
                       "\"%s\" accepted", malformed[i]);
         ck_assert_ptr_nonnull(strstr(sefer_introspect_error(), "introspect.listen"));
     }
+    /* a control byte in the address is not echoed as it is (an escape
+     * sequence reaches the terminal through stderr) */
+    ck_assert_int_eq(sefer_introspect_start("\033[31mred:1"), -1);
+    ck_assert_msg(strchr(sefer_introspect_error(), '\033') == NULL && strstr(sefer_introspect_error(), "\"?[31mred:1\""),
+                  "%s", sefer_introspect_error());
     /* non-loopback without a token: refused, no server */
     ck_assert_int_eq(sefer_introspect_start("0.0.0.0:0"), -1);
     ck_assert_int_eq(errno, EACCES);
