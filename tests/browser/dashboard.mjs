@@ -45,7 +45,11 @@
 //      shows the whole stack down to main with file:line, the flame graph
 //      (d3-flame-graph) draws hold_big, Set mark with the token gets a 200,
 //      and after the host leaks 8 MiB in leak_steadily the growth order
-//      names it first; no script error, no CSP violation.  In the soak
+//      names it first; no script error, no CSP violation.  The host names
+//      its main thread "<b id=xss2>" and ends a phase named "<img id=xss1
+//      src=x onerror=window.__xss=1>": the event log and the heap table
+//      show both literally, as text, no element xss1 or xss2 exists and
+//      window.__xss is unset (the XSS audit's regression guard).  In the soak
 //      (1.), where profiling is off, the view says so, and the knob set from
 //      it turns profiling on.
 //
@@ -770,6 +774,32 @@ async function sitesChecks(browser) {
   await page.goto(url);
   await waitState(page, 'live', WAIT_MS);
   await page.waitForFunction(() => document.querySelectorAll('#sites-body tr.site').length >= 2, null, {timeout: WAIT_MS});
+
+  await check('the process\'s own strings are text, never HTML: a phase and a thread named with markup', async () => {
+    // (sites_host names its main thread "<b id=xss2>" and ends a phase named
+    // "<img id=xss1 src=x onerror=window.__xss=1>" before it says ready;
+    // the regression guard of the XSS audit.  Each wait is for the item
+    // itself, drawn as text or not, so a page that draws HTML fails at once.)
+    await page.waitForSelector('#events li[data-kind="phase_begin"]', {state: 'attached', timeout: WAIT_MS});
+    await page.waitForFunction(() => [...document.querySelectorAll('#heaps-body tr.heap td:nth-child(4)')]
+        .some((td) => td.textContent.includes('xss2') || td.children.length > 0), null, {timeout: WAIT_MS});
+    const seen = await page.evaluate(() => ({
+      begin: document.querySelector('#events li[data-kind="phase_begin"]').textContent,
+      end: document.querySelector('#events li[data-kind="phase_end"]')?.textContent,
+      names: [...document.querySelectorAll('#heaps-body tr.heap td:nth-child(4)')].filter((td) => td.textContent.includes('xss2') ||
+          td.children.length > 0).map((td) => td.innerHTML),
+      xss1: document.getElementById('xss1') !== null,
+      xss2: document.getElementById('xss2') !== null,
+      xss: window.__xss,
+      markup: [...document.querySelectorAll('#events img, #events b, #heaps-body img, #heaps-body b, [onerror]')].length,
+    }));
+    const phase = '<img id=xss1 src=x onerror=window.__xss=1>';
+    assert(!seen.xss1 && !seen.xss2 && seen.markup === 0, 'markup from the process became elements: ' + JSON.stringify(seen));
+    assert(seen.begin.includes(phase) && seen.end?.includes(phase), 'the phase\'s events: ' + JSON.stringify([seen.begin, seen.end]));
+    assert(seen.names.length === 1 && seen.names[0] === '&lt;b id=xss2&gt;', 'the heap table\'s thread name cells: ' + seen.names.join(' | '));
+    assert(seen.xss === undefined, 'window.__xss is ' + seen.xss);
+    log('# shown as text: "' + seen.begin + '", thread "<b id=xss2>"');
+  });
 
   await check('Sites: the first row names the function that holds the most', async () => {
     const rows = await siteRows(page);

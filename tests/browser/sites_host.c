@@ -15,7 +15,16 @@
  * Built with frame pointers, debug information and not static
  * (tests/browser/meson.build), each site a function of its own that is
  * never inlined nor tail-called, so the stacks name hold_big, hold_small,
- * leak_steadily and main. */
+ * leak_steadily and main.
+ *
+ * Before any of that it names its main thread "<b id=xss2>" (the heap
+ * table's name column) and opens and ends a phase named
+ * "<img id=xss1 src=x onerror=window.__xss=1>" (the event log and the
+ * charts): strings the program controls, which the dashboard must show as
+ * text, never as HTML (the regression guard of the XSS audit). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +78,24 @@ __attribute__((noinline)) static void *deep_frame(int d) {
     return p;
 }
 
+/* The hostile strings: a thread name (15 bytes at most) and a phase. */
+static void hostile_names(void) {
+    int (*phase_begin)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "sefer_phase_begin");
+    int (*phase_end)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "sefer_phase_end");
+    if (phase_begin == NULL || phase_end == NULL) {
+        fprintf(stderr, "sites_host: not under sefer (no sefer_phase_begin)\n");
+        exit(1);
+    }
+    if (pthread_setname_np(pthread_self(), "<b id=xss2>") != 0) {
+        fprintf(stderr, "sites_host: pthread_setname_np failed\n");
+        exit(1);
+    }
+    phase_begin("<img id=xss1 src=x onerror=window.__xss=1>");
+    phase_end(NULL);
+}
+
 int main(void) {
+    hostile_names();
     keep_deep = deep_frame(40);
     hold_big();
     hold_small();
