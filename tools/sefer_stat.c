@@ -44,6 +44,19 @@ static const char *human(double v, char *buf, size_t len) {
     return buf;
 }
 
+/* s with every control byte as '?': thread names, function names and paths
+ * come from the monitored program, and an escape sequence in one would
+ * drive the terminal that reads this.  Into buf (cut to fit). */
+static const char *clean(const char *s, char *buf, size_t len) {
+    size_t i = 0;
+    for (; s[i] != '\0' && i + 1 < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
 /* A string field, or "?" (a server from before the field existed). */
 static const char *text(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -105,13 +118,13 @@ static void print_heaps(const cJSON *heaps) {
         const cJSON *h = sorted[i], *t = cJSON_GetObjectItemCaseSensitive(h, "thread");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(h, "state");
-        char b[32], tid[24] = "-", slot[24] = "fallback";
+        char b[32], tid[24] = "-", slot[24] = "fallback", nb[64];
         if (cJSON_IsObject(t)) snprintf(tid, sizeof tid, "%.0f", num(t, "tid"));
         if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(h, "fallback")))
             snprintf(slot, sizeof slot, "%.0f", num(h, "slot"));
         printf("  slot %-8s %-9s tid %-7s %-16s %10s in blocks, %.0f allocs\n", slot,
                cJSON_IsString(state) ? state->valuestring : "?", tid,
-               cJSON_IsString(name) ? name->valuestring : "", human(num(h, "bytes_in_blocks"), b, sizeof b),
+               cJSON_IsString(name) ? clean(name->valuestring, nb, sizeof nb) : "", human(num(h, "bytes_in_blocks"), b, sizeof b),
                num(h, "allocs"));
     }
     free(sorted);
@@ -132,10 +145,17 @@ static void print_frame(const cJSON *f) {
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "function"),
                 *mod = cJSON_GetObjectItemCaseSensitive(f, "module"),
                 *file = cJSON_GetObjectItemCaseSensitive(f, "file");
-    if (cJSON_IsString(fn)) printf("%s", fn->valuestring);
-    else if (cJSON_IsString(mod)) printf("%s+%s", strrchr(mod->valuestring, '/') ? strrchr(mod->valuestring, '/') + 1 : mod->valuestring, text(f, "offset"));
-    else printf("%s", text(f, "address"));
-    if (cJSON_IsString(file)) printf(" (%s:%.0f)", file->valuestring, num(f, "line"));
+    char b[512];
+    if (cJSON_IsString(fn)) {
+        printf("%s", clean(fn->valuestring, b, sizeof b));
+    } else if (cJSON_IsString(mod)) {
+        const char *base = strrchr(mod->valuestring, '/');
+        printf("%s", clean(base ? base + 1 : mod->valuestring, b, sizeof b));
+        printf("+%s", clean(text(f, "offset"), b, sizeof b));
+    } else {
+        printf("%s", clean(text(f, "address"), b, sizeof b));
+    }
+    if (cJSON_IsString(file)) printf(" (%s:%.0f)", clean(file->valuestring, b, sizeof b), num(f, "line"));
 }
 
 /* The top sites by live bytes, with their growth since the mark if one is set. */

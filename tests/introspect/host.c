@@ -115,7 +115,7 @@ static int mhd_mapped(void) {
 int main(int argc, char **argv) {
     long n = 0, size = 0, threads = 0;
     int spawn = 0, quit = 0, emfile = 0, maps = 0, status = 0;
-    const char *fds = NULL;
+    const char *fds = NULL, *name = "it-host";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--alloc") == 0 && i + 2 < argc) {
             n = atol(argv[++i]);
@@ -134,13 +134,15 @@ int main(int argc, char **argv) {
             maps = 1;
         } else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc) {
             status = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--name") == 0 && i + 1 < argc) {
+            name = argv[++i];
         } else {
             fprintf(stderr, "usage: introspect_host [--alloc N SIZE] [--threads T] [--spawn-child] [--exit]\n"
-                            "                       [--fds MODE] [--emfile] [--maps] [--status S]\n");
+                            "                       [--fds MODE] [--emfile] [--maps] [--status S] [--name NAME]\n");
             return 2;
         }
     }
-    pthread_setname_np(pthread_self(), "it-host");
+    pthread_setname_np(pthread_self(), name);
     char **blocks = calloc((size_t)n + 1, sizeof *blocks);
     for (long i = 0; i < n; i++) {
         blocks[i] = malloc((size_t)size);

@@ -550,8 +550,10 @@ START_TEST(test_cli_run_and_stat)
     char listen[32], url[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    /* (the host's thread name holds an escape sequence: sefer stat prints
+     * it with '?' for the control byte, never raw to the terminal) */
     char *argv[] = {(char *)cli, "run", "--listen", listen, "--", (char *)env_path("SEFER_TEST_HOST"),
-                    "--alloc", "100", "1000", NULL};
+                    "--alloc", "100", "1000", "--name", "it-\033[1mhost", NULL};
     const char *env[] = {"LD_PRELOAD", "SEFER_INTROSPECT_ENABLED", NULL};
     it_proc_t p;
     it_spawn(&p, argv, env);
@@ -568,8 +570,9 @@ START_TEST(test_cli_run_and_stat)
     out[n] = '\0';
     int rc = pclose(f);
     ck_assert_msg(rc == 0, "sefer stat: %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "bytes in blocks") && strstr(out, "it-host") && strstr(out, "rings"),
+    ck_assert_msg(strstr(out, "bytes in blocks") && strstr(out, "it-?[1mhost") && strstr(out, "rings"),
                   "sefer stat printed: %s", out);
+    ck_assert_msg(strchr(out, '\033') == NULL, "sefer stat printed an escape byte: %s", out);
     /* the host preloads the library this test links: the same build */
     char build_line[512];
     snprintf(build_line, sizeof build_line, ": build %s\n  build options: %s\n", sefer_build(),
