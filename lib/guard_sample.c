@@ -427,25 +427,32 @@ bool sf_gsample_free(void *p) {
     return true;
 }
 
-size_t sf_gsample_usable(const void *p) {
+/* The slot of the live sampled block that starts at p, or NULL (freed,
+ * inside one, a guard page, no slot). */
+static const struct slot *live_slot(const void *p) {
     int i = slot_of_block(p);
-    if (i < 0) return 0;
+    if (i < 0) return NULL;
     const struct slot *sl = &slots[i];
-    return sl->state == SLOT_LIVE && sl->addr == (uintptr_t)p ? sl->size : 0;
+    return sl->state == SLOT_LIVE && sl->addr == (uintptr_t)p ? sl : NULL;
+}
+
+size_t sf_gsample_usable(const void *p) {
+    const struct slot *sl = live_slot(p);
+    return sl != NULL ? sl->size : 0;
 }
 
 void *sf_gsample_realloc(void *p, size_t n) {
-    int i = slot_of_block(p);
-    /* not a live sampled block (freed, inside one, a guard page): free
-     * reports it, and realloc refuses it as it does any bad pointer
-     * (docs/api.md), where it handed out a new block as if p were one of
-     * 0 bytes */
-    if (i < 0 || slots[i].state != SLOT_LIVE || slots[i].addr != (uintptr_t)p) {
+    const struct slot *sl = live_slot(p);
+    /* not a live sampled block: free reports it, and realloc refuses it as
+     * it does any bad pointer (docs/api.md), where it handed out a new
+     * block as if p were one of 0 bytes (a live block's size may be 0:
+     * sf_gsample_usable's answer cannot tell them apart) */
+    if (sl == NULL) {
         sf_gsample_free(p);
         errno = EINVAL;
         return NULL;
     }
-    size_t old = slots[i].size;
+    size_t old = sl->size;
     void *q = sf_malloc(n);
     if (q == NULL) return NULL;
     memcpy(q, p, old < n ? old : n);
