@@ -80,22 +80,52 @@ static bool bare_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
+/* A byte no key can hold, where a key stops: not ASCII (a UTF-8 letter), or a
+ * control character other than the tab and the line end's. */
+static bool foreign_char(char c) {
+    unsigned char u = (unsigned char)c;
+    return u >= 0x7f || (u < 0x20 && c != '\t' && c != '\n' && c != '\r');
+}
+
+/* The key from start as written, to the '=', a comment or the end of the
+ * line, for a report: with '?' for what is not printable ASCII. */
+static void written_key(const struct parser *ps, const char *start, char *out) {
+    const char *e = start;
+    while (e < ps->end && *e != '=' && *e != '#' && *e != '\n' && *e != '\r') e++;
+    while (e > start && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    sf_str_t s;
+    sf_str_init(&s, out, KEY_MAX);
+    sf_str_add_clean(&s, start, (size_t)(e - start), KEY_MAX - 4);
+}
+
 /* A bare or dotted key ("level", "guard.level", "guard . level") into out,
  * dots kept, spaces dropped.  *long_out: it did not fit.  Returns false
- * (with an error message in *msg) if malformed. */
+ * (with an error message in *msg) if malformed; out then holds the key as
+ * written if a byte no key can hold is what is wrong (written_key), else "". */
 static bool parse_key(struct parser *ps, char *out, bool *long_out, const char **msg) {
+    const char *key = ps->p;
     size_t n = 0;
     *long_out = false;
     for (;;) {
         if (ps->p < ps->end && (*ps->p == '"' || *ps->p == '\'')) {
             *msg = "quoted keys are not supported";
+            out[0] = '\0';
             return false;
         }
         const char *start = ps->p;
         while (ps->p < ps->end && bare_char(*ps->p)) ps->p++;
         size_t seg = (size_t)(ps->p - start);
+        const char *save = ps->p;
+        skip_ws(ps);
+        if (ps->p < ps->end && foreign_char(*ps->p)) {
+            *msg = "malformed key (holds a character other than ASCII letters, digits, '_' and '-')";
+            written_key(ps, key, out);
+            *long_out = false; /* (written_key marks its own cut) */
+            return false;
+        }
         if (seg == 0) {
             *msg = "malformed key (expected letters, digits, '_' or '-')";
+            out[0] = '\0';
             return false;
         }
         if (n + seg + 1 < KEY_MAX) {
@@ -106,8 +136,6 @@ static bool parse_key(struct parser *ps, char *out, bool *long_out, const char *
             n = KEY_MAX - 2;
             *long_out = true;
         }
-        const char *save = ps->p;
-        skip_ws(ps);
         if (ps->p < ps->end && *ps->p == '.') {
             ps->p++;
             skip_ws(ps);
@@ -386,7 +414,8 @@ static void parse_keyval(struct parser *ps) {
     const char *msg = NULL;
     char rel[KEY_MAX], full[2 * KEY_MAX + 4];
     bool too_long = false;
-    if (!parse_key(ps, rel, &too_long, &msg)) {
+    bool key_ok = parse_key(ps, rel, &too_long, &msg);
+    if (!key_ok && rel[0] == '\0') {
         error(ps, "-", msg);
         return;
     }
@@ -395,6 +424,10 @@ static void parse_keyval(struct parser *ps) {
     if (ps->table == TABLE_KNOWN) sf_str_addn(&f, ps->prefix, ps->prefix_len);
     sf_str_add(&f, rel);
     if (too_long) sf_str_add(&f, "...");
+    if (!key_ok) { /* shown as written: which character is wrong */
+        error(ps, full, msg);
+        return;
+    }
     skip_ws(ps);
     if (ps->p == ps->end || *ps->p != '=') {
         error(ps, full, "expected '=' after the key");
@@ -459,7 +492,7 @@ unsigned sf_config_parse(const char *buf, size_t len, const sf_config_sink_t *si
         char c = *ps.p;
         if (c == '[') {
             parse_header(&ps);
-        } else if (bare_char(c) || c == '"' || c == '\'') {
+        } else if (bare_char(c) || c == '"' || c == '\'' || (unsigned char)c >= 0x80) { /* (a UTF-8 letter) */
             parse_keyval(&ps);
         } else if (!rest_is_blank(&ps)) {
             error(&ps, "-", c == '=' ? "missing key before '='" : "expected a key, [table], comment or blank line");

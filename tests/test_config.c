@@ -292,6 +292,11 @@ static const struct bad_line {
     {"[guard]\n= 3\n", 2, "-: missing key before '='", "guard.level"},
     {"[guard]\n\"level\" = 3\n", 2, "-: quoted keys are not supported", "guard.level"},
     {"guard..level = 3\n", 1, "-: malformed key (expected letters, digits, '_' or '-')", "guard.level"},
+    /* a byte no key can hold (UTF-8 letters here): the key as written, '?' for its bytes outside printable ASCII */
+    {"[guard]\ngröße = 3\n", 2, "guard.gr????e: malformed key (holds a character other than ASCII letters, digits, '_' and '-')", NULL},
+    {"guard.lével = 3\n", 1, "guard.l??vel: malformed key (holds a character other than ASCII letters, digits, '_' and '-')", "guard.level"},
+    {"[guard]\nÄ = 3\n", 2, "guard.??: malformed key (holds a character other than ASCII letters, digits, '_' and '-')", NULL},
+    {"[guard]\nlevel\x1b[2J\xff = 3\n", 2, "guard.level?[2J?: malformed key (holds a character other than ASCII letters, digits, '_' and '-')", "guard.level"},
     {"[decommit]\npolicy = eager\n", 2, "decommit.policy: expected a value (strings need quotes)", "decommit.policy"},
     {"[guard]\nlevel = 0x2\n", 2, "guard.level: hexadecimal, octal and binary integers are not supported", "guard.level"},
     {"[guard]\nlevel = 02\n", 2, "guard.level: leading zeros are not allowed", "guard.level"},
