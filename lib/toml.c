@@ -54,6 +54,13 @@ static bool at_eol(const struct parser *ps) {
     return ps->p == ps->end || *ps->p == '\n' || (*ps->p == '\r' && ps->p + 1 < ps->end && ps->p[1] == '\n');
 }
 
+/* At a carriage return that is not a CRLF's, the only place TOML allows one
+ * (a file with CR line ends, a stray CR at the end of the last line)? */
+#define LONE_CR "a carriage return not followed by a newline"
+static bool at_lone_cr(const struct parser *ps) {
+    return ps->p < ps->end && *ps->p == '\r' && !at_eol(ps);
+}
+
 static void skip_ws(struct parser *ps) {
     while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t')) ps->p++;
 }
@@ -257,6 +264,10 @@ static bool parse_value(struct parser *ps, const char **msg) {
         *msg = "missing value";
         return false;
     }
+    if (at_lone_cr(ps)) {
+        *msg = LONE_CR;
+        return false;
+    }
     char c = *ps->p;
     if (c == '"' || c == '\'') {
         ps->kind = VAL_STRING;
@@ -365,7 +376,8 @@ static void parse_header(struct parser *ps) {
     sf_str_add(&k, name);
     sf_str_add(&k, too_long ? "...]" : "]");
     if (!rest_is_blank(ps)) {
-        error(ps, key, "unexpected text after the table header; keys up to the next [table] are ignored");
+        error(ps, key, at_lone_cr(ps) ? LONE_CR "; keys up to the next [table] are ignored"
+                                      : "unexpected text after the table header; keys up to the next [table] are ignored");
         return;
     }
     size_t n = strlen(name);
@@ -430,7 +442,7 @@ static void parse_keyval(struct parser *ps) {
     }
     skip_ws(ps);
     if (ps->p == ps->end || *ps->p != '=') {
-        error(ps, full, "expected '=' after the key");
+        error(ps, full, at_lone_cr(ps) ? LONE_CR : "expected '=' after the key");
         return;
     }
     ps->p++;
@@ -441,7 +453,7 @@ static void parse_keyval(struct parser *ps) {
         return;
     }
     if (!rest_is_blank(ps)) {
-        error(ps, full, "unexpected text after the value");
+        error(ps, full, at_lone_cr(ps) ? LONE_CR : "unexpected text after the value");
         count_unread(ps, full, f.len, too_long);
         return;
     }
@@ -495,7 +507,9 @@ unsigned sf_config_parse(const char *buf, size_t len, const sf_config_sink_t *si
         } else if (bare_char(c) || c == '"' || c == '\'' || (unsigned char)c >= 0x80) { /* (a UTF-8 letter) */
             parse_keyval(&ps);
         } else if (!rest_is_blank(&ps)) {
-            error(&ps, "-", c == '=' ? "missing key before '='" : "expected a key, [table], comment or blank line");
+            error(&ps, "-", at_lone_cr(&ps) ? LONE_CR
+                            : c == '=' ? "missing key before '='"
+                                       : "expected a key, [table], comment or blank line");
         }
         next_line(&ps);
     }

@@ -304,7 +304,12 @@ static const struct bad_line {
     {"[segments]\nmax = 99999999999999999999\n", 2, "segments.max: integer too large (TOML integers are 64-bit)", NULL},
     {"[guard]\nlevel = 3\n[guard]\n", 3, "[guard]: table defined twice (its keys still apply)", NULL},
     {"@@@\n", 1, "-: expected a key, [table], comment or blank line", NULL},
-    {"[guard]\r\nlevel = 3\r\n\rx = 1\n", 3, "-: expected a key, [table], comment or blank line", NULL},
+    /* a carriage return not part of a CRLF, wherever it stands (the last byte of a file: test_file_cr_at_end) */
+    {"[guard]\r\nlevel = 3\r\n\rx = 1\n", 3, "-: a carriage return not followed by a newline", NULL},
+    {"[guard]\nlevel = 3\r # x\n", 2, "guard.level: a carriage return not followed by a newline", "guard.level"},
+    {"[guard]\nlevel\r= 3\n", 2, "guard.level: a carriage return not followed by a newline", "guard.level"},
+    {"[guard]\nlevel =\r3\n", 2, "guard.level: a carriage return not followed by a newline", "guard.level"},
+    {"[guard]\rlevel = 3\r", 1, "[guard]: a carriage return not followed by a newline; keys up to the next [table] are ignored", "guard.level"},
 };
 
 /* Each bad line: exactly one report "FILE:LINE: KEY: message (default
@@ -330,6 +335,35 @@ START_TEST(test_file_error)
     ASSERT_KNOB(&r, good_knob, lc ? "128" : "7", "file");
     if (b->knob)
         ASSERT_KNOB(&r, b->knob, default_of(b->knob), "default");
+}
+END_TEST
+
+/* The helper run with SEFER_CONFIG naming a file of text; returns its path. */
+static const char *run_config(struct run *r, const char *name, const char *text, size_t len)
+{
+    const char *path = write_config(name, text, len);
+    char *env[] = {config_env(path), NULL};
+    run_helper(r, env, NULL);
+    assert_ran(r);
+    return path;
+}
+
+/* A carriage return as the file's last byte (a CRLF file cut short) is
+ * named, not "unexpected text after the value"; a last CRLF is a line end. */
+START_TEST(test_file_cr_at_end)
+{
+    static const char text[] = "[guard]\r\nlevel = 2\r\n[rings]\r\ncapacity = 64\r\n";
+    static struct run r;
+    const char *path = run_config(&r, "cr.toml", text, sizeof text - 2);
+    char want[600];
+    snprintf(want, sizeof want, "%s:4: rings.capacity: a carriage return not followed by a newline (default kept)\n", path);
+    ck_assert_str_eq(r.err, want);
+    ASSERT_KNOB(&r, "guard.level", "2", "file");
+    ASSERT_KNOB(&r, "rings.capacity", default_of("rings.capacity"), "default");
+
+    run_config(&r, "cr.toml", text, sizeof text - 1);
+    ck_assert_msg(r.err[0] == 0, "stderr: %s", r.err);
+    ASSERT_KNOB(&r, "rings.capacity", "64", "file");
 }
 END_TEST
 
@@ -917,6 +951,7 @@ static Suite *config_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_file_error, 0, (int)(sizeof bad_lines / sizeof bad_lines[0]));
     tcase_add_test(tc, test_file_many_errors);
+    tcase_add_test(tc, test_file_cr_at_end);
     tcase_add_test(tc, test_file_missing);
     tcase_add_test(tc, test_file_directory);
     tcase_add_test(tc, test_file_not_a_directory);
