@@ -14,21 +14,6 @@
 
 #include "sefer_cli.h"
 
-static cJSON *fetch(const char *url, const char *path, const char *token) {
-    char *body = NULL, err[256];
-    size_t len = 0;
-    int status = cli_http_get(url, path, token, &body, &len, err, sizeof err);
-    if (status < 0) {
-        fprintf(stderr, "sefer stat: %s\n", err);
-        return NULL;
-    }
-    cJSON *j = status == 200 ? cJSON_ParseWithLength(body, len) : NULL;
-    if (status != 200) fprintf(stderr, "sefer stat: %s: HTTP %d: %.200s\n", path, status, body);
-    else if (j == NULL) fprintf(stderr, "sefer stat: %s: the reply is not JSON\n", path);
-    free(body);
-    return j;
-}
-
 static double num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : -1;
@@ -55,6 +40,38 @@ static const char *clean(const char *s, char *buf, size_t len) {
     }
     buf[i] = '\0';
     return buf;
+}
+
+/* An error reply's body on one line: its runs of whitespace (sefer's JSON
+ * errors are pretty-printed) as one space, folded in place, then clean()ed:
+ * whatever answers at the URL wrote it.  Into buf (cut to fit). */
+static const char *error_body(char *body, char *buf, size_t len) {
+    size_t n = 0;
+    for (const char *s = body; *s != '\0'; s++) {
+        bool space = *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r';
+        if (space && (n == 0 || body[n - 1] == ' ')) continue;
+        body[n++] = space ? ' ' : *s;
+    }
+    while (n > 0 && body[n - 1] == ' ') n--;
+    body[n] = '\0';
+    return clean(body, buf, len);
+}
+
+static cJSON *fetch(const char *url, const char *path, const char *token) {
+    char *body = NULL, err[256];
+    size_t len = 0;
+    int status = cli_http_get(url, path, token, &body, &len, err, sizeof err);
+    if (status < 0) {
+        fprintf(stderr, "sefer stat: %s\n", err);
+        return NULL;
+    }
+    cJSON *j = status == 200 ? cJSON_ParseWithLength(body, len) : NULL;
+    char shown[201];
+    if (status != 200)
+        fprintf(stderr, "sefer stat: %s: HTTP %d: %s\n", path, status, error_body(body, shown, sizeof shown));
+    else if (j == NULL) fprintf(stderr, "sefer stat: %s: the reply is not JSON\n", path);
+    free(body);
+    return j;
 }
 
 /* A string field, or "?" (a server from before the field existed). */

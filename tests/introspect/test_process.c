@@ -359,9 +359,12 @@ START_TEST(test_fork_while_serving)
 }
 END_TEST
 
-/* What `sefer stat` sends: a Host header with the port (IPv6 in brackets),
- * and the token from a file or from SEFER_INTROSPECT_TOKEN. */
-static void stat_request(bool v6, const char *token_file, const char *token_env, const char *want_auth)
+/* `sefer stat` (with --token-file token_file, SEFER_INTROSPECT_TOKEN=token_env)
+ * run against a one-shot server on the loopback that answers its first
+ * request with reply and closes: that request into req, the command's
+ * stderr into p->errbuf.  Returns the server's port. */
+static int stat_against_fake(bool v6, const char *token_file, const char *token_env, const char *reply, char *req,
+                             size_t req_cap, it_proc_t *p)
 {
     int ls = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_storage ss = {0};
@@ -378,26 +381,35 @@ static void stat_request(bool v6, const char *token_file, const char *token_env,
     ck_assert_int_eq(listen(ls, 1), 0);
     getsockname(ls, (struct sockaddr *)&ss, &len);
     int port = ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
-    char url[64], host[64], env_token[64];
+    char url[64], env_token[64];
     snprintf(url, sizeof url, v6 ? "http://[::1]:%d/" : "http://127.0.0.1:%d/", port);
-    snprintf(host, sizeof host, v6 ? "\r\nHost: [::1]:%d\r\n" : "\r\nHost: 127.0.0.1:%d\r\n", port);
     snprintf(env_token, sizeof env_token, "SEFER_INTROSPECT_TOKEN=%s", token_env ? token_env : "");
     char *argv[] = {(char *)env_path("SEFER_TEST_CLI"), "stat", url, token_file ? "--token-file" : NULL,
                     (char *)token_file, NULL};
     const char *env[] = {token_env ? env_token : "SEFER_INTROSPECT_TOKEN", NULL};
-    it_proc_t p;
-    it_spawn(&p, argv, env);
+    it_spawn(p, argv, env);
     struct pollfd pf = {ls, POLLIN, 0};
     ck_assert_int_eq(poll(&pf, 1, IT_WAIT_MS), 1);
     int c = accept(ls, NULL, NULL);
-    char req[2048];
     size_t n = 0;
-    ck_assert(it_read_until(c, req, sizeof req, &n, "\r\n\r\n", IT_WAIT_MS));
-    const char reply[] = "HTTP/1.1 500 x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-    it_send(c, reply, sizeof reply - 1);
+    ck_assert(it_read_until(c, req, req_cap, &n, "\r\n\r\n", IT_WAIT_MS));
+    it_send(c, reply, strlen(reply));
     close(c);
     close(ls);
-    it_finish(&p, IT_WAIT_MS / 1000);
+    it_finish(p, IT_WAIT_MS / 1000);
+    return port;
+}
+
+/* What `sefer stat` sends: a Host header with the port (IPv6 in brackets),
+ * and the token from a file or from SEFER_INTROSPECT_TOKEN. */
+static void stat_request(bool v6, const char *token_file, const char *token_env, const char *want_auth)
+{
+    char req[2048], host[64];
+    it_proc_t p;
+    int port = stat_against_fake(v6, token_file, token_env,
+                                 "HTTP/1.1 500 x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", req,
+                                 sizeof req, &p);
+    snprintf(host, sizeof host, v6 ? "\r\nHost: [::1]:%d\r\n" : "\r\nHost: 127.0.0.1:%d\r\n", port);
     ck_assert_msg(strstr(req, host) != NULL, "no \"%s\" in:\n%s", host + 2, req);
     if (want_auth != NULL)
         ck_assert_msg(strstr(req, want_auth) != NULL, "no \"%s\" in:\n%s", want_auth, req);
@@ -421,6 +433,24 @@ END_TEST
 START_TEST(test_cli_stat_request_ipv6)
 {
     stat_request(true, NULL, "tok-456", "\r\nAuthorization: Bearer tok-456\r\n");
+}
+END_TEST
+
+/* An error reply's body comes from whatever answers at the URL: sefer stat
+ * prints it on one line with '?' for its control bytes, so an escape
+ * sequence in it never reaches the terminal. */
+START_TEST(test_cli_stat_error_body)
+{
+    char req[2048];
+    it_proc_t p;
+    stat_against_fake(false, NULL, NULL,
+                      "HTTP/1.1 403 x\r\nConnection: close\r\n\r\n"
+                      "{\n\t\"error\":\t\"no\033]0;owned\007\033[2J\"\n}\n",
+                      req, sizeof req, &p);
+    ck_assert_msg(strstr(p.errbuf, "sefer stat: /stats?pretty=0: HTTP 403: { \"error\": \"no?]0;owned??[2J\" }\n"),
+                  "stderr: %s", p.errbuf);
+    ck_assert_msg(strchr(p.errbuf, '\033') == NULL && strchr(p.errbuf, '\007') == NULL,
+                  "sefer stat printed a control byte: %s", p.errbuf);
 }
 END_TEST
 
@@ -606,6 +636,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_emfile_does_not_spin);
     tcase_add_test(tc, test_sefer_run_children);
     tcase_add_test(tc, test_cli_stat_request);
+    tcase_add_test(tc, test_cli_stat_error_body);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "ipv6", it_ipv6_why_not);
     tcase_set_timeout(tc, 180);
