@@ -374,7 +374,7 @@ static SF_NOINLINE void free_first_of_heapless(void *p, bool checked) {
 }
 
 void sf_free_generic(void *p) {
-    if (SF_UNLIKELY(sf_tls_heap == &sf_heap_unclaimed)) return free_first_of_heapless(p, false);
+    if (SF_UNLIKELY(sf_tls_may_adopt)) return free_first_of_heapless(p, false);
     free_generic_rest(p);
 }
 
@@ -382,7 +382,7 @@ void sf_free_checked(void *p) {
     /* (before any check: adopted, the block's double-free test is the
      * owner's; a thread with no heap skips it, and the remote path finds
      * it when the owner takes the block in) */
-    if (SF_UNLIKELY(sf_tls_heap == &sf_heap_unclaimed)) return free_first_of_heapless(p, true);
+    if (SF_UNLIKELY(sf_tls_may_adopt)) return free_first_of_heapless(p, true);
     free_checked_rest(p);
 }
 

@@ -58,8 +58,14 @@
 
 __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec"))) = &sf_heap_unclaimed;
 sf_heap_t sf_heap_unclaimed = SF_HEAP_STATIC_INIT(SF_HEAP_UNCLAIMED);
-/* the same, for a thread whose first free adopted no heap (free.c) */
-sf_heap_t sf_heap_unclaimed_settled = SF_HEAP_STATIC_INIT(SF_HEAP_UNCLAIMED);
+/* True while the thread has no heap and has not yet freed a registry
+ * heap's block: its next generic free may adopt the heap it frees into
+ * (free.c, sf_heap_adopt_for_free).  Cleared when the thread gets a heap
+ * or a marker other than sf_heap_unclaimed, and when that first free adopts
+ * nothing.  A flag, where a second marker with the same empty tables used
+ * to say "declined": a marker is 10 KiB of pointers relocated at load,
+ * resident in every process. */
+__thread bool sf_tls_may_adopt __attribute__((tls_model("initial-exec"))) = true;
 sf_heap_t sf_heap_shared = SF_HEAP_STATIC_INIT(SF_HEAP_SHARED);
 sf_heap_t sf_heap_fallback = SF_HEAP_STATIC_INIT(SF_HEAP_REAL);
 pthread_mutex_t sf_fallback_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -518,9 +524,7 @@ static sf_heap_t *heap_acquire(void) {
     return NULL;
 }
 
-void sf_heap_adopt_declined(void) {
-    if (sf_tls_heap == &sf_heap_unclaimed) sf_tls_heap = &sf_heap_unclaimed_settled;
-}
+void sf_heap_adopt_declined(void) { sf_tls_may_adopt = false; }
 
 /* A thread with no heap yet frees a block of `owner`, a heap whose thread
  * exited: it adopts that heap, rather than the one on top of the ownerless
@@ -542,13 +546,15 @@ void sf_heap_adopt_declined(void) {
  * limit).  False: not adopted (someone else has it or is collecting it, or
  * this thread already has a heap). */
 bool sf_heap_adopt_for_free(sf_heap_t *owner) {
-    if (sf_tls_heap != &sf_heap_unclaimed || atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_ABANDONED)
+    if (!sf_tls_may_adopt || sf_tls_heap != &sf_heap_unclaimed ||
+        atomic_load_explicit(&owner->state, memory_order_relaxed) != SF_HEAP_ABANDONED)
         return false;
     int expected = SF_HEAP_ABANDONED;
     SF_LS_RMW(HEAP_STATE);
     if (!atomic_compare_exchange_strong(&owner->state, &expected, SF_HEAP_LIVE)) return false;
     heap_claimed(owner);
     sf_tls_heap = owner;
+    sf_tls_may_adopt = false;
     if (sf_thread_key_ok) pthread_setspecific(sf_thread_key, owner);
     sf_heap_drain_remote(owner);
     return true;
@@ -620,6 +626,7 @@ sf_heap_t *sf_heap_for_thread(void) {
     if (heap->kind == SF_HEAP_UNCLAIMED && allocates_rarely()) return &sf_heap_fallback;
     if (heap->kind == SF_HEAP_UNCLAIMED) {
         heap = heap_acquire();
+        sf_tls_may_adopt = false;
         if (heap != NULL) {
             sf_tls_heap = heap;
             if (sf_thread_key_ok) pthread_setspecific(sf_thread_key, heap);
@@ -636,6 +643,7 @@ sf_heap_t *sf_heap_for_thread(void) {
 void sf_heap_thread_done(void *value) {
     sf_heap_t *heap = value;
     sf_tls_heap = &sf_heap_shared; /* later destructors use the fallback heap */
+    sf_tls_may_adopt = false;
     if (heap == NULL || heap->kind != SF_HEAP_REAL) return;
     sf_track_quiet_begin(); /* under valgrind: sefer's own walk of freed blocks */
     sf_outbox_send(heap, true); /* other heaps' blocks it was gathering (remote.c) */

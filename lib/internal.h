@@ -496,14 +496,15 @@ SF_HIDDEN size_t sf_medium_shed_all(sf_heap_t *heap);
 
 /* ---- heap.c: the heap registry and heap lifetimes ------------------------ */
 SF_HIDDEN extern __thread sf_heap_t *sf_tls_heap __attribute__((tls_model("initial-exec")));
-SF_HIDDEN extern sf_heap_t sf_heap_unclaimed, sf_heap_unclaimed_settled, sf_heap_shared, sf_heap_fallback;
+SF_HIDDEN extern sf_heap_t sf_heap_unclaimed, sf_heap_shared, sf_heap_fallback;
+SF_HIDDEN extern __thread bool sf_tls_may_adopt __attribute__((tls_model("initial-exec")));
 SF_HIDDEN extern pthread_mutex_t sf_fallback_lock;
 
 SF_HIDDEN sf_heap_t *sf_heap_for_thread(void);
 SF_HIDDEN bool sf_heap_adopt_for_free(sf_heap_t *owner);
-/* The calling thread, with no heap, will not adopt one for a free: its
- * marker becomes sf_heap_unclaimed_settled (the same empty tables), so
- * that free asks sf_heap_adopt_for_free at a thread's first free only. */
+/* The calling thread, with no heap, will not adopt one for a free: it
+ * clears sf_tls_may_adopt, so that free asks sf_heap_adopt_for_free at a
+ * thread's first free only. */
 SF_HIDDEN void sf_heap_adopt_declined(void);
 SF_HIDDEN void sf_heap_thread_done(void *value);
 SF_HIDDEN void sf_heap_owner_free(sf_heap_t *heap, sf_page_t *page, sf_block_t *b);
