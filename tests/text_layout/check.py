@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tests/text_layout/check.py LIB PROBE - the common paths' code stays in
-libsefer.so's hot section (lib/hot_text.ld, docs/design.md "Code layout").
+libsefer.so's hot section (lib/hot_text.ld, docs/design.md "Code layout"),
+and its own read-only data in one window (lib/hot_rodata.ld).
 
 Runs PROBE (resident.c) with LIB preloaded; it prints the file offset of
 every resident page of the library's code.  The kernel maps code in
@@ -22,7 +23,7 @@ def sections(path):
     found = {}
     for line in out.splitlines():
         f = line.replace("]", "] ").split()
-        for name in (".text.sefer_hot", ".text"):
+        for name in (".text.sefer_hot", ".text", ".rodata.sefer", ".rodata", ".eh_frame"):
             if name in f and f.index(name) + 3 < len(f) and f[f.index(name)] == name:
                 i = f.index(name)
                 found[name] = (int(f[i + 2], 16), int(f[i + 3], 16), int(f[i + 4], 16))  # addr, off, size
@@ -32,14 +33,23 @@ def sections(path):
 secs = sections(lib)
 if ".text.sefer_hot" not in secs:
     sys.exit(f"FAIL: {lib} has no .text.sefer_hot section: lib/hot_text.ld was not linked")
-_, hot_off, hot_size = secs[".text.sefer_hot"]
 window = 64 << 10
 try:
     with open("/sys/kernel/debug/fault_around_bytes") as f:
         window = max(window, int(f.read()))
 except OSError:
     pass
-allowed_end = (hot_off + hot_size + window - 1) // window * window
+
+
+def window_end(name):
+    """The file offset where the fault-around window holding the end of
+    section name ends (windows are aligned in addresses, not offsets)."""
+    addr, off, size = secs[name]
+    return (addr + size + window - 1) // window * window - (addr - off)
+
+
+_, hot_off, hot_size = secs[".text.sefer_hot"]
+allowed_end = window_end(".text.sefer_hot")
 
 r = subprocess.run([probe], env=dict(os.environ, LD_PRELOAD=lib), capture_output=True, text=True)
 if r.returncode == 77:
@@ -51,10 +61,33 @@ pages = [int(m, 16) for m in re.findall(r"^page (0x[0-9a-f]+|0)$", r.stdout, re.
 cold = [p for p in pages if p >= allowed_end]
 print(f"hot section: file offsets {hot_off:#x}-{hot_off + hot_size:#x} ({hot_size} bytes); "
       f"resident code pages: {len(pages)} ({len(pages) * 4} KiB), {len(cold)} past {allowed_end:#x}")
+failed = False
+# Read-only data: the library's own in .rodata.sefer, one window from a
+# 64 KiB boundary (lib/hot_rodata.ld); the probe serves no dashboard, so
+# nothing past that window (the dashboard's files, .eh_frame) is mapped.
+if ".rodata.sefer" not in secs:
+    print(f"FAIL: {lib} has no .rodata.sefer section: lib/hot_rodata.ld was not linked")
+    failed = True
+else:
+    _, ro_off, ro_size = secs[".rodata.sefer"]
+    ro_end = window_end(".rodata.sefer")
+    # (the segment's last page in the file is also the first of the RELRO
+    # mapping that follows, read at every start: left out)
+    seg_end = (secs[".eh_frame"][1] + secs[".eh_frame"][2]) & ~0xfff
+    data = [int(m, 16) for m in re.findall(r"^data (0x[0-9a-f]+|0)$", r.stdout, re.M)]
+    data = [p for p in data if ro_off <= p < seg_end]
+    stray = [p for p in data if p >= ro_end]
+    print(f"own read-only data: file offsets {ro_off:#x}-{ro_off + ro_size:#x}; resident pages of its segment: "
+          f"{len(data)} ({len(data) * 4} KiB), {len(stray)} past {ro_end:#x}")
+    if stray:
+        print("FAIL: read-only data outside .rodata.sefer's window is resident: " +
+              ", ".join(f"{p:#x}" for p in stray[:16]) + " (which object's data lies there: readelf -SW, nm -n)")
+        failed = True
 if cold:
     windows = sorted({p // window * window for p in cold})
     print("FAIL: code outside the hot section ran: resident windows " +
           ", ".join(f"{w:#x}-{w + window:#x}" for w in windows) +
           ".  Run scripts/hot-text --check (valgrind) to see which functions, "
           "then scripts/hot-text and commit lib/hot_text.ld.")
-    sys.exit(1)
+    failed = True
+sys.exit(1 if failed else 0)

@@ -6,9 +6,10 @@
  * second thread whose frees are cross-thread, a thread that exits), then
  * prints the file offset of every resident page of the library's
  * executable mapping ("page 0x4000"), read from /proc/self/pagemap (bit
- * 63, present: readable without privilege).  check.py compares them with
- * where lib/hot_text.ld put the common code (docs/design.md, "Code
- * layout").  Exits 77 when pagemap or the mapping cannot be read. */
+ * 63, present: readable without privilege), and of its read-only data
+ * ("data 0x3d000").  check.py compares them with where lib/hot_text.ld
+ * put the common code and lib/hot_rodata.ld the library's own tables
+ * (docs/design.md, "Code layout").  Exits 77 when pagemap or the mapping cannot be read. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -110,16 +111,17 @@ int main(void) {
         unsigned long start, end, offset;
         char perms[8];
         if (strstr(line, "libsefer") == NULL || sscanf(line, "%lx-%lx %7s %lx", &start, &end, perms, &offset) != 4 ||
-            perms[2] != 'x')
+            perms[1] == 'w')
             continue;
-        found = 1;
+        const char *kind = perms[2] == 'x' ? "page" : "data";
+        found |= perms[2] == 'x';
         for (unsigned long a = start; a < end; a += 4096) {
             uint64_t entry;
             if (pread(pagemap, &entry, sizeof entry, (off_t)(a / 4096 * 8)) != sizeof entry) {
                 puts("skip: pagemap unreadable");
                 return 77;
             }
-            if (entry >> 63) printf("page %#lx\n", offset + (a - start));
+            if (entry >> 63) printf("%s %#lx\n", kind, offset + (a - start));
         }
     }
     if (!found) {
