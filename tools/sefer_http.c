@@ -143,7 +143,9 @@ int cli_http_get(const char *url, const char *path, const char *token, char **bo
     close(fd);
     int status = 0;
     char *split = resp ? strstr(resp, "\r\n\r\n") : NULL;
-    if (resp == NULL || split == NULL || sscanf(resp, "HTTP/1.%*d %d", &status) != 1) {
+    /* (a status outside 100-599 is no HTTP reply: a negative one would
+     * read as this function's own failure, with err unwritten) */
+    if (resp == NULL || split == NULL || sscanf(resp, "HTTP/1.%*d %d", &status) != 1 || status < 100 || status > 599) {
         snprintf(err, errlen, "%s%s: no complete HTTP response", url, path);
         free(resp);
         return -1;

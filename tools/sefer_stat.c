@@ -29,14 +29,34 @@ static const char *human(double v, char *buf, size_t len) {
     return buf;
 }
 
-/* s with every control byte as '?': thread names, function names and paths
- * come from the monitored program, and an escape sequence in one would
- * drive the terminal that reads this.  Into buf (cut to fit). */
+/* The length of the UTF-8 sequence at s (2-4), or 0 if s starts none. */
+static size_t utf8_len(const unsigned char *s) {
+    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    for (size_t k = 1; k < n; k++)
+        if ((s[k] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+/* s with every control character as '?': thread names, function names and
+ * paths come from the monitored program, and an escape sequence in one
+ * would drive the terminal that reads this.  The C0 bytes and DEL, the C1
+ * controls U+0080-U+009F in UTF-8 (0xc2 0x80-0x9f, which some terminals
+ * obey as CSI and the like: both bytes), and bytes 0x80-0x9f that are no
+ * part of UTF-8 (a terminal reading Latin-1 would obey those); other
+ * UTF-8 text stays.  Into buf (cut to fit, never inside a character). */
 static const char *clean(const char *s, char *buf, size_t len) {
+    const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
-    for (; s[i] != '\0' && i + 1 < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    while (u[i] != '\0' && i + 1 < len) {
+        size_t n = utf8_len(u + i);
+        if (n == 0) {
+            buf[i] = u[i] < 0x20 || u[i] == 0x7f || (u[i] >= 0x80 && u[i] <= 0x9f) ? '?' : (char)u[i];
+            i++;
+            continue;
+        }
+        if (i + n >= len) break;
+        bool c1 = n == 2 && u[i] == 0xc2 && u[i + 1] <= 0x9f;
+        for (size_t k = 0; k < n; k++, i++) buf[i] = c1 ? '?' : (char)u[i];
     }
     buf[i] = '\0';
     return buf;

@@ -454,6 +454,34 @@ START_TEST(test_cli_stat_error_body)
 }
 END_TEST
 
+/* The C1 controls too: U+009B in UTF-8 (CSI to terminals that obey C1),
+ * a raw 0x9b byte; letters whose UTF-8 holds the bytes 0x80-0x9f (U+0101
+ * is 0xc4 0x81) stay as written. */
+START_TEST(test_cli_stat_error_body_c1)
+{
+    char req[2048];
+    it_proc_t p;
+    stat_against_fake(false, NULL, NULL,
+                      "HTTP/1.1 403 x\r\nConnection: close\r\n\r\n"
+                      "{\"error\": \"a\xc2\x9b" "2J b\x9b" "31m \xc4\x81\xc3\xa9\"}",
+                      req, sizeof req, &p);
+    ck_assert_msg(strstr(p.errbuf, "HTTP 403: {\"error\": \"a??2J b?31m \xc4\x81\xc3\xa9\"}\n"), "stderr: %s",
+                  p.errbuf);
+    ck_assert_msg(strstr(p.errbuf, "\x9b") == NULL, "sefer stat printed a C1 control: %s", p.errbuf);
+}
+END_TEST
+
+/* A status line no HTTP server sends: an error of its own, not the
+ * uninitialised message of a failed request. */
+START_TEST(test_cli_stat_bad_status)
+{
+    char req[2048];
+    it_proc_t p;
+    stat_against_fake(false, NULL, NULL, "HTTP/1.1 -1 x\r\nConnection: close\r\n\r\nbody", req, sizeof req, &p);
+    ck_assert_msg(strstr(p.errbuf, "no complete HTTP response") != NULL, "stderr: %s", p.errbuf);
+}
+END_TEST
+
 /* ---- hosts and their descriptors ------------------------------------------------------- */
 
 /* The server took fds 3 and 4 before main; hosts that closed or reused them
@@ -637,6 +665,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_sefer_run_children);
     tcase_add_test(tc, test_cli_stat_request);
     tcase_add_test(tc, test_cli_stat_error_body);
+    tcase_add_test(tc, test_cli_stat_error_body_c1);
+    tcase_add_test(tc, test_cli_stat_bad_status);
     suite_add_tcase(s, tc);
     tc = st_optional_case(s, "ipv6", it_ipv6_why_not);
     tcase_set_timeout(tc, 180);
