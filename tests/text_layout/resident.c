@@ -63,9 +63,12 @@ static void *producer(void *arg) {
 
 static void exercise(void) {
     churn(16, 512, 20000, 1);
-    churn(16, 2048, 20000, 2);
+    /* (enough that the slow paths' allocations pass 16 MiB, where the heap
+     * profile's countdown runs out with the profile off: profile.c,
+     * SF_SAMPLE_IDLE; a busy program's every 16 MiB) */
+    churn(16, 2048, 400000, 2);
     release_all();
-    churn(2048, 65536, 4000, 3);
+    churn(2048, 65536, 40000, 3);
     churn(65536, 262144, 600, 4);
     release_all();
     for (int i = 0; i < 8; i++) { /* large blocks, taken and freed */
@@ -115,6 +118,8 @@ int main(void) {
             continue;
         const char *kind = perms[2] == 'x' ? "page" : "data";
         found |= perms[2] == 'x';
+        /* (where it lies: fault-around windows are aligned in addresses) */
+        printf("map %#lx %#lx %#lx %s\n", start, end, offset, perms);
         for (unsigned long a = start; a < end; a += 4096) {
             uint64_t entry;
             if (pread(pagemap, &entry, sizeof entry, (off_t)(a / 4096 * 8)) != sizeof entry) {
