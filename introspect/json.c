@@ -11,6 +11,7 @@
  * the failure is remembered (json_failed, per thread) and the next
  * sf_reply_json gives no body, which the server answers with 503. */
 #include "cjson_calls.h"
+#include "utf8.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -36,23 +37,6 @@ cJSON *sf_json_u64_item(uint64_t v) {
 
 void sf_json_u64(cJSON *obj, const char *key, uint64_t v) { sf_json_add(obj, key, sf_json_u64_item(v)); }
 
-/* The length of the well-formed UTF-8 character at s (RFC 3629: no
- * overlong forms, no surrogates, nothing above U+10FFFF), 0 if there is none
- * there.  Stops at the string's NUL, which no continuation byte equals. */
-static size_t utf8_char(const unsigned char *s) {
-    unsigned char c = s[0], lo = 0x80, hi = 0xbf; /* the range of the second byte */
-    if (c < 0x80) return 1;
-    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    if (c == 0xe0) lo = 0xa0;
-    else if (c == 0xed) hi = 0x9f;
-    else if (c == 0xf0) lo = 0x90;
-    else if (c == 0xf4) hi = 0x8f;
-    if (n == 0 || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-    return n;
-}
-
 /* A string item that is valid UTF-8 whatever s holds.  cJSON prints a
  * string's bytes as they are, and text from the process or the request (a
  * thread name, a phase name cut at 63 bytes inside a character, a path in
@@ -64,7 +48,7 @@ cJSON *sf_json_string_item(const char *s) {
     const unsigned char *u = (const unsigned char *)s;
     size_t bad = 0, len = 0;
     while (u != NULL && u[len]) {
-        size_t n = utf8_char(u + len);
+        size_t n = sf_utf8_char(u + len);
         bad += n == 0;
         len += n ? n : 1;
     }
@@ -72,7 +56,7 @@ cJSON *sf_json_string_item(const char *s) {
     char *fixed = malloc(len + 2 * bad + 1), *w = fixed;
     if (fixed == NULL) return NULL;
     while (*u) {
-        size_t n = utf8_char(u);
+        size_t n = sf_utf8_char(u);
         if (n == 0) memcpy(w, "\xef\xbf\xbd", 3); /* U+FFFD */
         else memcpy(w, u, n);
         w += n ? n : 3;

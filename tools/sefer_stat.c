@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sefer_cli.h"
+#include "../lib/utf8.h" /* (header only: the command links no sefer object) */
 
 static double num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -29,14 +30,6 @@ static const char *human(double v, char *buf, size_t len) {
     return buf;
 }
 
-/* The length of the UTF-8 sequence at s (2-4), or 0 if s starts none. */
-static size_t utf8_len(const unsigned char *s) {
-    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
-    for (size_t k = 1; k < n; k++)
-        if ((s[k] & 0xc0) != 0x80) return 0;
-    return n;
-}
-
 /* s with every control character as '?': thread names, function names and
  * paths come from the monitored program, and an escape sequence in one
  * would drive the terminal that reads this.  The C0 bytes and DEL, the C1
@@ -48,8 +41,8 @@ static const char *clean(const char *s, char *buf, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (u[i] != '\0' && i + 1 < len) {
-        size_t n = utf8_len(u + i);
-        if (n == 0) {
+        size_t n = sf_utf8_char(u + i);
+        if (n <= 1) {
             buf[i] = u[i] < 0x20 || u[i] == 0x7f || (u[i] >= 0x80 && u[i] <= 0x9f) ? '?' : (char)u[i];
             i++;
             continue;
