@@ -83,7 +83,7 @@ SEFER_EXPORT int sefer_config_set(const char *name, const char *value) {
     /* stacks wanted from now on: libgcc's walk there first (it is loaded
      * only when asked for: profile_stack.c) */
     if ((i == SF_KNOB_PROFILE_SAMPLE_BYTES && v != 0) || (i == SF_KNOB_PROFILE_UNWINDER && v != SF_UNWINDER_TABLE))
-        sf_prof_libgcc_load(true);
+        sf_prof_libgcc_load();
     sf_lock(&sf_knob_lock);
     uint64_t old = sf_knob((enum sf_knob_id)i);
     uint8_t old_source = sf_knob_source(i);

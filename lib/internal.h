@@ -1023,10 +1023,10 @@ SF_HIDDEN void sf_prof_fork_prepare(void);
 SF_HIDDEN void sf_prof_fork_parent(void);
 
 /* ---- profile_stack.c: the call stack of a sample --------------------------- */
-/* libgcc's unwinder found or (load_it) loaded, outside malloc: before
- * profile.sample_bytes or profile.unwinder turns stack walks on at run
- * time (config.c); whether it is there */
-SF_HIDDEN bool sf_prof_libgcc_load(bool load_it);
+/* libgcc's unwinder found or loaded, outside malloc: at start-up when
+ * stacks are wanted, and before profile.sample_bytes or profile.unwinder
+ * turns stack walks on at run time (config.c); whether it is there */
+SF_HIDDEN bool sf_prof_libgcc_load(void);
 
 /* ---- phase_count.c: what the generic paths count for open phases --------- */
 /* what: ALLOC, FREE or REALLOC (not ALLOCATED); bytes: the change in bytes

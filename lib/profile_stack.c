@@ -113,19 +113,21 @@ static SF_NOINLINE int capture_libgcc(uintptr_t *out, unsigned max, uintptr_t lo
     return (int)w.n;
 }
 
-/* Finds libgcc's unwinder in the process, or loads libgcc_s.so.1 if
- * load_it, and sets it up.  Calls the dynamic loader, which may call
- * malloc: only from outside malloc (the constructor, sefer_config_set).
- * Two threads at once both look it up and store the same pointers; the
- * handle is never closed.  Whether it is there now. */
-bool sf_prof_libgcc_load(bool load_it) {
+/* Finds libgcc's unwinder in the process, or loads libgcc_s.so.1, and
+ * sets it up.  Calls the dynamic loader, which may call malloc: only from
+ * outside malloc (the constructor, sefer_config_set), and only when stacks
+ * are wanted (two dlsym walks of every loaded object's symbols are no
+ * start-up cost for a process that takes no stack).  Two threads at once
+ * both look it up and store the same pointers; the handle is never
+ * closed.  Whether it is there now. */
+bool sf_prof_libgcc_load(void) {
     if (__atomic_load_n(&gcc_backtrace, __ATOMIC_ACQUIRE) != NULL) return true;
     /* (what the loader allocates is sefer's, not the program's: neither
      * profiled nor given a sampled guard's slot, where it would stay) */
     sf_prof_quiet(true);
     bool guard_was = sf_gsample_quiet(true);
     void *bt = dlsym(RTLD_DEFAULT, "_Unwind_Backtrace"), *ip = dlsym(RTLD_DEFAULT, "_Unwind_GetIP");
-    if ((bt == NULL || ip == NULL) && load_it) {
+    if (bt == NULL || ip == NULL) {
         void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
         if (h != NULL) {
             bt = dlsym(h, "_Unwind_Backtrace");
@@ -229,6 +231,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 
 void sf_prof_stack_init(void) {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)sf_prof_capture);
-    sf_prof_libgcc_load(sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0 || sf_gsample_on ||
-                        sf_knob(SF_KNOB_PROFILE_UNWINDER) != SF_UNWINDER_TABLE);
+    if (sf_knob(SF_KNOB_PROFILE_SAMPLE_BYTES) != 0 || sf_gsample_on ||
+        sf_knob(SF_KNOB_PROFILE_UNWINDER) != SF_UNWINDER_TABLE)
+        sf_prof_libgcc_load();
 }
